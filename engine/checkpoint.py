@@ -1,0 +1,69 @@
+"""Reading official checkpoints (safetensors) with errors that name file, key and shape."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from .errors import CheckpointError
+
+
+def read_safetensors(path: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file; any problem raises CheckpointError naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: file not found")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a file")
+    try:
+        return load_file(str(path), device=str(device))
+    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path: str | Path) -> None:
+    """Copy `tensors` into `module`'s parameters and buffers, checking keys and shapes.
+
+    `tensors` is already in the module's own key layout; `path` is only for messages.
+    """
+    own = dict(module.named_parameters())
+    own.update(dict(module.named_buffers()))
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    if missing:
+        raise CheckpointError(f"{path}: missing key {missing[0]}" + _more(missing))
+    if unexpected:
+        raise CheckpointError(f"{path}: unexpected key {unexpected[0]}" + _more(unexpected))
+    for key, target in own.items():
+        src = tensors[key]
+        if tuple(src.shape) != tuple(target.shape):
+            raise CheckpointError(
+                f"{path}: key {key} has shape {list(src.shape)}, expected {list(target.shape)}")
+        if not (src.dtype.is_floating_point or src.dtype == target.dtype):
+            raise CheckpointError(f"{path}: key {key} has dtype {src.dtype}, expected floating point")
+        if src.dtype.is_floating_point and not torch.isfinite(src).all():
+            raise CheckpointError(f"{path}: key {key} holds NaN or infinite values")
+    with torch.no_grad():
+        for key, target in own.items():
+            target.copy_(tensors[key])
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _more(keys: list[str]) -> str:
+    return f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""

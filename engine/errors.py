@@ -1,0 +1,10 @@
+"""Exceptions the engine raises for bad input. Messages name the file and what was wrong."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or its config could not be used: missing, not safetensors, corrupt,
+    wrong keys or shapes, bad config. The message names the file and the key/shape/reason."""
+
+
+class AudioInputError(ValueError):
+    """An audio file could not be used as input (unreadable, empty, not audio)."""

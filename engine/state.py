@@ -1,0 +1,114 @@
+"""Declared streaming state: regions and the clocks that advance them.
+
+Every piece of streaming state in the engine (conv tails, transposed-conv partial
+sums, KV rings, position counters, token delay lines) is declared as a `Region`
+by the module that uses it. Modules never allocate state themselves: a
+`StateStore` built from the declarations owns every buffer, so the runtime can
+size and place them (DESIGN.md section 2).
+
+A region's *clock* says how it advances: a ring region appends `per_tick`
+entries each time its clock ticks and keeps the last `retain` of them; a fixed
+region has a constant size whatever the clock says. Clocks:
+
+- ``frame``     one tick per 80 ms frame (12.5 Hz): LM temporal KV, delay lines;
+- ``mimi_step`` one tick per 40 ms codec transformer step (25 Hz);
+- ``codebook``  one tick per depformer step; restarts every frame;
+- ``fixed``     never advances (conv tails, counters).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable
+
+import torch
+
+CLOCKS = ("frame", "mimi_step", "codebook", "fixed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    name: str
+    shape: tuple[int, ...]
+    """Fixed regions: the whole buffer. Ring regions: one entry (the step axis is
+    prepended, so growth only ever appends memory at the end of the range)."""
+    dtype: torch.dtype = torch.float32
+    clock: str = "fixed"
+    retain: int | None = None
+    """Ring capacity in entries (None for fixed regions)."""
+    per_tick: int = 1
+    restarts_each: str | None = None
+    """A coarser clock whose tick empties this region (the depformer KV restarts each frame)."""
+
+    def __post_init__(self):
+        if self.clock not in CLOCKS:
+            raise ValueError(f"region {self.name}: unknown clock {self.clock!r}")
+        if (self.clock == "fixed") != (self.retain is None):
+            raise ValueError(f"region {self.name}: ring regions need retain, fixed ones must not have it")
+        if self.retain is not None and self.retain <= 0:
+            raise ValueError(f"region {self.name}: retain must be positive")
+
+    @property
+    def is_ring(self) -> bool:
+        return self.retain is not None
+
+    def entries_at(self, ticks: int) -> int:
+        """Entries holding live data after `ticks` ticks of the region's clock."""
+        if not self.is_ring:
+            return 1
+        return min(ticks * self.per_tick, self.retain)
+
+    def full_shape(self, entries: int | None = None) -> tuple[int, ...]:
+        if not self.is_ring:
+            return self.shape
+        return (self.retain if entries is None else entries, *self.shape)
+
+    def entry_bytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+    def bytes_at(self, ticks: int) -> int:
+        """Bytes a demand-sized store needs after `ticks` ticks (stock stores hold bytes_at(inf))."""
+        if not self.is_ring:
+            return self.entry_bytes()
+        return self.entries_at(ticks) * self.entry_bytes()
+
+    def bytes_full(self) -> int:
+        return self.bytes_at(self.retain or 1)
+
+
+class StateStore:
+    """Owns the buffers of a set of declared regions, allocated at full retention.
+
+    This is the plain placement (what stock runtimes do); the DuplexCadence
+    runtime replaces it with demand-sized placement at stable addresses.
+    """
+
+    def __init__(self, regions: Iterable[Region], device: torch.device | str = "cpu"):
+        self.regions: dict[str, Region] = {}
+        for r in regions:
+            if r.name in self.regions:
+                raise ValueError(f"region {r.name} declared twice")
+            self.regions[r.name] = r
+        self.device = torch.device(device)
+        self._buffers = {
+            name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
+            for name, r in self.regions.items()
+        }
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._buffers[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._buffers
+
+    def reset(self) -> None:
+        for buf in self._buffers.values():
+            buf.zero_()
+
+    def reset_prefix(self, prefix: str) -> None:
+        for name, buf in self._buffers.items():
+            if name.startswith(prefix):
+                buf.zero_()
+
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self._buffers.values())
