@@ -1,0 +1,252 @@
+"""The streaming transformer shared by Mimi (encoder/decoder) and the Moshi LM (temporal, depformer).
+
+Parameter names mirror the official checkpoints relative to the transformer
+(`layers.{i}.self_attn.in_proj_weight`, `layers.{i}.gating.linear_in.weight`, ...), so
+loading needs no renaming. Streaming state (a K and a V ring per layer, and a position
+counter) is declared through `regions()` and lives in the caller's `StateStore`.
+
+Ring semantics follow the reference runtime exactly: a ring of `context` entries; the T new
+entries of a step are written first, then each query attends to the keys whose position p
+satisfies 0 <= pos_q - p < context. After a wrap, the first query of a multi-entry step
+therefore sees one key fewer than a whole-signal pass would; that is the reference's
+behaviour and we keep it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .state import Region, StateStore
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    d_model: int
+    num_heads: int
+    num_layers: int
+    dim_feedforward: int
+    context: int | None
+    norm: str = "layer_norm"  # "layer_norm" (eps 1e-5) | "rms_norm_f32" (eps 1e-8, computed in fp32)
+    gating: str = "none"  # "none": GELU FFN | "silu": SiLU-gated FFN
+    layer_scale: float | None = None
+    rope: bool = True
+    max_period: float = 10000.0
+    weights_per_step: int = 0  # >0: one attention/FFN weight set per step (depformer)
+    clock: str = "frame"
+
+    def __post_init__(self):
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model {self.d_model} is not a multiple of num_heads {self.num_heads}")
+        if self.norm not in ("layer_norm", "rms_norm_f32"):
+            raise ValueError(f"unknown norm {self.norm!r}")
+        if self.gating not in ("none", "silu"):
+            raise ValueError(f"unknown gating {self.gating!r}")
+        if self.weights_per_step and self.gating == "none":
+            raise ValueError("weights_per_step needs a gated FFN (as in the reference)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def gated_hidden(self) -> int:
+        # The reference's rule for the width of a gated FFN.
+        if self.dim_feedforward == 4 * self.d_model:
+            return 21 * self.d_model // 8
+        return 2 * self.dim_feedforward // 3
+
+    @property
+    def ring(self) -> int:
+        """KV ring capacity: the context, or one entry per step for per-step weights."""
+        if self.context is not None:
+            return self.context
+        if self.weights_per_step:
+            return self.weights_per_step
+        raise ValueError("a streaming transformer needs a context")
+
+
+class RMSNormF32(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-8):
+        super().__init__()
+        self.eps = eps
+        self.alpha = nn.Parameter(torch.ones(1, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        var = self.eps + torch.mean(xf * xf, dim=2, keepdim=True)
+        return (xf * (self.alpha.float() * torch.rsqrt(var))).to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), init))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+class GatedFFN(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.linear_in = nn.Linear(dim, 2 * hidden, bias=False)
+        self.linear_out = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear_in(x)
+        h = h.view(*h.shape[:-1], 2, -1)
+        return self.linear_out(F.silu(h[..., 0, :]) * h[..., 1, :])
+
+
+class _Weight(nn.Module):
+    """Holds a bare `weight` so the key reads `out_proj.weight` as on disk."""
+
+    def __init__(self, *shape: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(*shape))
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, first_pos: torch.Tensor, max_period: float):
+    """Rotate interleaved (re, im) pairs of q, k [B, H, T, D] by their positions, in fp32."""
+    T, D = q.shape[2], q.shape[3]
+    freqs = torch.exp(torch.arange(D // 2, device=q.device, dtype=torch.float32)
+                      * (-math.log(max_period) * 2 / D))
+    ts = first_pos.float().view(-1, 1) + torch.arange(T, device=q.device, dtype=torch.float32)
+    angle = freqs * ts.view(-1, 1, T, 1)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+
+    def rotate(x):
+        xr, xi = x.view(*x.shape[:-1], D // 2, 2).float().unbind(-1)
+        out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1)
+        return out.to(x.dtype).view(x.shape)
+
+    return rotate(q), rotate(k)
+
+
+def ring_positions(ring: int, first_pos: torch.Tensor, T: int) -> torch.Tensor:
+    """Position held by each ring slot after writing T entries from `first_pos`; -1 if empty."""
+    idx = torch.arange(ring, device=first_pos.device)
+    end = first_pos + T  # entries written so far
+    last = (end - 1) % ring
+    delta = idx - last
+    pos = torch.where(delta <= 0, end - 1 + delta, end - 1 + delta - ring)
+    return torch.where(idx < end, pos, torch.full_like(pos, -1))
+
+
+def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:
+    """Causal attention over the given keys; keys outside the window or empty are masked."""
+    delta = pos_q.view(-1, 1) - pos_k.view(1, -1)
+    allowed = (pos_k.view(1, -1) >= 0) & (delta >= 0)
+    if context is not None:
+        allowed = allowed & (delta < context)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig, name: str):
+        super().__init__()
+        self.cfg, self.name = cfg, name
+        steps = max(cfg.weights_per_step, 1)
+        self.in_proj_weight = nn.Parameter(torch.empty(steps * 3 * cfg.d_model, cfg.d_model))
+        self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
+
+    def regions(self) -> list[Region]:
+        c = self.cfg
+        entry = (c.num_heads, c.head_dim)
+        restart = "frame" if c.clock == "codebook" else None
+        return [Region(f"{self.name}.{kv}", entry, self.in_proj_weight.dtype, c.clock, c.ring,
+                       restarts_each=restart) for kv in ("k", "v")]
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, store: StateStore | None,
+                step: int) -> torch.Tensor:
+        c = self.cfg
+        B, T, _ = x.shape
+        w_in = self.in_proj_weight.view(-1, 3 * c.d_model, c.d_model)[step]
+        w_out = self.out_proj.weight.view(-1, c.d_model, c.d_model)[step]
+        qkv = F.linear(x, w_in).view(B, T, 3, c.num_heads, c.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # [B, H, T, D]
+        if c.rope:
+            q, k = apply_rope(q, k, pos, c.max_period)
+        pos_q = pos + torch.arange(T, device=x.device)
+        if store is None:
+            keys, values, pos_k = k, v, pos_q
+        else:
+            ring = c.ring
+            k_ring, v_ring = store[f"{self.name}.k"], store[f"{self.name}.v"]  # [ring, H, D]
+            slots = (pos + torch.arange(T, device=x.device)) % ring
+            k_ring.index_copy_(0, slots, k[0].transpose(0, 1))
+            v_ring.index_copy_(0, slots, v[0].transpose(0, 1))
+            keys = k_ring.transpose(0, 1).unsqueeze(0)
+            values = v_ring.transpose(0, 1).unsqueeze(0)
+            pos_k = ring_positions(ring, pos, T)
+        out = attend(q, keys, values, pos_q, pos_k, c.context)
+        return F.linear(out.transpose(1, 2).reshape(B, T, c.d_model), w_out)
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: TransformerConfig, name: str):
+        super().__init__()
+        self.cfg = cfg
+        norm = (lambda: nn.LayerNorm(cfg.d_model, eps=1e-5)) if cfg.norm == "layer_norm" \
+            else (lambda: RMSNormF32(cfg.d_model))
+        self.norm1, self.norm2 = norm(), norm()
+        self.self_attn = Attention(cfg, f"{name}.self_attn")
+        if cfg.gating == "none":
+            self.linear1 = nn.Linear(cfg.d_model, cfg.dim_feedforward, bias=False)
+            self.linear2 = nn.Linear(cfg.dim_feedforward, cfg.d_model, bias=False)
+        elif cfg.weights_per_step:
+            self.gating = nn.ModuleList(GatedFFN(cfg.d_model, cfg.gated_hidden)
+                                        for _ in range(cfg.weights_per_step))
+        else:
+            self.gating = GatedFFN(cfg.d_model, cfg.gated_hidden)
+        if cfg.layer_scale is not None:
+            self.layer_scale_1 = LayerScale(cfg.d_model, cfg.layer_scale)
+            self.layer_scale_2 = LayerScale(cfg.d_model, cfg.layer_scale)
+
+    def _scaled(self, which: int, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg.layer_scale is None:
+            return x
+        return getattr(self, f"layer_scale_{which}")(x)
+
+    def _ffn(self, x: torch.Tensor, step: int) -> torch.Tensor:
+        if self.cfg.gating == "none":
+            return self.linear2(F.gelu(self.linear1(x)))
+        if self.cfg.weights_per_step:
+            return self.gating[step](x)
+        return self.gating(x)
+
+    def forward(self, x, pos, store, step):
+        x = x + self._scaled(1, self.self_attn(self.norm1(x), pos, store, step))
+        return x + self._scaled(2, self._ffn(self.norm2(x), step))
+
+
+class StreamingTransformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig, name: str):
+        super().__init__()
+        self.cfg, self.name = cfg, name
+        self.layers = nn.ModuleList(Layer(cfg, f"{name}.layers.{i}") for i in range(cfg.num_layers))
+
+    @property
+    def pos_region(self) -> str:
+        return f"{self.name}.pos"
+
+    def regions(self) -> list[Region]:
+        regions = [Region(self.pos_region, (1,), torch.int64)]
+        for layer in self.layers:
+            regions += layer.self_attn.regions()
+        return regions
+
+    def forward(self, x: torch.Tensor, store: StateStore | None = None, step: int = 0) -> torch.Tensor:
+        """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1)."""
+        if self.cfg.weights_per_step and x.shape[1] != 1:
+            raise ValueError("per-step weights take one step at a time")
+        pos = torch.zeros(1, dtype=torch.long, device=x.device) if store is None else store[self.pos_region]
+        for layer in self.layers:
+            x = layer(x, pos, store, step)
+        if store is not None:
+            pos.add_(x.shape[1])
+        return x
