@@ -1,0 +1,93 @@
+"""The `duplexcadence` command: the GUI by default, plus headless subcommands.
+
+Errors the user can fix (bad checkpoint, bad audio file) are printed as one line and
+exit non-zero; tracebacks are for bugs only.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _codec(args) -> None:
+    import numpy as np
+
+    from engine import load_mimi
+    from engine.audio_io import read_audio, split_frames, write_audio
+
+    pcm = read_audio(args.input)
+    mimi = load_mimi(_model_dir(args.model), device=args.device)
+    stream = mimi.stream()
+    out = [stream.decode_frame(stream.encode_frame(frame)) for frame in split_frames(pcm)]
+    write_audio(args.output, np.concatenate(out)[:len(pcm)])
+    print(f"wrote {args.output} ({len(pcm) / 24000:.2f} s)", file=sys.stderr)
+
+
+def _model_dir(model: str) -> str:
+    if model == "demo":
+        from engine.paths import DEMO_MODEL_DIR
+        return str(DEMO_MODEL_DIR)
+    return model
+
+
+def _offline(args) -> None:
+    from app.offline import run_offline
+    run_offline(args)
+
+
+def _bench(args) -> None:
+    from engine.bench import run_bench
+    run_bench(args)
+
+
+def _gui(args) -> int:
+    from app.main_window import run_app
+    return run_app(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="duplexcadence", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model to preselect in the app")
+    sub = parser.add_subparsers(dest="command")
+
+    codec = sub.add_parser("codec", help="encode then decode a WAV through Mimi, frame by frame")
+    codec.add_argument("--model", required=True, help="checkpoint directory or file, or 'demo'")
+    codec.add_argument("--input", required=True)
+    codec.add_argument("--output", required=True)
+    codec.add_argument("--device", default="cpu")
+    codec.set_defaults(func=_codec)
+
+    offline = sub.add_parser("offline", help="run a conversation file to file")
+    offline.add_argument("--model", required=True, help="directory, HF cache snapshot, repo name, or 'demo'")
+    offline.add_argument("--input", required=True)
+    offline.add_argument("--output", required=True)
+    offline.add_argument("--transcript", help="write the model's words with times as JSON")
+    offline.add_argument("--seed", type=int, default=0)
+    offline.add_argument("--greedy", action="store_true")
+    offline.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    offline.add_argument("--voice", help="PersonaPlex voice prompt name")
+    offline.add_argument("--role", help="PersonaPlex text role prompt")
+    offline.set_defaults(func=_offline)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from engine.errors import AudioInputError, CheckpointError
+
+    args = build_parser().parse_args(argv)
+    func = getattr(args, "func", None)
+    try:
+        if func is None:
+            return _gui(args) or 0
+        func(args)
+    except (CheckpointError, AudioInputError) as exc:
+        print(f"duplexcadence: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

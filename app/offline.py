@@ -1,0 +1,94 @@
+"""Offline mode: a conversation file to file, time-synchronous with the input.
+
+The output has exactly the input's duration (frame-aligned at 24 kHz), which is what
+Full-Duplex-Bench expects of a model's reply channel.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from engine.audio_io import FRAME_SIZE, SAMPLE_RATE, read_audio, split_frames, write_audio
+
+FRAME_SECONDS = FRAME_SIZE / SAMPLE_RATE
+
+
+def words_with_times(pieces: list[str]) -> list[dict]:
+    """Per-frame text pieces -> words with start/end seconds.
+
+    A piece that begins with a space starts a new word; a word ends at the end of the frame
+    of its last piece.
+    """
+    words: list[dict] = []
+    for index, piece in enumerate(pieces):
+        if not piece:
+            continue
+        start, end = index * FRAME_SECONDS, (index + 1) * FRAME_SECONDS
+        if piece[0].isspace() or not words:
+            words.append({"word": piece.strip(), "start": round(start, 3), "end": round(end, 3)})
+        else:
+            words[-1]["word"] += piece
+            words[-1]["end"] = round(end, 3)
+    return [w for w in words if w["word"]]
+
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream, self._last = total, stream, 0.0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if done < self.total and now - self._last < 0.1:
+            return
+        self._last = now
+        width = 30
+        filled = width * done // max(self.total, 1)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} frames")
+        if done >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def run_offline(args) -> None:
+    import torch
+
+    from engine import DuplexSession, RuntimeOptions, load_model
+
+    pcm = read_audio(args.input)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_model(args.model, device=device)
+    options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
+    session = DuplexSession(model, options)
+    if args.voice or args.role:
+        session.set_prompts(voice=args.voice, role=args.role)
+
+    frames = split_frames(pcm)
+    progress = Progress(len(frames))
+    out, pieces = [], []
+    for i, frame in enumerate(frames):
+        result = session.step(frame)
+        out.append(result.pcm)
+        pieces.append(result.text)
+        progress.update(i + 1)
+    write_audio(args.output, np.concatenate(out)[:len(pcm)])
+
+    if args.transcript:
+        with open(args.transcript, "w") as f:
+            json.dump({"model": model.name, "words": words_with_times(pieces)}, f, indent=2)
+    _print_summary(session.speak_times(), len(pcm) / SAMPLE_RATE)
+
+
+def _print_summary(speak_times: list[float], duration: float) -> None:
+    if not speak_times:
+        print(f"{duration:.2f} s processed (under one second: no SPEAK time summary)", file=sys.stderr)
+        return
+    times = np.asarray(speak_times)
+    over = int((times > 1.0).sum())
+    print(f"SPEAK time per second of output over {len(times)} s: mean {times.mean():.3f} s, "
+          f"p99 {np.percentile(times, 99):.3f} s, max {times.max():.3f} s, "
+          f"{over} second(s) over the 1.0 s cadence", file=sys.stderr)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything the tests need (Debian and Python packages) and runs the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+source packaging/system_packages.sh
+# The audio tests play through real PortAudio streams into a private PulseAudio null sink.
+install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio libasound2-plugins xvfb
+install_torch
+"$PYTHON" -m pip install -q -e ".[test]"
+# The reference runtime, for parity tests only; --no-deps keeps its pinned torch out.
+"$PYTHON" -m pip install -q --no-deps moshi==0.2.13
+
+set +e
+QT_QPA_PLATFORM=offscreen "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
+status=$?
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: failing" >&2
+    exit 1
+fi
+exit "$status"
