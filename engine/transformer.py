@@ -147,19 +147,12 @@ def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: TransformerConfig, name: str):
+    def __init__(self, cfg: TransformerConfig, kv_region: str, index: int):
         super().__init__()
-        self.cfg, self.name = cfg, name
+        self.cfg, self.kv_region, self.index = cfg, kv_region, index
         steps = max(cfg.weights_per_step, 1)
         self.in_proj_weight = nn.Parameter(torch.empty(steps * 3 * cfg.d_model, cfg.d_model))
         self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
-
-    def regions(self) -> list[Region]:
-        c = self.cfg
-        entry = (c.num_heads, c.head_dim)
-        restart = "frame" if c.clock == "codebook" else None
-        return [Region(f"{self.name}.{kv}", entry, self.in_proj_weight.dtype, c.clock, c.ring,
-                       restarts_each=restart) for kv in ("k", "v")]
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, store: StateStore | None,
                 step: int) -> torch.Tensor:
@@ -176,7 +169,8 @@ class Attention(nn.Module):
             keys, values, pos_k = k, v, pos_q
         else:
             ring = c.ring
-            k_ring, v_ring = store[f"{self.name}.k"], store[f"{self.name}.v"]  # [ring, H, D]
+            kv = store[self.kv_region][:, self.index]  # [ring, 2, H, D]
+            k_ring, v_ring = kv[:, 0], kv[:, 1]
             slots = (pos + torch.arange(T, device=x.device)) % ring
             k_ring.index_copy_(0, slots, k[0].transpose(0, 1))
             v_ring.index_copy_(0, slots, v[0].transpose(0, 1))
@@ -188,13 +182,13 @@ class Attention(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: TransformerConfig, name: str):
+    def __init__(self, cfg: TransformerConfig, kv_region: str, index: int):
         super().__init__()
         self.cfg = cfg
         norm = (lambda: nn.LayerNorm(cfg.d_model, eps=1e-5)) if cfg.norm == "layer_norm" \
             else (lambda: RMSNormF32(cfg.d_model))
         self.norm1, self.norm2 = norm(), norm()
-        self.self_attn = Attention(cfg, f"{name}.self_attn")
+        self.self_attn = Attention(cfg, kv_region, index)
         if cfg.gating == "none":
             self.linear1 = nn.Linear(cfg.d_model, cfg.dim_feedforward, bias=False)
             self.linear2 = nn.Linear(cfg.dim_feedforward, cfg.d_model, bias=False)
@@ -228,17 +222,18 @@ class StreamingTransformer(nn.Module):
     def __init__(self, cfg: TransformerConfig, name: str):
         super().__init__()
         self.cfg, self.name = cfg, name
-        self.layers = nn.ModuleList(Layer(cfg, f"{name}.layers.{i}") for i in range(cfg.num_layers))
-
-    @property
-    def pos_region(self) -> str:
-        return f"{self.name}.pos"
+        self.pos_region, self.kv_region = f"{name}.pos", f"{name}.kv"
+        self.layers = nn.ModuleList(Layer(cfg, self.kv_region, i) for i in range(cfg.num_layers))
 
     def regions(self) -> list[Region]:
-        regions = [Region(self.pos_region, (1,), torch.int64)]
-        for layer in self.layers:
-            regions += layer.self_attn.regions()
-        return regions
+        """A position counter and one KV ring whose entry holds every layer's K and V for one
+        step: a step's state is then contiguous, so demand-sized backing grows in fine steps."""
+        c = self.cfg
+        dtype = self.layers[0].self_attn.in_proj_weight.dtype
+        restart = "frame" if c.clock == "codebook" else None
+        return [Region(self.pos_region, (1,), torch.int64),
+                Region(self.kv_region, (c.num_layers, 2, c.num_heads, c.head_dim), dtype, c.clock,
+                       c.ring, restarts_each=restart)]
 
     def forward(self, x: torch.Tensor, store: StateStore | None = None, step: int = 0) -> torch.Tensor:
         """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1)."""
