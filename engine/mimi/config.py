@@ -1,22 +1,16 @@
-"""Mimi configuration: the official defaults, and validation of a `mimi_config.json`.
+"""Mimi configuration as data, and the official Mimi's values.
 
-The JSON format is the reference runtime's `_mimi_config` dict (moshi/models/loaders.py):
-top-level `sample_rate`, `frame_rate`, `channels` and sections `seanet`, `quantizer`,
-`transformer` whose keys are the reference constructors' keyword arguments. A file may
-give only some keys; the rest keep the official values. Only the choices Mimi actually
-uses are accepted (causal convs, no weight norm, ELU, RoPE...): anything else would
-silently build a different network from the one the checkpoint was trained as.
+`OFFICIAL` is the released codec's configuration in the reference runtime's format (the
+`_mimi_config` dict of moshi/models/loaders.py); config_json.py turns that format into a
+validated `MimiConfig`.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any
 
-from ..checkpoint import read_json
-from ..errors import CheckpointError
 from ..transformer import TransformerConfig
 
 # The official Mimi (tokenizer-e351c8d8-checkpoint125) in the reference's dict format.
@@ -41,34 +35,6 @@ OFFICIAL: dict[str, Any] = {
         "input_dimension": 512, "output_dimensions": [512],
     },
 }
-
-# Accepted keys and their JSON types: "int", "num" (int or float), "bool", "str", "ints"
-# (list of ints), "dict", "num?" (number or null). Optional keys have defaults below.
-_TOP = {"sample_rate": "int", "channels": "int", "frame_rate": "num",
-        "seanet": "dict", "quantizer": "dict", "transformer": "dict"}
-_SECTIONS = {
-    "seanet": {
-        "channels": "int", "dimension": "int", "causal": "bool", "n_filters": "int",
-        "n_residual_layers": "int", "activation": "str", "activation_params": "dict",
-        "compress": "int", "dilation_base": "int", "disable_norm_outer_blocks": "int",
-        "kernel_size": "int", "residual_kernel_size": "int", "last_kernel_size": "int",
-        "norm": "str", "norm_params": "dict", "pad_mode": "str", "ratios": "ints",
-        "true_skip": "bool",
-    },
-    "quantizer": {
-        "dimension": "int", "n_q": "int", "bins": "int", "input_dimension": "int",
-        "output_dimension": "int", "n_q_semantic": "int",
-    },
-    "transformer": {
-        "d_model": "int", "num_heads": "int", "num_layers": "int", "causal": "bool",
-        "layer_scale": "num?", "context": "int", "conv_layout": "bool", "max_period": "num",
-        "gating": "str", "norm": "str", "positional_embedding": "str",
-        "dim_feedforward": "int", "input_dimension": "int", "output_dimensions": "ints",
-    },
-}
-_OPTIONAL = {"seanet": {"activation_params": {"alpha": 1.0}, "norm_params": {}},
-             "quantizer": {"n_q_semantic": 1}, "transformer": {}}
-
 
 @dataclasses.dataclass(frozen=True)
 class SeanetConfig:
@@ -130,139 +96,3 @@ class MimiConfig:
 
     def to_dict(self) -> dict:
         return copy.deepcopy(self.raw)
-
-
-def official_config() -> MimiConfig:
-    return parse_config({}, "<official Mimi config>")
-
-
-def load_config(path: str | Path) -> MimiConfig:
-    return parse_config(read_json(path), str(path))
-
-
-def parse_config(overrides: dict, source: str) -> MimiConfig:
-    """Official config with `overrides` applied; bad keys, types or values raise
-    CheckpointError naming `source` and the key."""
-    raw = copy.deepcopy(OFFICIAL)
-    _check_keys(overrides, _TOP, source, "")
-    for key, value in overrides.items():
-        if key in _SECTIONS:
-            _check_keys(value, _SECTIONS[key], source, key + ".")
-            raw[key].update(copy.deepcopy(value))
-        else:
-            raw[key] = value
-    for section, extra in _OPTIONAL.items():
-        for key, value in extra.items():
-            raw[section].setdefault(key, copy.deepcopy(value))
-    return _build(raw, _Checker(source))
-
-
-def _check_keys(d: Any, schema: dict, source: str, prefix: str) -> None:
-    if not isinstance(d, dict):
-        raise CheckpointError(f"{source}: key {prefix.rstrip('.') or '<root>'} must be an object")
-    for key, value in d.items():
-        if key not in schema:
-            raise CheckpointError(f"{source}: unknown key {prefix}{key}")
-        if not _has_type(value, schema[key]):
-            raise CheckpointError(
-                f"{source}: key {prefix}{key} must be {_TYPE_WORDS[schema[key]]}, found {value!r}")
-
-
-_TYPE_WORDS = {"int": "an integer", "num": "a number", "num?": "a number or null",
-               "bool": "true or false", "str": "a string", "ints": "a list of integers",
-               "dict": "an object"}
-
-
-def _has_type(value: Any, kind: str) -> bool:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_num = is_int or (isinstance(value, float) and math.isfinite(value))
-    return {
-        "int": is_int,
-        "num": is_num,
-        "num?": value is None or is_num,
-        "bool": isinstance(value, bool),
-        "str": isinstance(value, str),
-        "ints": isinstance(value, list) and bool(value)
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
-        "dict": isinstance(value, dict),
-    }[kind]
-
-
-class _Checker:
-    def __init__(self, source: str):
-        self.source = source
-
-    def require(self, ok: bool, key: str, why: str) -> None:
-        if not ok:
-            raise CheckpointError(f"{self.source}: key {key}: {why}")
-
-    def positive(self, section: dict, prefix: str, *keys: str) -> None:
-        for key in keys:
-            value = section[key]
-            values = value if isinstance(value, list) else [value]
-            self.require(all(v > 0 for v in values), prefix + key, f"must be positive, found {value!r}")
-
-
-def _build(raw: dict, chk: _Checker) -> MimiConfig:
-    s, q, t = raw["seanet"], raw["quantizer"], raw["transformer"]
-    chk.positive(raw, "", "sample_rate", "frame_rate", "channels")
-    chk.require(raw["channels"] == 1, "channels", "only mono (1) is supported")
-    chk.positive(s, "seanet.", "channels", "dimension", "n_filters", "ratios", "kernel_size",
-                 "residual_kernel_size", "last_kernel_size", "dilation_base", "compress")
-    chk.require(s["n_residual_layers"] >= 0, "seanet.n_residual_layers", "must not be negative")
-    chk.require(s["channels"] == raw["channels"], "seanet.channels", "must equal channels")
-    chk.require(s["causal"] is True, "seanet.causal", "Mimi is causal (true)")
-    chk.require(s["activation"] == "ELU", "seanet.activation", "only ELU is supported")
-    params = s["activation_params"]
-    chk.require(set(params) <= {"alpha"} and _has_type(params.get("alpha", 1.0), "num"),
-                "seanet.activation_params", "only a numeric alpha is supported")
-    chk.require(s["norm"] == "none", "seanet.norm",
-                "only 'none' (weight norm is folded into the weights of released checkpoints)")
-    chk.require(s["pad_mode"] in ("constant", "replicate"), "seanet.pad_mode",
-                "must be 'constant' or 'replicate'")
-    chk.require(s["n_filters"] % s["compress"] == 0, "seanet.compress", "must divide n_filters")
-    seanet = SeanetConfig(
-        channels=s["channels"], dimension=s["dimension"], n_filters=s["n_filters"],
-        n_residual_layers=s["n_residual_layers"], ratios=tuple(s["ratios"]),
-        kernel_size=s["kernel_size"], residual_kernel_size=s["residual_kernel_size"],
-        last_kernel_size=s["last_kernel_size"], dilation_base=s["dilation_base"],
-        compress=s["compress"], true_skip=s["true_skip"], pad_mode=s["pad_mode"],
-        elu_alpha=float(params.get("alpha", 1.0)))
-
-    frame_size = raw["sample_rate"] / raw["frame_rate"]
-    chk.require(frame_size == int(frame_size), "frame_rate",
-                f"sample_rate / frame_rate must be a whole number of samples, found {frame_size}")
-    chk.require(int(frame_size) % seanet.hop_length == 0, "frame_rate",
-                f"frame size {int(frame_size)} must be a multiple of the SEANet hop "
-                f"{seanet.hop_length} (product of seanet.ratios)")
-
-    chk.positive(q, "quantizer.", "dimension", "n_q", "bins", "n_q_semantic",
-                 "input_dimension", "output_dimension")
-    chk.require(q["n_q"] > q["n_q_semantic"], "quantizer.n_q", "must exceed n_q_semantic")
-    chk.require(q["input_dimension"] == s["dimension"], "quantizer.input_dimension",
-                "must equal seanet.dimension")
-    chk.require(q["output_dimension"] == s["dimension"], "quantizer.output_dimension",
-                "must equal seanet.dimension")
-    quantizer = QuantizerConfig(**{k: q[k] for k in (
-        "dimension", "n_q", "bins", "n_q_semantic", "input_dimension", "output_dimension")})
-
-    chk.positive(t, "transformer.", "d_model", "num_heads", "num_layers", "context",
-                 "max_period", "dim_feedforward", "input_dimension", "output_dimensions")
-    for key, want in (("causal", True), ("conv_layout", True), ("gating", "none"),
-                      ("norm", "layer_norm"), ("positional_embedding", "rope")):
-        chk.require(t[key] == want, "transformer." + key, f"Mimi uses {want!r}")
-    chk.require(t["d_model"] % t["num_heads"] == 0, "transformer.num_heads", "must divide d_model")
-    chk.require((t["d_model"] // t["num_heads"]) % 2 == 0, "transformer.num_heads",
-                "head dimension must be even for RoPE")
-    chk.require(t["input_dimension"] == s["dimension"], "transformer.input_dimension",
-                "must equal seanet.dimension")
-    chk.require(t["output_dimensions"] == [s["dimension"]], "transformer.output_dimensions",
-                "must be [seanet.dimension]")
-    core = TransformerConfig(
-        d_model=t["d_model"], num_heads=t["num_heads"], num_layers=t["num_layers"],
-        dim_feedforward=t["dim_feedforward"], context=t["context"], norm="layer_norm",
-        gating="none", layer_scale=None if t["layer_scale"] is None else float(t["layer_scale"]),
-        rope=True, max_period=float(t["max_period"]), clock="mimi_step")
-    transformer = ProjectedTransformerConfig(core, t["input_dimension"], t["output_dimensions"][0])
-    return MimiConfig(sample_rate=raw["sample_rate"], frame_rate=float(raw["frame_rate"]),
-                      seanet=seanet, quantizer=quantizer, transformer=transformer, raw=raw)
