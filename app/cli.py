@@ -37,6 +37,8 @@ def _offline(args) -> None:
 
 def _bench(args) -> None:
     from engine.bench import run_bench
+    from engine.paths import ASSETS_DIR
+    args.output = args.output or str(ASSETS_DIR / "benchmarks" / f"{args.model}.json")
     run_bench(args)
 
 
@@ -68,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--voice", help="PersonaPlex voice prompt name")
     offline.add_argument("--role", help="PersonaPlex text role prompt")
     offline.set_defaults(func=_offline)
+
+    bench = sub.add_parser("bench", help="ours against the stock runtime on the GPU (random full-size weights)")
+    bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko")
+    bench.add_argument("--frames", type=int, default=1500, help="frames per run (1500 = 120 s)")
+    bench.add_argument("--plain-frames", type=int, default=150,
+                       help="frames for ours with the optimizations off (slow: fewer)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--output", help="JSON report (default assets/benchmarks/MODEL.json)")
+    bench.set_defaults(func=_bench)
 
     return parser
 

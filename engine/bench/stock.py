@@ -1,12 +1,15 @@
 """The stock runtime (Kyutai's `moshi` 0.2.13, its CUDA graphs on) driven frame by frame.
 
-Builds the full-size model with random weights on the GPU and hands out the same weights
-in the official on-disk layout, so ours can load exactly what the stock runtime runs.
+Builds the full-size model with random weights on the GPU and writes them in the official
+on-disk layout, so ours loads exactly what the stock runtime runs.
 Per-stage times come from CUDA events around the stock runtime's own graphed calls.
 """
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,12 +35,20 @@ def official_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def build_stock(lm_kwargs: dict, mimi_config: dict, num_codebooks: int, device: str, seed: int):
+def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
+    """Full-size random weights built by the stock runtime, written in the official layout
+    (plus config.json in its LM-kwargs format and a text tokenizer) for both runtimes to load."""
     from moshi.models import loaders
+    from safetensors.torch import save_file
 
+    from ..lm.config import CONFIGS, to_lm_kwargs
+    from ..paths import DEMO_MODEL_DIR
+
+    cfg = CONFIGS["personaplex" if dep_q == 16 else "moshiko"]
+    kwargs = to_lm_kwargs(cfg)
     torch.manual_seed(seed)
-    mimi = loaders.get_mimi(None, mimi_config, device=device, num_codebooks=num_codebooks)
-    with torch.no_grad():  # the reference's fresh codebooks are all zero: give them entries
+    mimi = loaders.get_mimi(None, device="cuda")
+    with torch.no_grad():  # a fresh reference Mimi's codebooks are all zero: give them entries
         for name, buf in mimi.named_buffers():
             if name.endswith("embedding_sum"):
                 buf.normal_(0, 1)
@@ -45,18 +56,67 @@ def build_stock(lm_kwargs: dict, mimi_config: dict, num_codebooks: int, device: 
                 buf.uniform_(0.5, 1.5)
             elif name.endswith("_initialized"):
                 buf.fill_(1)
-    lm = loaders.get_moshi_lm(None, lm_kwargs=lm_kwargs, device=device, dtype=torch.bfloat16)
+    save_file(official_layout(mimi.state_dict()), str(folder / loaders.MIMI_NAME))
+    del mimi
+    lm = loaders.get_moshi_lm(None, lm_kwargs=_stock_kwargs(kwargs), device="cuda", dtype=torch.bfloat16)
+    save_file(official_layout(lm.state_dict()), str(folder / loaders.MOSHI_NAME))
+    del lm
+    torch.cuda.empty_cache()
+    (folder / "config.json").write_text(json.dumps(kwargs))
+    shutil.copy(DEMO_MODEL_DIR / loaders.TEXT_TOKENIZER_NAME, folder / loaders.TEXT_TOKENIZER_NAME)
+
+
+def _stock_kwargs(kwargs: dict) -> dict:
+    """LMModel keyword arguments only (config.json may carry our metadata keys too)."""
+    from ..lm.config import METADATA_KEYS, PROMPT_TOKENS_KEY
+
+    return {k: v for k, v in kwargs.items() if k not in (*METADATA_KEYS, PROMPT_TOKENS_KEY)}
+
+
+def load_stock(folder: Path, dep_q: int):
+    """The stock runtime's own loaders over the same files (Mimi in fp32, LM in bf16, as it runs)."""
+    from moshi.models import loaders
+
+    info = loaders.CheckpointInfo(folder / loaders.MOSHI_NAME, folder / loaders.MIMI_NAME,
+                                  folder / loaders.TEXT_TOKENIZER_NAME,
+                                  lm_config=_stock_kwargs(json.loads((folder / "config.json").read_text())))
+    mimi = loaders.get_mimi(info.mimi_weights, device="cuda", num_codebooks=8)
+    lm = info.get_moshi(device="cuda", dtype=torch.bfloat16)
     return mimi.eval(), lm.eval()
+
+
+def stock_state_bytes(*modules) -> int:
+    """Bytes of every tensor held in the stock modules' streaming states (KV caches, conv
+    tails, token caches), each counted once."""
+    seen: dict[int, int] = {}
+
+    def visit(obj, depth=0):
+        if depth > 4 or obj is None:
+            return
+        if isinstance(obj, torch.Tensor):
+            if obj.is_cuda:
+                seen[obj.untyped_storage().data_ptr()] = obj.untyped_storage().nbytes()
+        elif isinstance(obj, (list, tuple)):
+            for item in obj:
+                visit(item, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
+            for value in vars(obj).values():
+                visit(value, depth + 1)
+
+    for module in modules:
+        for sub in module.modules():
+            visit(getattr(sub, "_streaming_state", None))
+    return sum(seen.values())
 
 
 class StockRunner:
     """encode -> LMGen.step -> decode, as the reference's own server loop does it."""
 
-    def __init__(self, mimi, lm, sampling: dict):
+    def __init__(self, mimi, lm):
         from moshi.models.lm import LMGen
 
         self.mimi, self.lm = mimi, lm
-        self.gen = LMGen(lm, **sampling)
+        self.gen = LMGen(lm)  # the reference's default sampling
         self.timer = FrameTimer(["encode", "backbone", "depformer", "decode"])
         self._wrap_graphed_calls()
 
