@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .runtime.ring_attention import ring_attention
 from .state import Region, StateStore
 
 
@@ -127,18 +128,8 @@ def apply_rope(q: torch.Tensor, k: torch.Tensor, first_pos: torch.Tensor, max_pe
     return rotate(q), rotate(k)
 
 
-def ring_positions(ring: int, first_pos: torch.Tensor, T: int) -> torch.Tensor:
-    """Position held by each ring slot after writing T entries from `first_pos`; -1 if empty."""
-    idx = torch.arange(ring, device=first_pos.device)
-    end = first_pos + T  # entries written so far
-    last = (end - 1) % ring
-    delta = idx - last
-    pos = torch.where(delta <= 0, end - 1 + delta, end - 1 + delta - ring)
-    return torch.where(idx < end, pos, torch.full_like(pos, -1))
-
-
 def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:
-    """Causal attention over the given keys; keys outside the window or empty are masked."""
+    """Whole-signal causal attention; keys outside the window or empty (pos -1) are masked."""
     delta = pos_q.view(-1, 1) - pos_k.view(1, -1)
     allowed = (pos_k.view(1, -1) >= 0) & (delta >= 0)
     if context is not None:
@@ -164,20 +155,16 @@ class Attention(nn.Module):
         q, k, v = qkv.unbind(0)  # [B, H, T, D]
         if c.rope:
             q, k = apply_rope(q, k, pos, c.max_period)
-        pos_q = pos + torch.arange(T, device=x.device)
         if store is None:
-            keys, values, pos_k = k, v, pos_q
+            pos_q = pos + torch.arange(T, device=x.device)
+            out = attend(q, k, v, pos_q, pos_q, c.context)
         else:
-            ring = c.ring
             kv = store[self.kv_region][:, self.index]  # [ring, 2, H, D]
-            k_ring, v_ring = kv[:, 0], kv[:, 1]
-            slots = (pos + torch.arange(T, device=x.device)) % ring
-            k_ring.index_copy_(0, slots, k[0].transpose(0, 1))
-            v_ring.index_copy_(0, slots, v[0].transpose(0, 1))
-            keys = k_ring.transpose(0, 1).unsqueeze(0)
-            values = v_ring.transpose(0, 1).unsqueeze(0)
-            pos_k = ring_positions(ring, pos, T)
-        out = attend(q, keys, values, pos_q, pos_k, c.context)
+            slots = (pos + torch.arange(T, device=x.device)) % c.ring
+            kv.index_copy_(0, slots, torch.stack([k[0], v[0]]).permute(2, 0, 1, 3))
+            # Reads only live entries, with their count taken from `pos` on the device: the
+            # same code eager and graph-replayed, over plain or demand-sized placement.
+            out = ring_attention(q, kv, pos, T, c.context)
         return F.linear(out.transpose(1, 2).reshape(B, T, c.d_model), w_out)
 
 

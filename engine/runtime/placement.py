@@ -1,0 +1,155 @@
+"""Demand-sized placement of declared state: memory follows the regions' clocks.
+
+`DemandStore` has `StateStore`'s interface (`store[name]`, `reset()`, `reset_prefix()`,
+`nbytes()`) and backs each ring region with memory for `region.entries_at(ticks)` entries
+only, where `ticks` is how far the region's clock has advanced (`advance`, `ensure`).
+Call `advance` before the step that writes the new entries, and outside graph capture.
+
+- Fixed regions, and rings emptied by a coarser clock (`restarts_each`, e.g. the
+  depformer KV, a handful of entries), are allocated whole, once.
+- Other rings on CUDA: the address range of the full retention is reserved once and
+  physical memory is mapped into it on demand (vmm.VmmBuffer, 2 MiB granules); the tensor
+  never moves, so captured CUDA graphs stay valid as the region grows.
+- Other rings on CPU (no graphs, so nothing needs stable addresses): an emulation for
+  tests. The full-size tensor is allocated, but `nbytes()` counts only backed entries, and
+  every unbacked entry is poisoned (NaN, or the dtype's minimum for integers) so that any
+  code reading memory a CUDA store would not have mapped produces visibly wrong results.
+  Newly backed entries read as zeros, as in a `StateStore`.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from ..state import Region
+
+
+def _poison(t: torch.Tensor) -> None:
+    t.fill_(float("nan") if t.dtype.is_floating_point else torch.iinfo(t.dtype).min)
+
+
+class _HostRing:
+    """CPU emulation of a demand-backed ring (see module docstring)."""
+
+    def __init__(self, region: Region, device: torch.device):
+        self.entry_bytes = region.entry_bytes()
+        self.tensor = torch.empty(region.full_shape(), dtype=region.dtype, device=device)
+        _poison(self.tensor)
+        self.backed = 0
+
+    def back(self, entries: int) -> None:
+        if entries > self.backed:
+            self.tensor[self.backed:entries].zero_()
+            self.backed = entries
+
+    def release(self) -> None:
+        _poison(self.tensor)
+        self.backed = 0
+
+    def nbytes(self) -> int:
+        return self.backed * self.entry_bytes
+
+    def close(self) -> None:
+        pass
+
+
+class _DeviceRing:
+    """A ring backed through CUDA VMM at a stable address."""
+
+    def __init__(self, region: Region, device: torch.device):
+        from .vmm import VmmBuffer
+        self.entry_bytes = region.entry_bytes()
+        self.buffer = VmmBuffer(region.bytes_full(), device)
+        self.tensor = self.buffer.as_tensor(region.dtype, region.full_shape())
+        self.backed = 0
+
+    def back(self, entries: int) -> None:
+        if entries > self.backed:
+            self.buffer.ensure(entries * self.entry_bytes)
+            self.tensor[self.backed:entries].zero_()  # fresh physical memory holds garbage
+            self.backed = entries
+
+    def release(self) -> None:
+        self.buffer.shrink(0)
+        self.backed = 0
+
+    def nbytes(self) -> int:
+        return self.buffer.mapped_bytes
+
+    def close(self) -> None:
+        self.buffer.close()
+
+
+class DemandStore:
+    def __init__(self, regions: Iterable[Region], device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.regions: dict[str, Region] = {}
+        for r in regions:
+            if r.name in self.regions:
+                raise ValueError(f"region {r.name} declared twice")
+            self.regions[r.name] = r
+        ring_kind = _DeviceRing if self.device.type == "cuda" else _HostRing
+        self._whole: dict[str, torch.Tensor] = {}
+        self._rings: dict[str, _HostRing | _DeviceRing] = {}
+        for name, r in self.regions.items():
+            if r.is_ring and r.restarts_each is None:
+                self._rings[name] = ring_kind(r, self.device)
+            else:
+                self._whole[name] = torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
+        self._ticks = dict.fromkeys(self._rings, 0)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._rings[name].tensor if name in self._rings else self._whole[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.regions
+
+    def advance(self, clock: str, ticks: int = 1) -> None:
+        """The clock is about to tick `ticks` times: back the entries those ticks write."""
+        for name in self._rings:
+            if self.regions[name].clock == clock:
+                self._back(name, self._ticks[name] + ticks)
+
+    def ensure(self, ticks_by_clock: dict[str, int]) -> None:
+        """Back every ring for at least the given absolute tick count of its clock."""
+        for name in self._rings:
+            ticks = ticks_by_clock.get(self.regions[name].clock)
+            if ticks is not None and ticks > self._ticks[name]:
+                self._back(name, ticks)
+
+    def ticks(self, name: str) -> int:
+        return self._ticks[name]
+
+    def reset(self) -> None:
+        self.reset_prefix("")
+
+    def reset_prefix(self, prefix: str) -> None:
+        """Zero the matching whole regions; return the matching rings to no backed entry."""
+        for name, buf in self._whole.items():
+            if name.startswith(prefix):
+                buf.zero_()
+        for name, ring in self._rings.items():
+            if name.startswith(prefix):
+                ring.release()
+                self._ticks[name] = 0
+
+    def nbytes(self, prefix: str = "") -> int:
+        """Bytes held now by the regions whose names start with `prefix` (CUDA rings:
+        mapped granules; CPU rings: backed entries)."""
+        whole = sum(b.numel() * b.element_size() for n, b in self._whole.items() if n.startswith(prefix))
+        return whole + sum(ring.nbytes() for n, ring in self._rings.items() if n.startswith(prefix))
+
+    def reserved_bytes(self) -> int:
+        """Bytes a full-retention StateStore would hold for the same regions."""
+        return sum(r.bytes_full() for r in self.regions.values())
+
+    def close(self) -> None:
+        for ring in self._rings.values():
+            ring.close()
+        self._rings.clear()
+        self._whole.clear()
+
+    def _back(self, name: str, ticks: int) -> None:
+        self._rings[name].back(self.regions[name].entries_at(ticks))
+        self._ticks[name] = ticks

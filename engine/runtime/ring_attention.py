@@ -1,0 +1,55 @@
+"""Attention over a ring KV cache, reading only the entries that hold live keys.
+
+Semantics are the reference runtime's (moshi 0.2.13 RingKVCache plus the mask of its
+StreamingMultiheadAttention): the T new entries of a step are already written, at ring
+slots (pos + t) % ring, and the query at position p = pos + t attends to every key
+position p' that is still in the ring and satisfies 0 <= p - p' < context. The ring holds
+positions [end - ring, end) with end = pos + T, so each query's keys are one contiguous
+run of positions ending at p; their slots are p' % ring.
+
+One function serves the eager and the graph-replayed paths, so switching CUDA graphs on
+or off never changes a bit. The valid length comes from `pos`, a device tensor, never
+from the host: one captured graph serves every frame, and nothing syncs.
+
+- CUDA (T <= 16): a Triton split-K kernel that visits exactly the keys any query can see
+  (engine/runtime/ring_attention_triton.py).
+- Otherwise: torch ops over the whole ring at a fixed shape, with every slot that holds no
+  live key redirected to slot 0 (always written once anything is) and masked out, so no
+  unbacked entry of a demand-sized ring is ever read.
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+TRITON_MAX_T = 16
+
+
+def ring_attention(q: torch.Tensor, kv_ring: torch.Tensor, pos: torch.Tensor, T: int,
+                   context: int | None) -> torch.Tensor:
+    """q [1, H, T, D]; kv_ring [ring, 2, H, D] (any strides, e.g. one layer of a
+    [ring, L, 2, H, D] region); pos int64 [1] on q's device: position of the first query.
+    context None: no window beyond the ring itself. Returns [1, H, T, D] in q's dtype."""
+    ring, two, H, D = kv_ring.shape
+    if q.shape != (1, H, T, D) or two != 2 or T > ring:
+        raise ValueError(f"ring_attention: q {tuple(q.shape)} does not fit kv_ring {tuple(kv_ring.shape)}, T={T}")
+    if q.is_cuda and T <= TRITON_MAX_T:
+        from .ring_attention_triton import triton_ring_attention
+        return triton_ring_attention(q, kv_ring, pos, T, context)
+    return torch_ring_attention(q, kv_ring, pos, T, context)
+
+
+def torch_ring_attention(q, kv_ring, pos, T: int, context: int | None) -> torch.Tensor:
+    ring = kv_ring.shape[0]
+    age = torch.arange(ring, device=q.device)
+    pos_k = pos + (T - 1) - age  # age 0 is the newest entry
+    pos_q = pos + torch.arange(T, device=q.device)
+    delta = pos_q.view(-1, 1) - pos_k.view(1, -1)
+    allowed = (pos_k >= 0) & (delta >= 0)
+    if context is not None:
+        allowed = allowed & (delta < context)
+    slots = torch.where(pos_k >= 0, pos_k % ring, torch.zeros_like(pos_k))
+    kv = kv_ring.index_select(0, slots)  # [ring, 2, H, D], live keys only
+    keys = kv[:, 0].transpose(0, 1).unsqueeze(0).to(q.dtype)
+    values = kv[:, 1].transpose(0, 1).unsqueeze(0).to(q.dtype)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs the GPU checks of the runtime primitives (tests/gpu) and the ring-attention benchmark
+# on a CUDA machine, writing logs and numbers under $OUT (default out/gpu_check).
+# Needs torch with CUDA, triton and cuda-bindings; nothing is installed here.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu_check}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 GPU_CHECK_OUT="$OUT"
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    "$PYTHON" -c "import sys, torch, triton; from cuda import bindings
+print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__,
+      'cuda-bindings', bindings.__version__)"
+} 2>&1 | tee "$OUT/env.txt"
+
+# One process per module: a CUDA fault is sticky and would fail every later test in its process.
+tests=0
+: >"$OUT/gpu_tests.log"
+for module in tests/gpu/test_*.py; do
+    "$PYTHON" -m pytest "$module" -q -rA -p no:cacheprovider 2>&1 | tee -a "$OUT/gpu_tests.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || tests=1
+done
+"$PYTHON" -m tests.gpu.bench_ring_attention "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+bench=${PIPESTATUS[0]}
+echo "gpu tests exit $tests, benchmark exit $bench"
+[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

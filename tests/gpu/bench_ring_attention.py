@@ -1,0 +1,115 @@
+"""Time ring attention against stock masked attention over the whole ring, both replayed
+from CUDA graphs, at Moshi temporal scale (all 32 layers of one frame) and Mimi scale;
+then sweep the Triton kernel's tuning knobs.
+
+Usage: python -m tests.gpu.bench_ring_attention OUT.json
+"""
+import itertools
+import json
+import sys
+
+import torch
+from torch.nn import functional as F
+
+from engine.runtime.ring_attention import ring_attention
+from engine.runtime.ring_attention_triton import triton_ring_attention
+from engine.transformer import ring_positions
+
+SHAPES = {  # layers, heads, head dim, ring = context, queries per call
+    "moshi_temporal": (32, 32, 128, 3000, 1),
+    "mimi_transformer": (8, 8, 64, 250, 2),
+}
+COPY_BYTES_PER_S = 4.3e12  # device-to-device copy rate measured on this kind (KINDS.md)
+
+
+def _capture(fn) -> torch.cuda.CUDAGraph:
+    fn()  # compiles outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def _replay_ms(graph, replays=50) -> float:
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _inputs(layers, H, D, ring, T):
+    region = torch.randn(ring, layers, 2, H, D, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, H, T, D, device="cuda", dtype=torch.bfloat16)
+    return region, q, torch.zeros(1, dtype=torch.int64, device="cuda")
+
+
+def bench(name, layers, H, D, ring, T):
+    """One graph per variant, captured once; only the position in device memory changes."""
+    region, q, pos = _inputs(layers, H, D, ring, T)
+    stock_k = torch.randn(layers, 1, H, ring, D, device="cuda", dtype=torch.bfloat16)  # moshi's layout
+    stock_v = torch.randn_like(stock_k)
+
+    def ours():
+        for layer in range(layers):
+            ring_attention(q, region[:, layer], pos, T, ring)
+
+    def stock():
+        pos_q = pos + torch.arange(T, device="cuda")
+        pos_k = ring_positions(ring, pos, T)
+        delta = pos_q.view(-1, 1) - pos_k.view(1, -1)
+        mask = (pos_k.view(1, -1) >= 0) & (delta >= 0) & (delta < ring)
+        for layer in range(layers):
+            F.scaled_dot_product_attention(q, stock_k[layer], stock_v[layer], attn_mask=mask)
+
+    ours_graph, stock_graph = _capture(ours), _capture(stock)
+    rows = []
+    for live in sorted({T, ring // 8, ring // 2, ring}):
+        pos.fill_(live - T)
+        floor_ms = live * layers * 2 * H * D * 2 / COPY_BYTES_PER_S * 1e3
+        rows.append(dict(shape=name, live_entries=live, ours_ms=_replay_ms(ours_graph),
+                         stock_ms=_replay_ms(stock_graph), kv_read_floor_ms=floor_ms))
+    return rows
+
+
+def sweep(name, layers, H, D, ring, T):
+    region, q, pos = _inputs(layers, H, D, ring, T)
+    rows = []
+    for waves, block_n, warps in itertools.product((4, 8, 16), (16, 32), (2, 4)):
+        knobs = dict(waves=waves, block_n=block_n, num_warps=warps)
+
+        def ours():
+            for layer in range(layers):
+                triton_ring_attention(q, region[:, layer], pos, T, ring, **knobs)
+
+        graph = _capture(ours)
+        for live in (ring // 8, ring):
+            pos.fill_(live - T)
+            rows.append(dict(shape=name, live_entries=live, ms=_replay_ms(graph, 20), **knobs))
+    return rows
+
+
+def main(out_path):
+    rows = [row for name, shape in SHAPES.items() for row in bench(name, *shape)]
+    print(f"{'shape':18} {'live':>5} {'ours ms':>8} {'stock ms':>9} {'floor ms':>9}")
+    for r in rows:
+        print(f"{r['shape']:18} {r['live_entries']:5d} {r['ours_ms']:8.4f} {r['stock_ms']:9.4f} "
+              f"{r['kv_read_floor_ms']:9.4f}")
+    knobs = [row for name, shape in SHAPES.items() for row in sweep(name, *shape)]
+    with open(out_path, "w") as f:
+        json.dump(dict(default_knobs=rows, sweep=knobs), f, indent=1)
+    print("fastest knobs per shape and live length:")
+    for key, group in itertools.groupby(sorted(knobs, key=lambda r: (r["shape"], r["live_entries"], r["ms"])),
+                                        key=lambda r: (r["shape"], r["live_entries"])):
+        for r in list(group)[:3]:
+            print(f"  {key[0]:18} {key[1]:5d} {r['ms']:8.4f} ms  waves {r['waves']:2d} block_n {r['block_n']:2d} "
+                  f"warps {r['num_warps']}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,60 @@
+"""VmmBuffer on a real GPU: stable base, growth by granules, data kept, memory returned."""
+import pytest
+import torch
+
+from engine.runtime.vmm import VmmBuffer
+
+pytestmark = pytest.mark.gpu
+MiB = 1 << 20
+
+
+def test_growth_keeps_address_and_data(record):
+    buf = VmmBuffer(10 * MiB + 123, "cuda")
+    gran = buf.granularity
+    record("granularity_bytes", gran)
+    t = buf.as_tensor(torch.uint8, (10 * MiB + 123,))
+    assert t.data_ptr() == buf.base and buf.mapped_bytes == gran
+    first = torch.randint(0, 256, (gran,), dtype=torch.uint8, device="cuda")
+    t[:gran] = first
+    buf.ensure(3 * gran - 5)
+    assert buf.mapped_bytes == 3 * gran and t.data_ptr() == buf.base
+    more = torch.randint(0, 256, (2 * gran,), dtype=torch.uint8, device="cuda")
+    t[gran:3 * gran] = more
+    assert torch.equal(t[:gran], first) and torch.equal(t[gran:3 * gran], more)
+    buf.ensure(10 * MiB + 123)
+    assert buf.mapped_bytes == buf.reserved_bytes
+    t[-7:] = 9  # the last, partial granule is backed too
+    assert (t[-7:] == 9).all()
+    buf.shrink(gran + 1)
+    assert buf.mapped_bytes == 2 * gran and torch.equal(t[:gran], first)
+    buf.shrink(0)
+    assert buf.mapped_bytes == gran  # the base granule stays
+    buf.close()
+    assert buf.base is None
+
+
+def test_typed_views_share_the_range():
+    with VmmBuffer(3 * 4 * 1000 * 2, "cuda") as buf:
+        buf.ensure(buf.reserved_bytes)
+        bf16 = buf.as_tensor(torch.bfloat16, (1000, 3, 4))
+        bf16.fill_(1.5)
+        assert bf16.data_ptr() == buf.base and bf16.is_contiguous()
+        assert (buf.as_tensor(torch.bfloat16, (12000,)) == 1.5).all()
+
+
+def test_mapped_memory_is_device_memory_and_is_returned(record):
+    size = 512 * MiB
+    torch.cuda.synchronize()
+    free0, _ = torch.cuda.mem_get_info()
+    buf = VmmBuffer(size, "cuda")
+    free_reserved, _ = torch.cuda.mem_get_info()
+    buf.ensure(size)
+    free_mapped, _ = torch.cuda.mem_get_info()
+    buf.close()
+    free_closed, _ = torch.cuda.mem_get_info()
+    record("reserve_only_MiB", (free0 - free_reserved) / MiB)
+    record("mapped_MiB", (free0 - free_mapped) / MiB)
+    record("after_close_MiB", (free0 - free_closed) / MiB)
+    assert free0 - free_reserved < 64 * MiB  # reserving address space costs no memory
+    assert abs((free0 - free_mapped) - size) < 64 * MiB
+    assert free0 - free_closed < 64 * MiB

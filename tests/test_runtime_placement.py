@@ -1,0 +1,87 @@
+"""Demand-sized placement (CPU emulation): interface, accounting, poisoning, reset."""
+import torch
+
+from engine.runtime.placement import DemandStore
+from engine.state import Region, StateStore
+
+FRAME_KV = Region("lm.kv", (2, 2, 2, 4), torch.float32, "frame", retain=3000)  # 3000 frames = 240 s
+MIMI_KV = Region("mimi.kv", (2, 2, 2, 4), torch.float32, "mimi_step", retain=250)
+DEP_KV = Region("dep.kv", (2, 2, 2, 4), torch.float32, "codebook", retain=8, restarts_each="frame")
+POS = Region("lm.pos", (1,), torch.int64)
+DELAY = Region("lm.delay", (3,), torch.int64, "frame", retain=2, per_tick=2)
+REGIONS = [FRAME_KV, MIMI_KV, DEP_KV, POS, DELAY]
+WHOLE_BYTES = DEP_KV.bytes_full() + POS.bytes_full()
+
+
+def _poisoned(t: torch.Tensor) -> bool:
+    if t.dtype.is_floating_point:
+        return bool(torch.isnan(t).all())
+    return bool((t == torch.iinfo(t.dtype).min).all())
+
+
+def test_same_interface_and_shapes_as_state_store():
+    stock, demand = StateStore(REGIONS), DemandStore(REGIONS)
+    for r in REGIONS:
+        assert r.name in demand
+        assert demand[r.name].shape == stock[r.name].shape
+        assert demand[r.name].dtype == stock[r.name].dtype
+    assert demand.reserved_bytes() == stock.nbytes()
+    assert "nothing" not in demand
+
+
+def test_memory_tracks_the_conversation_not_the_retention():
+    store = DemandStore(REGIONS)
+    assert store.nbytes() == WHOLE_BYTES  # nothing of the rings before the first tick
+    for _ in range(375):  # 30 s of conversation at 12.5 Hz
+        store.advance("frame")
+        store.advance("mimi_step", 2)
+    assert store.ticks("lm.kv") == 375 and store.ticks("mimi.kv") == 750
+    expected = (WHOLE_BYTES + 375 * FRAME_KV.entry_bytes() + 250 * MIMI_KV.entry_bytes()
+                + 2 * DELAY.entry_bytes())
+    assert store.nbytes() == expected
+    assert store.nbytes("mimi.") == 250 * MIMI_KV.entry_bytes()
+    assert store.nbytes() < store.reserved_bytes() / 4  # 30 s must not hold 240 s of KV
+
+
+def test_backs_exactly_the_entries_the_clock_has_written():
+    store = DemandStore(REGIONS)
+    kv = store["lm.kv"]
+    assert _poisoned(kv) and _poisoned(store["lm.delay"])
+    store.advance("frame", 5)
+    assert (kv[:5] == 0).all() and _poisoned(kv[5:])
+    kv[:5] = 1.0
+    store.advance("frame")  # growth keeps what was written
+    assert (kv[:5] == 1).all() and (kv[5] == 0).all() and _poisoned(kv[6:])
+    assert (store["lm.delay"] == 0).all()  # 2 entries per tick, retain 2: full at once
+    assert _poisoned(store["mimi.kv"])  # another clock: untouched
+
+
+def test_ensure_sets_an_absolute_floor():
+    store = DemandStore(REGIONS)
+    store.ensure({"frame": 10, "mimi_step": 300})
+    assert store.ticks("lm.kv") == 10 and store.ticks("mimi.kv") == 300
+    assert _poisoned(store["lm.kv"][10:]) and not _poisoned(store["lm.kv"][9:10])
+    assert not _poisoned(store["mimi.kv"])  # 300 ticks fill the 250-entry ring
+    store.ensure({"frame": 4})  # never shrinks
+    assert store.ticks("lm.kv") == 10
+
+
+def test_whole_regions_are_zeroed_and_never_resized():
+    store = DemandStore(REGIONS)
+    assert (store["dep.kv"] == 0).all() and (store["lm.pos"] == 0).all()
+    before = store.nbytes()
+    store.advance("codebook", 100)
+    assert store.nbytes() == before
+
+
+def test_reset_returns_every_ring_to_empty():
+    store = DemandStore(REGIONS)
+    store.advance("frame", 40)
+    store.advance("mimi_step", 80)
+    store["lm.pos"].fill_(40)
+    store.reset_prefix("mimi.")
+    assert store.ticks("mimi.kv") == 0 and _poisoned(store["mimi.kv"])
+    assert store.ticks("lm.kv") == 40 and (store["lm.pos"] == 40).all()
+    store.reset()
+    assert store.nbytes() == WHOLE_BYTES
+    assert _poisoned(store["lm.kv"]) and (store["lm.pos"] == 0).all()
