@@ -57,15 +57,14 @@ class Progress:
 def run_offline(args) -> None:
     import torch
 
-    from engine import DuplexSession, RuntimeOptions, load_model
+    from engine import DuplexSession, Persona, RuntimeOptions, load_model
 
     pcm = read_audio(args.input)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = load_model(args.model, device=device)
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
-    session = DuplexSession(model, options)
-    if args.voice or args.role:
-        session.set_prompts(voice=args.voice, role=args.role)
+    persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
+    session = DuplexSession(model, options, persona)
 
     frames = split_frames(pcm)
     progress = Progress(len(frames))
@@ -80,7 +79,7 @@ def run_offline(args) -> None:
     if args.transcript:
         with open(args.transcript, "w") as f:
             json.dump({"model": model.name, "words": words_with_times(pieces)}, f, indent=2)
-    _print_summary(session.speak_times(), len(pcm) / SAMPLE_RATE)
+    _print_summary(session.speak_times, len(pcm) / SAMPLE_RATE)
 
 
 def _print_summary(speak_times: list[float], duration: float) -> None:

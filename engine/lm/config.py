@@ -1,0 +1,230 @@
+"""Moshi-family LM configurations: a dataclass, the named configs, and `config.json` parsing.
+
+`config.json` uses the reference runtime's LM-kwargs format (the keyword arguments of
+`moshi.models.lm.LMModel`, plus file-name metadata). Only the choices the released models
+use are accepted: anything else would build a different network from the checkpoint's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..errors import CheckpointError
+from ..transformer import TransformerConfig
+
+# Metadata keys of config.json that name files or describe the checkpoint, not the network.
+METADATA_KEYS = ("moshi_name", "mimi_name", "tokenizer_name", "mimi_config_name", "model_type",
+                 "lm_gen_config", "model_id", "tts_config", "stt_config", "lora_name")
+# Our extension (ignored by the reference loader's LMModel, so kept out of its kwargs).
+PROMPT_TOKENS_KEY = "duplexcadence_prompt_tokens"
+
+# PersonaPlex's fixed Mimi codes for the model stream during prompts (a silent frame) and the
+# user stream (a 440 Hz tone frame); from NVIDIA/personaplex moshi/models/lm.py.
+SILENCE_TOKENS = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
+SINE_TOKENS = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig:
+    name: str
+    dim: int
+    num_heads: int
+    num_layers: int
+    hidden_scale: float
+    context: int
+    text_card: int
+    card: int
+    n_q: int
+    """Audio streams in the input: model codebooks then user codebooks."""
+    dep_q: int
+    """Depformer steps: the model codebooks (Moshi), or model then user codebooks (PersonaPlex)."""
+    delays: tuple[int, ...]
+    depformer_dim: int
+    depformer_num_heads: int
+    depformer_num_layers: int
+    depformer_dim_feedforward: int
+    max_period: float = 10000.0
+    depformer_max_period: float = 10000.0
+    text_padding_id: int = 3
+    text_end_padding_id: int = 0
+    silence_tokens: tuple[int, ...] = SILENCE_TOKENS
+    """PersonaPlex prompts: the model stream's codes during prompts, and the user stream's."""
+    sine_tokens: tuple[int, ...] = SINE_TOKENS
+
+    def __post_init__(self):
+        if len(self.delays) != self.n_q + 1:
+            raise ValueError(f"{self.name}: {len(self.delays)} delays for {self.n_q + 1} streams")
+        if min(self.delays) < 0:
+            raise ValueError(f"{self.name}: delays must be >= 0")
+        if self.dep_q not in (self.model_q, self.n_q) or self.n_q % 2:
+            raise ValueError(f"{self.name}: dep_q {self.dep_q} must be n_q/2 (Moshi) or n_q (PersonaPlex)")
+        for what, toks in (("silence_tokens", self.silence_tokens), ("sine_tokens", self.sine_tokens)):
+            if self.is_personaplex and (len(toks) != self.model_q or not all(0 <= t < self.card for t in toks)):
+                raise ValueError(f"{self.name}: {what} must be {self.model_q} codes below {self.card}")
+
+    @property
+    def model_q(self) -> int:
+        """Codebooks of the model's own voice (the first half of the audio streams)."""
+        return self.n_q // 2
+
+    @property
+    def user_q(self) -> int:
+        return self.n_q - self.model_q
+
+    @property
+    def is_personaplex(self) -> bool:
+        """The depformer also predicts (and is teacher-forced on) the user's codebooks."""
+        return self.dep_q == self.n_q
+
+    @property
+    def max_delay(self) -> int:
+        return max(self.delays)
+
+    @property
+    def attention_window(self) -> int:
+        """Past frames the temporal transformer attends to. NVIDIA's PersonaPlex runtime marks
+        its KV ring's oldest slot as a future position once the ring is full, so it sees one
+        frame less than `context` (checked against the fork: its context C gives the tokens of
+        moshi 0.2.13 with context C - 1)."""
+        return self.context - 1 if self.is_personaplex else self.context
+
+    def temporal(self) -> TransformerConfig:
+        return TransformerConfig(
+            d_model=self.dim, num_heads=self.num_heads, num_layers=self.num_layers,
+            dim_feedforward=int(self.hidden_scale * self.dim), context=self.attention_window,
+            norm="rms_norm_f32", gating="silu", rope=True, max_period=self.max_period, clock="frame")
+
+    def depformer(self) -> TransformerConfig:
+        return TransformerConfig(
+            d_model=self.depformer_dim, num_heads=self.depformer_num_heads,
+            num_layers=self.depformer_num_layers, dim_feedforward=self.depformer_dim_feedforward,
+            context=None, norm="rms_norm_f32", gating="silu", rope=False,
+            max_period=self.depformer_max_period, weights_per_step=self.dep_q, clock="codebook")
+
+
+_MOSHI_7B = dict(
+    dim=4096, num_heads=32, num_layers=32, hidden_scale=4.125, context=3000, text_card=32000,
+    card=2048, n_q=16, dep_q=8, delays=(0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1),
+    depformer_dim=1024, depformer_num_heads=16, depformer_num_layers=6,
+    depformer_dim_feedforward=int(4.125 * 1024))
+
+CONFIGS: dict[str, LMConfig] = {
+    "moshiko": LMConfig(name="moshiko", **_MOSHI_7B),
+    "moshika": LMConfig(name="moshika", **_MOSHI_7B),
+    "personaplex": LMConfig(name="personaplex", **{**_MOSHI_7B, "dep_q": 16}),
+    # The bundled untrained model (packaging/make_demo_lm.py), PersonaPlex-shaped. Small enough
+    # that its file stays under 5 MB (the 2048-entry audio tables dominate) and a frame takes
+    # a few milliseconds on two cores; its prompt codes come from the demo Mimi at build time.
+    "demo": LMConfig(
+        name="demo (untrained, PersonaPlex-shaped)", dim=32, num_heads=4, num_layers=2,
+        hidden_scale=4.125, context=3000, text_card=200, card=2048, n_q=16, dep_q=16,
+        delays=_MOSHI_7B["delays"], depformer_dim=16, depformer_num_heads=2, depformer_num_layers=2,
+        depformer_dim_feedforward=int(4.125 * 16)),
+}
+
+# --- config.json (reference LM-kwargs format) ---
+
+# LMModel keyword -> LMConfig field.
+_FIELDS = {
+    "dim": "dim", "num_heads": "num_heads", "num_layers": "num_layers",
+    "hidden_scale": "hidden_scale", "context": "context", "text_card": "text_card",
+    "card": "card", "n_q": "n_q", "dep_q": "dep_q", "delays": "delays",
+    "max_period": "max_period", "existing_text_padding_id": "text_padding_id",
+    "existing_text_end_padding_id": "text_end_padding_id",
+    "depformer_dim": "depformer_dim", "depformer_num_heads": "depformer_num_heads",
+    "depformer_num_layers": "depformer_num_layers",
+    "depformer_dim_feedforward": "depformer_dim_feedforward",
+    "depformer_max_period": "depformer_max_period",
+}
+# Architecture choices the released models make: key -> (required value, the reference's
+# default when the key is absent). Anything else builds a network we do not implement.
+_FIXED = {
+    "norm": ("rms_norm_f32", "layer_norm"), "gating": ("silu", "none"),
+    "positional_embedding": ("rope", "sin"), "causal": (True, True),
+    "layer_scale": (None, None), "depformer_layer_scale": (None, None),
+    "depformer_gating": ("silu", None), "depformer_pos_emb": ("none", "sin"),
+    "depformer_multi_linear": (True, False), "depformer_weights_per_step": (True, False),
+    "norm_emb": (False, False), "bias_proj": (False, False), "depformer_norm": (None, None),
+    "text_card_out": (None, None), "depformer_weights_per_step_schedule": (None, None),
+    "depformer_low_rank_embeddings": (None, None), "demux_second_text_stream": (False, False),
+    "demux_second_stream": (False, False), "extra_heads_num_heads": (0, 0),
+    "conditioners": (None, None), "fuser": (None, None), "cross_attention": (False, False),
+    "lora": (False, False), "quantize": (False, False),
+}
+# Keys the reference accepts and then ignores for these models.
+_IGNORED = ("depformer_causal", "depformer_context", "extra_heads_dim", "lora_rank", "lora_scaling")
+# The reference's defaults for network keys a config.json may leave out.
+_DEFAULTS = {"hidden_scale": 4, "max_period": 10000, "existing_text_padding_id": 3,
+             "existing_text_end_padding_id": 0}
+
+
+def from_lm_kwargs(kwargs: dict[str, Any], source: str, name: str) -> LMConfig:
+    """An LMConfig from a reference-format config.json dict; problems raise CheckpointError
+    naming `source` and the key."""
+    kw = {k: v for k, v in kwargs.items() if k not in METADATA_KEYS and k not in _IGNORED}
+    prompt_tokens = kw.pop(PROMPT_TOKENS_KEY, None)
+    for key in kw:
+        if key not in _FIELDS and key not in _FIXED:
+            raise CheckpointError(f"{source}: unknown key {key}")
+    for key, (required, default) in _FIXED.items():
+        if key == "depformer_gating":  # the depformer inherits the temporal choice
+            default = kw.get("gating", _FIXED["gating"][1])
+        value = kw.get(key, default)
+        if value != required:
+            raise CheckpointError(f"{source}: key {key} = {value!r} is not supported (need {required!r})")
+    merged = {**_DEFAULTS, **kw}
+    merged.setdefault("depformer_max_period", merged["max_period"])
+    if "depformer_dim_feedforward" not in merged and "depformer_dim" in merged:
+        merged["depformer_dim_feedforward"] = int(merged["hidden_scale"] * merged["depformer_dim"])
+    fields = {}
+    for key, field in _FIELDS.items():
+        if key not in merged:
+            raise CheckpointError(f"{source}: missing key {key}")
+        fields[field] = _typed(merged[key], key, source)
+    fields["delays"] = tuple(fields["delays"])
+    if prompt_tokens is not None:
+        fields.update(_prompt_tokens(prompt_tokens, source))
+    try:
+        return LMConfig(name=name, **fields)
+    except ValueError as exc:
+        raise CheckpointError(f"{source}: {exc}") from None
+
+
+def to_lm_kwargs(cfg: LMConfig) -> dict[str, Any]:
+    """The reference-format dict for `cfg` (what make_demo_lm writes as config.json).
+
+    Prompt tokens other than PersonaPlex's go under our own key, which the reference
+    runtime does not know: such a file is ours only."""
+    out: dict[str, Any] = {key: getattr(cfg, field) for key, field in _FIELDS.items()}
+    out["delays"] = list(cfg.delays)
+    for key in ("norm", "gating", "positional_embedding", "causal", "layer_scale",
+                "depformer_layer_scale", "depformer_gating", "depformer_pos_emb",
+                "depformer_multi_linear", "depformer_weights_per_step"):
+        out[key] = _FIXED[key][0]
+    if (cfg.silence_tokens, cfg.sine_tokens) != (SILENCE_TOKENS, SINE_TOKENS):
+        out[PROMPT_TOKENS_KEY] = {"silence": list(cfg.silence_tokens), "sine": list(cfg.sine_tokens)}
+    return out
+
+
+def _typed(value: Any, key: str, source: str):
+    if key == "delays":
+        ok = isinstance(value, list) and all(_is_int(v) for v in value)
+    elif key in ("hidden_scale", "max_period", "depformer_max_period"):
+        ok = (_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
+    else:
+        ok = _is_int(value) and value >= 0 and (value > 0 or "padding" in key)
+    if not ok:
+        raise CheckpointError(f"{source}: key {key} has a bad value {value!r}")
+    return value
+
+
+def _prompt_tokens(value: Any, source: str) -> dict[str, tuple[int, ...]]:
+    if not (isinstance(value, dict) and set(value) == {"silence", "sine"}
+            and all(isinstance(v, list) and all(_is_int(t) for t in v) for v in value.values())):
+        raise CheckpointError(f"{source}: key {PROMPT_TOKENS_KEY} must hold lists 'silence' and 'sine'")
+    return {"silence_tokens": tuple(value["silence"]), "sine_tokens": tuple(value["sine"])}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

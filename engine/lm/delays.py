@@ -1,0 +1,93 @@
+"""Token delay lines: the per-stream slots the LM reads its input from and writes its output to.
+
+Slot s holds one token per stream (text, model codebooks, user codebooks). A stream with
+delay d is written d slots late: the acoustic codebooks trail the semantic one by a frame.
+Each frame reads its input from slot `o` and generates slot `o + 1`; slots that no stream
+has reached yet (s <= d) hold the start-of-stream ("initial") token. A token written from
+outside (the user's codes, or prompt tokens) is *forced*: the depformer is teacher-forced on
+it and sampling never overwrites it.
+
+`lead` is how many slots ahead of the input slot this frame's outside tokens land: 0 in Moshi
+(the user's semantic code of this frame enters the temporal transformer now), 1 in PersonaPlex
+(it enters next frame, and this frame's depformer is teacher-forced on it).
+
+Ring of `max_delay + 2 + lead` slots (the reference's cache length for each model), so a
+PersonaPlex voice prompt's saved cache maps slot for slot. All indices are device tensors:
+nothing here synchronizes with the host.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..state import Region, StateStore
+from .config import LMConfig
+
+
+class DelayLines:
+    def __init__(self, cfg: LMConfig, name: str):
+        self.cfg = cfg
+        self.lead = 1 if cfg.is_personaplex else 0
+        self.slots = cfg.max_delay + 2 + self.lead
+        self.tokens_region, self.forced_region, self.slot_region = (
+            f"{name}.tokens", f"{name}.forced", f"{name}.slot")
+        self._consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def regions(self) -> list[Region]:
+        # Declared whole ("fixed"), not as frame-clocked rings: outside tokens land up to
+        # lead + max_delay slots ahead of the clock, so every slot is live from the first frame.
+        shape = (self.slots, self.cfg.n_q + 1)
+        return [Region(self.tokens_region, shape, torch.int64),
+                Region(self.forced_region, shape, torch.bool),
+                Region(self.slot_region, (1,), torch.int64)]
+
+    def _delays_initial(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._consts:
+            c = self.cfg
+            delays = torch.tensor(c.delays, dtype=torch.int64, device=device)
+            initial = torch.tensor([c.text_card] + [c.card] * c.n_q, dtype=torch.int64, device=device)
+            self._consts[device] = (delays, initial)
+        return self._consts[device]
+
+    def force(self, store: StateStore, first: int, codes: torch.Tensor) -> None:
+        """Write outside tokens for streams first.. (codes [n] on the device), each at
+        slot o + lead + its delay."""
+        delays, _ = self._delays_initial(codes.device)
+        streams = torch.arange(first, first + codes.shape[0], device=codes.device)
+        rows = (store[self.slot_region] + self.lead + delays[streams]) % self.slots
+        store[self.tokens_region].index_put_((rows, streams), codes)
+        # A device-side True: a Python scalar here would be a synchronizing host copy.
+        store[self.forced_region].index_put_((rows, streams), torch.ones_like(codes, dtype=torch.bool))
+
+    def begin_frame(self, store: StateStore) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Fill not-yet-reached slots with initial tokens; return (input tokens [n_q + 1],
+        target tokens, target forced mask) for this frame."""
+        tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
+        delays, initial = self._delays_initial(tokens.device)
+        for s in (o, o + 1):
+            row = s % self.slots
+            unreached = s <= delays
+            tokens.index_copy_(0, row, torch.where(unreached, initial, tokens.index_select(0, row)))
+            forced.index_copy_(0, row, forced.index_select(0, row) | unreached)
+        target_row = (o + 1) % self.slots
+        return (tokens.index_select(0, o % self.slots)[0], tokens.index_select(0, target_row)[0],
+                forced.index_select(0, target_row)[0])
+
+    def commit(self, store: StateStore, generated: torch.Tensor) -> torch.Tensor:
+        """Store the generated tokens (text + dep_q codebooks) where not forced, advance the
+        slot, and return the output tokens [dep_q + 1] of the frame max_delay frames back."""
+        tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
+        delays, _ = self._delays_initial(tokens.device)
+        n = generated.shape[0]
+        target_row = (o + 1) % self.slots
+        old = tokens.index_select(0, target_row)[0, :n]
+        keep = forced.index_select(0, target_row)[0, :n]
+        tokens[target_row, :n] = torch.where(keep, old, generated)
+        forced.index_fill_(0, o % self.slots, False)
+        o.add_(1)
+        streams = torch.arange(n, device=tokens.device)
+        rows = (o - self.cfg.max_delay + delays[:n]) % self.slots
+        return tokens[rows, streams]
+
+    def load_cache(self, store: StateStore, cache: torch.Tensor) -> None:
+        """Replace every slot's tokens (cache [slots, n_q + 1], slot s at row s % slots)."""
+        store[self.tokens_region].copy_(cache)

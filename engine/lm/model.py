@@ -1,0 +1,80 @@
+"""The Moshi LM: a temporal transformer over the summed stream embeddings, a text head, and a
+depformer that predicts one audio codebook per step.
+
+Parameter names equal the official `model.safetensors` keys, so a checkpoint loads with no
+renaming. The module holds weights only; streaming state lives in the caller's StateStore
+(the transformers' KV rings and counters, and the token delay lines of `delays.py`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..state import Region, StateStore
+from ..transformer import RMSNormF32, StreamingTransformer
+from .config import LMConfig
+from .delays import DelayLines
+
+ZERO_TOKEN = -1
+"""A token that contributes a zero embedding (the reference's `zero_token_id`)."""
+
+
+def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+    y = F.embedding(tokens.clamp(min=0), table.weight)
+    return torch.where((tokens == ZERO_TOKEN).unsqueeze(-1), torch.zeros((), dtype=y.dtype, device=y.device), y)
+
+
+class MoshiLM(nn.Module):
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, dd = cfg.dim, cfg.depformer_dim
+        # Token ids card / text_card are the "initial" (start-of-stream) tokens, hence the +1.
+        self.emb = nn.ModuleList(nn.Embedding(cfg.card + 1, d) for _ in range(cfg.n_q))
+        self.text_emb = nn.Embedding(cfg.text_card + 1, d)
+        self.transformer = StreamingTransformer(cfg.temporal(), "lm.transformer")
+        self.out_norm = RMSNormF32(d)
+        self.text_linear = nn.Linear(d, cfg.text_card, bias=False)
+        self.depformer_in = nn.ModuleList(nn.Linear(d, dd, bias=False) for _ in range(cfg.dep_q))
+        # Step k's input token is the one predicted at step k-1 (the text token at step 0); the
+        # last codebook is never an input, hence dep_q - 1 tables.
+        self.depformer_text_emb = nn.Embedding(cfg.text_card + 1, dd)
+        self.depformer_emb = nn.ModuleList(nn.Embedding(cfg.card + 1, dd) for _ in range(cfg.dep_q - 1))
+        self.depformer = StreamingTransformer(cfg.depformer(), "lm.depformer")
+        self.linears = nn.ModuleList(nn.Linear(dd, cfg.card, bias=False) for _ in range(cfg.dep_q))
+        self.lines = DelayLines(cfg, "lm")
+
+    @property
+    def device(self) -> torch.device:
+        return self.text_emb.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.text_emb.weight.dtype
+
+    def regions(self) -> list[Region]:
+        return self.transformer.regions() + self.depformer.regions() + self.lines.regions()
+
+    def embed_streams(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [n_q + 1] (text first) -> [1, 1, dim]. Summed in the reference's order
+        (audio streams in turn, then text) so float rounding matches it bit for bit."""
+        x = embed(self.emb[0], tokens[1:2])
+        for i in range(1, self.cfg.n_q):
+            x = x + embed(self.emb[i], tokens[i + 1:i + 2])
+        return (x + embed(self.text_emb, tokens[:1])).view(1, 1, -1)
+
+    def backbone(self, x: torch.Tensor, store: StateStore) -> tuple[torch.Tensor, torch.Tensor]:
+        """One frame of the temporal transformer: x [1, 1, dim] -> (h [1, 1, dim], text logits [1, text_card])."""
+        h = self.out_norm(self.transformer(x, store))
+        return h, self.text_linear(h).view(1, -1)
+
+    def restart_depformer(self, store: StateStore) -> None:
+        """The depformer's clock restarts every frame; its stale KV entries are then masked."""
+        store[self.depformer.pos_region].zero_()
+
+    def depformer_step(self, k: int, prev: torch.Tensor, h: torch.Tensor, store: StateStore) -> torch.Tensor:
+        """Codebook step k: prev [1] (the text token for k = 0) -> logits [1, card]."""
+        table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
+        x = self.depformer_in[k](h) + embed(table, prev).view(1, 1, -1)
+        return self.linears[k](self.depformer(x, store, step=k)).view(1, -1)

@@ -1,0 +1,33 @@
+"""Token sampling on the device: temperature, top-k, or greedy, from a seeded torch.Generator.
+
+Draws the same random numbers as the reference (`moshi.utils.sampling`): softmax of
+logits / temperature, the top k probabilities, then argmax(p / Exp(1)) over them (the
+exponential-race form of a categorical draw, which needs no host synchronization).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    temperature: float
+    top_k: int
+    greedy: bool = False
+
+
+def sample(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """logits [1, V] -> token [1] (int64)."""
+    logits = logits.float()
+    if p.greedy or p.temperature <= 0.0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / p.temperature, dim=-1)
+    if p.top_k > 0:
+        probs, candidates = torch.topk(probs, min(p.top_k, probs.shape[-1]), dim=-1)
+    else:
+        candidates = None
+    race = probs / torch.empty_like(probs).exponential_(1, generator=generator)
+    pick = race.argmax(dim=-1, keepdim=True)
+    return (pick if candidates is None else candidates.gather(-1, pick)).view(1)
