@@ -21,16 +21,22 @@ from .lm.loader import DuplexModel
 from .lm.personaplex import DEFAULT_ROLE, replay_prompts, wrap_role
 from .lm.sampling import SamplingParams
 from .options import RuntimeOptions
-from .state import StateStore
+from .runtime.graphs import StageGraphs
+from .runtime.placement import DemandStore
+from .state import StateStore, copy_state
 
 log = logging.getLogger(__name__)
 
 STAGES = ("encode", "backbone", "depformer", "decode")
 
-# What this build can honour; a reason string means "accepted, not available yet".
-_UNAVAILABLE = {
-    "graph_replay": "CUDA graph replay is not implemented yet (the DuplexCadence runtime issue)",
-    "demand_sized_state": "demand-sized state is not implemented yet (the DuplexCadence runtime issue)",
+# Why an option cannot be used; None where it can. Toggles that do not apply are still
+# accepted (the output is the same either way) and logged.
+_CPU_REASONS = {
+    "graph_replay": "CUDA graph replay needs a CUDA GPU",
+    "demand_sized_state": "demand-sized state needs CUDA virtual memory (on the CPU it runs as "
+                          "an accounting emulation that saves no memory)",
+}
+_POLICY_REASONS = {
     "policy.listen": "the DiffuPlex LISTEN policy is not implemented yet",
     "policy.speak": "the DiffuPlex SPEAK policy is not implemented yet",
 }
@@ -119,9 +125,9 @@ class DuplexSession:
                  persona: Persona | None = None):
         self.model = model
         self.device = model.device
-        self.store = StateStore(model.regions(), self.device)
         self.generator = torch.Generator(device=self.device)
         self.options = self._checked(options)
+        self.store = self._new_store(self.options)
         self._pending: RuntimeOptions | None = None
         self._set_persona(persona)
         self.stepper = LMStepper(model.lm, self.store, *self._sampling(self.options), self.generator)
@@ -129,17 +135,19 @@ class DuplexSession:
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._tokens_out = torch.empty(1 + model.cfg.dep_q, dtype=torch.int64, pin_memory=cuda)
+        # Graph replay reads its input from one device buffer at a fixed address.
+        self._pcm_dev = torch.zeros(1, 1, model.frame_size, dtype=torch.float32, device=self.device)
+        self.graphs = StageGraphs(self.device, self.generator) if cuda else None
+        self._warm = False  # a steady frame ran eagerly: lazy initialisation is done, capture is safe
         self.reset()
 
     # --- options -------------------------------------------------------------------------
 
     def capabilities(self) -> dict[str, str | None]:
         """Every option value that could be asked for: None if honoured, else why not."""
-        return {"graph_replay": _UNAVAILABLE["graph_replay"],
-                "demand_sized_state": _UNAVAILABLE["demand_sized_state"],
-                "policy.ar": None,
-                "policy.listen": _UNAVAILABLE["policy.listen"],
-                "policy.speak": _UNAVAILABLE["policy.speak"]}
+        cuda = self.device.type == "cuda"
+        toggles = {name: None if cuda else reason for name, reason in _CPU_REASONS.items()}
+        return {**toggles, "policy.ar": None, **_POLICY_REASONS}
 
     def set_options(self, options: RuntimeOptions) -> None:
         """Applies from the next frame; a new seed takes effect at the next reset()."""
@@ -152,9 +160,18 @@ class DuplexSession:
         if reason is not None:
             raise ValueError(f"policy {options.policy!r} is not available: {reason}")
         for toggle in ("graph_replay", "demand_sized_state"):
-            if getattr(options, toggle):
-                log.warning("%s requested but unavailable: %s", toggle, self.capabilities()[toggle])
+            reason = self.capabilities()[toggle]
+            if getattr(options, toggle) and reason is not None:
+                log.info("%s requested: %s", toggle, reason)
         return options
+
+    def _new_store(self, options: RuntimeOptions):
+        placement = DemandStore if options.demand_sized_state else StateStore
+        return placement(self.model.regions(), self.device)
+
+    def state_bytes(self) -> int:
+        """Memory the conversation's streaming state holds now."""
+        return self.store.nbytes()
 
     @staticmethod
     def _sampling(o: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
@@ -162,9 +179,26 @@ class DuplexSession:
                 SamplingParams(o.audio_temperature, o.audio_top_k, o.greedy))
 
     def _apply_pending(self) -> None:
-        if self._pending is not None:
-            self.options, self._pending = self._pending, None
-            self.stepper.text, self.stepper.audio = self._sampling(self.options)
+        if self._pending is None:
+            return
+        old, self.options, self._pending = self.options, self._pending, None
+        self.stepper.text, self.stepper.audio = self._sampling(self.options)
+        if old.demand_sized_state != self.options.demand_sized_state:
+            self._move_state()
+        elif (old.text_temperature, old.text_top_k, old.audio_temperature, old.audio_top_k, old.greedy) != (
+                self.options.text_temperature, self.options.text_top_k, self.options.audio_temperature,
+                self.options.audio_top_k, self.options.greedy) and self.graphs is not None:
+            self.graphs.clear()  # sampling is baked into the captured graphs
+
+    def _move_state(self) -> None:
+        """Switch placement mid-conversation: the state moves, so captured graphs go."""
+        new = self._new_store(self.options)
+        copy_state(self.store, new)
+        if isinstance(self.store, DemandStore):
+            self.store.close()
+        self.store = self.stepper.store = new
+        if self.graphs is not None:
+            self.graphs.clear()
 
     # --- conversation --------------------------------------------------------------------
 
@@ -203,7 +237,7 @@ class DuplexSession:
     @torch.no_grad()
     def step(self, pcm: np.ndarray) -> FrameOutput:
         """pcm float32 [frame_size] of microphone audio -> this frame's output."""
-        model, store = self.model, self.store
+        model = self.model
         pcm = np.asarray(pcm)
         if pcm.shape != (model.frame_size,) or not np.issubdtype(pcm.dtype, np.floating):
             raise ValueError(f"a frame is float32 [{model.frame_size}], got {pcm.dtype} {list(pcm.shape)}")
@@ -211,8 +245,12 @@ class DuplexSession:
         timer = _Timer(self.device)
         timer.mark("start")
         self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
-        x = self._pcm_in.to(self.device, non_blocking=True).view(1, 1, -1)
-        codes = model.mimi.encode_step(x, store)
+        self._pcm_dev.view(-1).copy_(self._pcm_in, non_blocking=True)
+        self.store.advance("mimi_step", model.mimi.cfg.resample_stride)
+        if self._replaying():
+            return self._replayed_step(timer)
+        store = self.store
+        codes = model.mimi.encode_step(self._pcm_dev, store)
         timer.mark("encode")
         tokens = self.stepper.step(codes[0, :model.cfg.user_q, 0], mark=timer.mark)
         if tokens is None:
@@ -221,9 +259,34 @@ class DuplexSession:
         q = model.cfg.model_q
         out = model.mimi.decode_step(tokens[1:1 + q].view(1, q, 1), store)
         timer.mark("decode")
-        self._pcm_out.copy_(out.view(-1), non_blocking=True)
+        self._warm = True
+        return self._output(out, tokens, timer)
+
+    def _replaying(self) -> bool:
+        return (self.options.graph_replay and self.graphs is not None and self._warm
+                and self.stepper.started and self.stepper.inputs is None)
+
+    def _replayed_step(self, timer: _Timer) -> FrameOutput:
+        """The steady frame as four replayed graphs (one per stage, so stages stay timed).
+        Host bookkeeping (clocks, frame count) happens here, outside the graphs."""
+        model, stepper, graphs = self.model, self.stepper, self.graphs
+        q = model.cfg.model_q
+        codes = graphs.run("encode", lambda: model.mimi.encode_step(self._pcm_dev, self.store))
+        timer.mark("encode")
+        self.store.advance("frame")
+        frame = graphs.run("backbone", lambda: stepper.backbone(codes[0, :model.cfg.user_q, 0]))
+        timer.mark("backbone")
+        tokens = graphs.run("depformer", lambda: stepper.depformer(*frame))
+        timer.mark("depformer")
+        stepper.frames += 1
+        out = graphs.run("decode", lambda: model.mimi.decode_step(tokens[1:1 + q].view(1, q, 1), self.store))
+        timer.mark("decode")
+        return self._output(out, tokens, timer)
+
+    def _output(self, pcm: torch.Tensor, tokens: torch.Tensor, timer: _Timer) -> FrameOutput:
+        self._pcm_out.copy_(pcm.view(-1), non_blocking=True)
         self._tokens_out.copy_(tokens, non_blocking=True)
-        self._sync()
+        self._sync()  # the frame's one wait for the device
         return self._finish(self._pcm_out.numpy().copy(), self._tokens_out.numpy().copy(), timer)
 
     def _sync(self) -> None:

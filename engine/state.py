@@ -79,8 +79,10 @@ class Region:
 class StateStore:
     """Owns the buffers of a set of declared regions, allocated at full retention.
 
-    This is the plain placement (what stock runtimes do); the DuplexCadence
-    runtime replaces it with demand-sized placement at stable addresses.
+    This is the plain placement (what stock runtimes do); the DuplexCadence runtime's
+    `engine.runtime.DemandStore` has the same interface and backs rings on demand. Both
+    count their clocks' ticks (`advance` is called before the step that writes them), so
+    state can move from one placement to the other (`copy_state`).
     """
 
     def __init__(self, regions: Iterable[Region], device: torch.device | str = "cpu"):
@@ -94,6 +96,7 @@ class StateStore:
             name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
             for name, r in self.regions.items()
         }
+        self._clock_ticks = dict.fromkeys(CLOCKS, 0)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._buffers[name]
@@ -101,9 +104,20 @@ class StateStore:
     def __contains__(self, name: str) -> bool:
         return name in self._buffers
 
+    def advance(self, clock: str, ticks: int = 1) -> None:
+        self._clock_ticks[clock] += ticks
+
+    def ensure(self, ticks_by_clock: dict[str, int]) -> None:
+        for clock, ticks in ticks_by_clock.items():
+            self._clock_ticks[clock] = max(self._clock_ticks[clock], ticks)
+
+    def ticks(self, name: str) -> int:
+        return self._clock_ticks[self.regions[name].clock]
+
     def reset(self) -> None:
         for buf in self._buffers.values():
             buf.zero_()
+        self._clock_ticks = dict.fromkeys(CLOCKS, 0)
 
     def reset_prefix(self, prefix: str) -> None:
         for name, buf in self._buffers.items():
@@ -112,3 +126,20 @@ class StateStore:
 
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+
+def copy_state(src, dst) -> None:
+    """Move a conversation's state between two stores over the same regions (a plain
+    StateStore and a DemandStore, either way): clocks first, so the destination backs what
+    the source holds, then every live entry."""
+    ticks: dict[str, int] = {}
+    for name, r in src.regions.items():
+        if r.is_ring and r.restarts_each is None:
+            ticks[r.clock] = max(ticks.get(r.clock, 0), src.ticks(name))
+    dst.ensure(ticks)
+    for name, r in src.regions.items():
+        if r.is_ring and r.restarts_each is None:
+            live = r.entries_at(src.ticks(name))
+            dst[name][:live].copy_(src[name][:live])
+        else:
+            dst[name].copy_(src[name])

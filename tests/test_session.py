@@ -83,12 +83,12 @@ def test_set_options_applies_from_the_next_frame(model, audio):
     assert not same(run(a, audio[5:]), run(b, audio[5:]))
 
 
-def test_unavailable_toggles_are_accepted_and_reported(model, caplog):
+def test_toggles_that_do_not_apply_on_cpu_are_accepted_and_reported(model, caplog):
     session = DuplexSession(model, RuntimeOptions(), Persona(None, ""))
     caps = session.capabilities()
     assert caps["policy.ar"] is None
-    assert isinstance(caps["graph_replay"], str) and isinstance(caps["demand_sized_state"], str)
-    with caplog.at_level(logging.WARNING):
+    assert "CUDA" in caps["graph_replay"] and "CUDA" in caps["demand_sized_state"]
+    with caplog.at_level(logging.INFO):
         session.set_options(RuntimeOptions(graph_replay=True, demand_sized_state=True))
     assert "graph_replay" in caplog.text and "demand_sized_state" in caplog.text
     with pytest.raises(ValueError, match="listen"):

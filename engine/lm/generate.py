@@ -45,15 +45,28 @@ class LMStepper:
         (prompts); `embedding` [1, 1, dim] replaces the summed input embeddings (a replayed
         voice prompt). Returns tokens [dep_q + 1] (text, then the depformer's codebooks), or
         None during start-up exactly when the reference does."""
-        lm, store, cfg, lines = self.lm, self.store, self.lm.cfg, self.lm.lines
+        cfg = self.lm.cfg
         if user is None and not cfg.is_personaplex:
             raise ValueError("Moshi needs the user's codes every frame")
-        if lines.lead and self.frames == 0:
+        if self.lm.lines.lead and self.frames == 0:
             # PersonaPlex's first step only primes its cache: this frame's tokens are dropped.
             # A replayed embedding is not consumed: the reference retries it on the next step.
             self.frames = 1
             if embedding is None:
                 return None
+        self.store.advance("frame")
+        frame = self.backbone(user, model=model, text=text, embedding=embedding)
+        mark("backbone")
+        out = self.depformer(*frame)
+        mark("depformer")
+        self.frames += 1
+        return out if self.started else None
+
+    def backbone(self, user: torch.Tensor | None, model: torch.Tensor | None = None,
+                 text: torch.Tensor | None = None, embedding: torch.Tensor | None = None) -> tuple:
+        """Device work up to the text token: a pure function of device tensors and the store,
+        so it can be captured as a CUDA graph. Returns what `depformer` takes."""
+        lm, store, cfg, lines = self.lm, self.store, self.lm.cfg, self.lm.lines
         if user is not None:
             lines.force(store, 1 + cfg.model_q, user)
         if model is not None:
@@ -65,8 +78,13 @@ class LMStepper:
         if self.inputs is not None:
             self.inputs.append(x)
         h, text_logits = lm.backbone(x, store)
-        mark("backbone")
         text_token = sample(text_logits, self.text, self.generator)
+        return h, text_token, target, forced
+
+    def depformer(self, h: torch.Tensor, text_token: torch.Tensor, target: torch.Tensor,
+                  forced: torch.Tensor) -> torch.Tensor:
+        """Device work from the text token to the frame's output tokens (capturable too)."""
+        lm, store, cfg = self.lm, self.store, self.lm.cfg
         prev = torch.where(forced[:1], target[:1], text_token)
         lm.restart_depformer(store)
         generated = [text_token]
@@ -74,7 +92,4 @@ class LMStepper:
             token = sample(lm.depformer_step(k, prev, h, store), self.audio, self.generator)
             generated.append(token)
             prev = torch.where(forced[k + 1:k + 2], target[k + 1:k + 2], token)
-        mark("depformer")
-        out = lines.commit(store, torch.cat(generated))
-        self.frames += 1
-        return out if self.started else None
+        return lm.lines.commit(store, torch.cat(generated))

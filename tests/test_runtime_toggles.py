@@ -1,0 +1,100 @@
+"""The DuplexCadence invariant on CPU: every toggle combination, switched at any frame, gives
+bit-identical tokens, text and PCM; demand-sized state tracks the conversation.
+
+CPU runs the demand-sized placement's emulation, which poisons every entry a CUDA store
+would not have mapped with NaN: output that stays bit-identical proves nothing unbacked
+was read. A small-context copy of the demo model makes every KV ring wrap in the test.
+"""
+import itertools
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from engine.lm import load_model
+from engine.options import RuntimeOptions
+from engine.paths import DEMO_MODEL_DIR
+from engine.session import DuplexSession, Persona
+from tests.mimi_reference import varied_audio
+
+FRAMES = 40
+PERSONA = Persona("DEMO", "Be brief.")
+
+
+@pytest.fixture(scope="module")
+def small_context_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("demo_ctx")
+    shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)
+    for name, edit in (("config.json", lambda c: c.update(context=12)),
+                       ("mimi_config.json", lambda c: c["transformer"].update(context=10))):
+        config = json.loads((folder / name).read_text())
+        edit(config)
+        (folder / name).write_text(json.dumps(config))
+    return load_model(folder)
+
+
+@pytest.fixture(scope="module")
+def audio():
+    return varied_audio(FRAMES, seed=11).reshape(FRAMES, -1)
+
+
+def run(session, audio, switches=None):
+    out = []
+    for i, frame in enumerate(audio):
+        if switches and i in switches:
+            session.set_options(switches[i])
+        out.append(session.step(frame))
+    return out
+
+
+def assert_identical(a, b):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert x.text == y.text, f"frame {i}"
+        assert (x.tokens is None) == (y.tokens is None), f"frame {i}"
+        if x.tokens is not None:
+            np.testing.assert_array_equal(x.tokens, y.tokens, err_msg=f"frame {i}")
+        np.testing.assert_array_equal(x.pcm, y.pcm, err_msg=f"frame {i}")
+
+
+@pytest.fixture(scope="module")
+def baseline(small_context_model, audio):
+    return run(DuplexSession(small_context_model, RuntimeOptions(seed=2), PERSONA), audio)
+
+
+@pytest.mark.parametrize("graph_replay,demand", list(itertools.product([False, True], repeat=2))[1:])
+def test_every_toggle_combination_is_bit_identical(small_context_model, audio, baseline, graph_replay, demand):
+    options = RuntimeOptions(seed=2, graph_replay=graph_replay, demand_sized_state=demand)
+    assert_identical(run(DuplexSession(small_context_model, options, PERSONA), audio), baseline)
+
+
+def test_switching_placement_mid_conversation_is_bit_identical(small_context_model, audio, baseline):
+    on = RuntimeOptions(seed=2, demand_sized_state=True, graph_replay=True)
+    off = RuntimeOptions(seed=2)
+    session = DuplexSession(small_context_model, off, PERSONA)
+    assert_identical(run(session, audio, {5: on, 17: off, 18: on, 33: off}), baseline)
+
+
+def test_demand_sized_state_follows_the_clock_and_stops_at_retention(small_context_model, audio):
+    plain = DuplexSession(small_context_model, RuntimeOptions(), PERSONA)
+    demand = DuplexSession(small_context_model, RuntimeOptions(demand_sized_state=True), PERSONA)
+    sizes = []
+    for frame in audio:
+        demand.step(frame)
+        sizes.append(demand.state_bytes())
+    assert sizes == sorted(sizes), "state only grows within a conversation"
+    assert sizes[-1] == sizes[-10], "rings stop growing once they hold their retention"
+    assert sizes[-1] <= plain.state_bytes()
+    demand.reset()
+    assert demand.state_bytes() < sizes[0]
+
+
+def test_demo_state_at_ten_seconds_is_a_fraction_of_full_retention(audio):
+    # The demo keeps 3000 frames of temporal KV: 125 frames (10 s) need about 4% of it.
+    model = load_model("demo")
+    plain = DuplexSession(model, RuntimeOptions(), PERSONA)
+    demand = DuplexSession(model, RuntimeOptions(demand_sized_state=True), PERSONA)
+    for frame in np.tile(audio, (4, 1))[:125]:
+        demand.step(frame)
+    kv = "lm.transformer.kv"
+    assert demand.store.nbytes(kv) < 0.1 * plain.store[kv].numel() * plain.store[kv].element_size()
