@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one run: the GPU test suite (runtime primitives and
+# session bit-identity) and the benchmarks against the stock runtime. Results go to $OUT.
+# On the device machine (torch 2.11, no network) the missing wheels travel in .whl:
+#   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
+#   PYTHONPATH=/tmp/site:. OUT=... bash packaging/gpu_run.sh [moshiko personaplex]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu_run}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 GPU_CHECK_OUT="$OUT"
+status=0
+OUT="$OUT" bash packaging/gpu_check.sh >"$OUT/gpu_check.log" 2>&1 || status=1
+tail -5 "$OUT/gpu_check.log"
+"$PYTHON" -m pytest tests/gpu/test_session_cuda.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/session_cuda.log" | tail -15
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+for shape in "${@:-moshiko}"; do
+    "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | tail -12
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
+exit $status

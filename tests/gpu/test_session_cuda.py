@@ -1,0 +1,77 @@
+"""The DuplexCadence invariant on CUDA: the demo model gives bit-identical tokens, text and
+PCM with graph replay and demand-sized state on or off, switched at any frame; replay
+really runs captured graphs, and demand-sized state never moves."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from engine.lm import load_model
+from engine.options import RuntimeOptions
+from engine.session import DuplexSession, Persona
+from tests.mimi_reference import varied_audio
+
+pytestmark = pytest.mark.gpu
+FRAMES = 60
+PERSONA = Persona("DEMO", "Be brief.")
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def model(request):
+    return load_model("demo", device="cuda", dtype=request.param)
+
+
+@pytest.fixture(scope="module")
+def audio():
+    return varied_audio(FRAMES, seed=5).reshape(FRAMES, -1)
+
+
+def run(session, audio, switches=None):
+    out = []
+    for i, frame in enumerate(audio):
+        if switches and i in switches:
+            session.set_options(switches[i])
+        out.append(session.step(frame))
+    return out
+
+
+def assert_identical(a, b):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert x.text == y.text, f"frame {i}"
+        if x.tokens is not None or y.tokens is not None:
+            np.testing.assert_array_equal(x.tokens, y.tokens, err_msg=f"frame {i}")
+        np.testing.assert_array_equal(x.pcm, y.pcm, err_msg=f"frame {i}")
+
+
+@pytest.fixture(scope="module")
+def baseline(model, audio):
+    return run(DuplexSession(model, RuntimeOptions(seed=9), PERSONA), audio)
+
+
+@pytest.mark.parametrize("graph_replay,demand", list(itertools.product([False, True], repeat=2))[1:])
+def test_toggle_combinations_bit_identical(model, audio, baseline, graph_replay, demand, record):
+    session = DuplexSession(model, RuntimeOptions(seed=9, graph_replay=graph_replay, demand_sized_state=demand),
+                            PERSONA)
+    kv = session.store["lm.transformer.kv"].data_ptr()
+    assert_identical(run(session, audio), baseline)
+    assert session.store["lm.transformer.kv"].data_ptr() == kv, "state moved"
+    assert len(session.graphs) == (4 if graph_replay else 0)
+    record("state_bytes", session.state_bytes())
+
+
+def test_switching_mid_conversation_bit_identical(model, audio, baseline):
+    on = RuntimeOptions(seed=9, graph_replay=True, demand_sized_state=True)
+    graphs_only = RuntimeOptions(seed=9, graph_replay=True)
+    off = RuntimeOptions(seed=9)
+    session = DuplexSession(model, off, PERSONA)
+    assert_identical(run(session, audio, {6: on, 20: graphs_only, 31: on, 40: off, 41: on}), baseline)
+
+
+def test_sampling_changes_recapture(model, audio):
+    session = DuplexSession(model, RuntimeOptions(seed=1, graph_replay=True), PERSONA)
+    eager = DuplexSession(model, RuntimeOptions(seed=1), PERSONA)
+    greedy = RuntimeOptions(seed=1, graph_replay=True, greedy=True)
+    a = run(session, audio, {30: greedy})
+    b = run(eager, audio, {30: greedy.replace(graph_replay=False)})
+    assert_identical(a, b)
