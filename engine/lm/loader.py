@@ -62,9 +62,11 @@ class DuplexModel:
         return load_voice(self.voices[name], self.cfg, self.device, self.lm.dtype)
 
     def text_piece(self, token: int) -> str:
-        """The text of an output token; "" for padding (and ids the tokenizer lacks)."""
+        """The text of an output token; "" for padding, control pieces (<s>, </s>), unknown
+        and ids the tokenizer lacks."""
+        sp = self.tokenizer
         if token in (self.cfg.text_padding_id, self.cfg.text_end_padding_id) \
-                or not 0 <= token < self.tokenizer.GetPieceSize():
+                or not 0 <= token < sp.GetPieceSize() or sp.IsControl(token) or sp.IsUnknown(token):
             return ""
         return self.tokenizer.id_to_piece(token).replace("\u2581", " ")
 
