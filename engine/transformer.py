@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -111,21 +112,32 @@ class _Weight(nn.Module):
         self.weight = nn.Parameter(torch.empty(*shape))
 
 
-def apply_rope(q: torch.Tensor, k: torch.Tensor, first_pos: torch.Tensor, max_period: float):
-    """Rotate interleaved (re, im) pairs of q, k [B, H, T, D] by their positions, in fp32."""
-    T, D = q.shape[2], q.shape[3]
-    freqs = torch.exp(torch.arange(D // 2, device=q.device, dtype=torch.float32)
-                      * (-math.log(max_period) * 2 / D))
-    ts = first_pos.float().view(-1, 1) + torch.arange(T, device=q.device, dtype=torch.float32)
-    angle = freqs * ts.view(-1, 1, T, 1)
-    cos, sin = torch.cos(angle), torch.sin(angle)
+class StepPositions(NamedTuple):
+    """What every layer of one step needs about positions, computed once per step (not per
+    layer: at batch 1 each small kernel saved counts)."""
+    first: torch.Tensor  # int64 [1]: position of the step's first entry (device)
+    each: torch.Tensor  # int64 [T]: positions of the step's entries
+    rope: tuple[torch.Tensor, torch.Tensor] | None  # cos, sin [1, 1, T, D/2] in fp32
 
-    def rotate(x):
-        xr, xi = x.view(*x.shape[:-1], D // 2, 2).float().unbind(-1)
-        out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1)
-        return out.to(x.dtype).view(x.shape)
+    @staticmethod
+    def at(first: torch.Tensor, T: int, cfg: "TransformerConfig") -> "StepPositions":
+        each = first + torch.arange(T, device=first.device)
+        rope = None
+        if cfg.rope:
+            half = cfg.head_dim // 2
+            freqs = torch.exp(torch.arange(half, device=first.device, dtype=torch.float32)
+                              * (-math.log(cfg.max_period) * 2 / cfg.head_dim))
+            angle = freqs * each.float().view(1, 1, T, 1)
+            rope = torch.cos(angle), torch.sin(angle)
+        return StepPositions(first, each, rope)
 
-    return rotate(q), rotate(k)
+
+def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate interleaved (re, im) pairs of x [B, H, T, D] by their positions, in fp32."""
+    cos, sin = rope
+    xr, xi = x.view(*x.shape[:-1], -1, 2).float().unbind(-1)
+    out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1)
+    return out.to(x.dtype).view(x.shape)
 
 
 def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:
@@ -145,7 +157,7 @@ class Attention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(steps * 3 * cfg.d_model, cfg.d_model))
         self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, store: StateStore | None,
+    def forward(self, x: torch.Tensor, pos: StepPositions, store: StateStore | None,
                 step: int) -> torch.Tensor:
         c = self.cfg
         B, T, _ = x.shape
@@ -153,18 +165,16 @@ class Attention(nn.Module):
         w_out = self.out_proj.weight.view(-1, c.d_model, c.d_model)[step]
         qkv = F.linear(x, w_in).view(B, T, 3, c.num_heads, c.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # [B, H, T, D]
-        if c.rope:
-            q, k = apply_rope(q, k, pos, c.max_period)
+        if pos.rope is not None:
+            q, k = apply_rope(q, pos.rope), apply_rope(k, pos.rope)
         if store is None:
-            pos_q = pos + torch.arange(T, device=x.device)
-            out = attend(q, k, v, pos_q, pos_q, c.context)
+            out = attend(q, k, v, pos.each, pos.each, c.context)
         else:
             kv = store[self.kv_region][:, self.index]  # [ring, 2, H, D]
-            slots = (pos + torch.arange(T, device=x.device)) % c.ring
-            kv.index_copy_(0, slots, torch.stack([k[0], v[0]]).permute(2, 0, 1, 3))
+            kv.index_copy_(0, pos.each % c.ring, torch.stack([k[0], v[0]]).permute(2, 0, 1, 3))
             # Reads only live entries, with their count taken from `pos` on the device: the
             # same code eager and graph-replayed, over plain or demand-sized placement.
-            out = ring_attention(q, kv, pos, T, c.context)
+            out = ring_attention(q, kv, pos.first, T, c.context)
         return F.linear(out.transpose(1, 2).reshape(B, T, c.d_model), w_out)
 
 
@@ -226,9 +236,10 @@ class StreamingTransformer(nn.Module):
         """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1)."""
         if self.cfg.weights_per_step and x.shape[1] != 1:
             raise ValueError("per-step weights take one step at a time")
-        pos = torch.zeros(1, dtype=torch.long, device=x.device) if store is None else store[self.pos_region]
+        first = torch.zeros(1, dtype=torch.long, device=x.device) if store is None else store[self.pos_region]
+        pos = StepPositions.at(first, x.shape[1], self.cfg)
         for layer in self.layers:
             x = layer(x, pos, store, step)
         if store is not None:
-            pos.add_(x.shape[1])
+            first.add_(x.shape[1])
         return x
