@@ -78,6 +78,9 @@ class RMSNormF32(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, 1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            from .runtime.fused_triton import rms_norm
+            return rms_norm(x, self.alpha, self.eps)
         xf = x.float()
         var = self.eps + torch.mean(xf * xf, dim=2, keepdim=True)
         return (xf * (self.alpha.float() * torch.rsqrt(var))).to(x.dtype)
@@ -135,9 +138,16 @@ class StepPositions(NamedTuple):
 def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Rotate interleaved (re, im) pairs of x [B, H, T, D] by their positions, in fp32."""
     cos, sin = rope
+    if x.is_cuda and _is_power_of_two(x.shape[-1]):
+        from .runtime.fused_triton import rope as fused_rope
+        return fused_rope(x, cos, sin)
     xr, xi = x.view(*x.shape[:-1], -1, 2).float().unbind(-1)
     out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1)
     return out.to(x.dtype).view(x.shape)
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
 
 def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:

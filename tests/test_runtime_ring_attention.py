@@ -7,16 +7,7 @@ from engine.runtime.placement import DemandStore
 from engine.runtime.ring_attention import ring_attention
 from engine.state import Region
 from engine.transformer import attend
-
-
-def ring_positions(ring: int, first_pos: torch.Tensor, T: int) -> torch.Tensor:
-    """Full-ring view as the reference builds it: the position held by each slot after
-    writing T entries from `first_pos`, -1 where nothing was written yet."""
-    idx = torch.arange(ring)
-    end = first_pos + T
-    delta = idx - (end - 1) % ring
-    pos = torch.where(delta <= 0, end - 1 + delta, end - 1 + delta - ring)
-    return torch.where(idx < end, pos, torch.full_like(pos, -1))
+from tests.gpu.ring_reference import ring_positions
 
 
 def _stock(q, kv_ring, pos, T, context):

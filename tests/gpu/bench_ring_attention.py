@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from engine.runtime.ring_attention import ring_attention
 from engine.runtime.ring_attention_triton import triton_ring_attention
-from engine.transformer import ring_positions
+from tests.gpu.ring_reference import ring_positions
 
 SHAPES = {  # layers, heads, head dim, ring = context, queries per call
     "moshi_temporal": (32, 32, 128, 3000, 1),

@@ -20,3 +20,13 @@ def reference_attention(q, kv_ring, pos: int, T: int, context: int | None) -> to
         scores = torch.einsum("hd,nhd->hn", q64[0, :, t], k) / D ** 0.5
         out[0, :, t] = torch.einsum("hn,nhd->hd", torch.softmax(scores, -1), v)
     return out
+
+
+def ring_positions(ring: int, first_pos: torch.Tensor, T: int) -> torch.Tensor:
+    """Full-ring view as the reference builds it: the position held by each slot after
+    writing T entries from `first_pos`, -1 where nothing was written yet."""
+    idx = torch.arange(ring, device=first_pos.device)
+    end = first_pos + T
+    delta = idx - (end - 1) % ring
+    pos = torch.where(delta <= 0, end - 1 + delta, end - 1 + delta - ring)
+    return torch.where(idx < end, pos, torch.full_like(pos, -1))
