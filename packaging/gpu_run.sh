@@ -11,10 +11,9 @@ PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 GPU_CHECK_OUT="$OUT"
 status=0
+# tests/gpu: runtime primitives, fused kernels, session bit-identity on CUDA (one process each).
 OUT="$OUT" bash packaging/gpu_check.sh >"$OUT/gpu_check.log" 2>&1 || status=1
-tail -5 "$OUT/gpu_check.log"
-"$PYTHON" -m pytest tests/gpu/test_session_cuda.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/session_cuda.log" | tail -15
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+grep -E "passed|failed|error" "$OUT/gpu_check.log"
 for shape in "${@:-moshiko}"; do
     "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
