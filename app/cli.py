@@ -44,7 +44,7 @@ def _bench(args) -> None:
 
 def _gui(args) -> int:
     from app.main_window import run_app
-    return run_app(args)
+    return run_app(model=args.model)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,4 +22,5 @@ PY
 
 # Runtime needs: PortAudio for sounddevice, the X/EGL libraries Qt's platform plugins load.
 RUNTIME_DEBIAN_PACKAGES=(libportaudio2 libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1
-    libdbus-1-3 libglib2.0-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0)
+    fonts-dejavu-core libdbus-1-3 libglib2.0-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
+    libxcb-xinerama0)

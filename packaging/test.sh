@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 source packaging/system_packages.sh
 # The audio tests play through real PortAudio streams into a private PulseAudio null sink.
-install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio libasound2-plugins xvfb
+install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio pulseaudio-utils libasound2-plugins
 install_torch
 "$PYTHON" -m pip install -q -e ".[test]"
 # The reference runtime, for parity tests only; --no-deps keeps its pinned torch out.

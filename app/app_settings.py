@@ -1,0 +1,90 @@
+"""What the app remembers between runs (QSettings: the platform's usual place)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
+
+from .runtime_controls import DEFAULT_CHOICES
+
+
+class AppSettings:
+    def __init__(self, settings: QSettings | None = None):
+        self.q = settings or QSettings("DuplexCadence", "DuplexCadence")
+
+    def _get(self, key: str, default, kind=str):
+        value = self.q.value(key, default)
+        if kind is bool and isinstance(value, str):  # INI files store booleans as text
+            return value.lower() == "true"
+        return kind(value) if value is not None else default
+
+    @property
+    def model_source(self) -> str:
+        return self._get("model/source", "demo")
+
+    @model_source.setter
+    def model_source(self, value: str) -> None:
+        self.q.setValue("model/source", value)
+
+    @property
+    def model_folders(self) -> list[str]:
+        """Checkpoint folders the user picked by hand, most recent first."""
+        value = self.q.value("model/folders", [])
+        return [value] if isinstance(value, str) else list(value or [])
+
+    def remember_folder(self, folder: str) -> None:
+        folders = [folder] + [f for f in self.model_folders if f != folder]
+        self.q.setValue("model/folders", folders[:8])
+
+    def device_key(self, kind: str) -> str:
+        return self._get(f"audio/{kind}", "")
+
+    def set_device_key(self, kind: str, key: str) -> None:
+        self.q.setValue(f"audio/{kind}", key)
+
+    @property
+    def runtime_choices(self) -> dict:
+        return {"policy": self._get("runtime/policy", DEFAULT_CHOICES["policy"]),
+                **{name: self._get(f"runtime/{name}", DEFAULT_CHOICES[name], bool)
+                   for name in ("graph_replay", "demand_sized_state")}}
+
+    @runtime_choices.setter
+    def runtime_choices(self, choices: dict) -> None:
+        for name, value in choices.items():
+            self.q.setValue(f"runtime/{name}", value)
+
+    @property
+    def record(self) -> bool:
+        return self._get("recording/enabled", True, bool)
+
+    @record.setter
+    def record(self, value: bool) -> None:
+        self.q.setValue("recording/enabled", value)
+
+    @property
+    def recordings_dir(self) -> Path:
+        base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppLocalDataLocation)
+        return Path(self._get("recording/folder", str(Path(base) / "recordings")))
+
+    @property
+    def headphones_hint_done(self) -> bool:
+        return self._get("hints/headphones_done", False, bool)
+
+    @headphones_hint_done.setter
+    def headphones_hint_done(self, value: bool) -> None:
+        self.q.setValue("hints/headphones_done", value)
+
+    def persona(self) -> tuple[str, str]:
+        """PersonaPlex voice and role prompt."""
+        return self._get("persona/voice", ""), self._get("persona/role", "")
+
+    def set_persona(self, voice: str, role: str) -> None:
+        self.q.setValue("persona/voice", voice)
+        self.q.setValue("persona/role", role)
+
+    def geometry(self) -> QByteArray | None:
+        value = self.q.value("window/geometry")
+        return value if isinstance(value, QByteArray) else None
+
+    def set_geometry(self, geometry: QByteArray) -> None:
+        self.q.setValue("window/geometry", geometry)

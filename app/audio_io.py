@@ -1,0 +1,212 @@
+"""Microphone and speaker streams, converted to and from the engine's 24 kHz frames.
+
+Each device runs at its own rate. PortAudio's callbacks only move samples between the
+device and a preallocated ring (no allocation, lock, logging or torch there); the engine
+thread does everything else: streaming resampling with soxr, cutting 80 ms frames,
+bounding latency, and watching that both streams are still alive.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import soxr
+
+from .audio_devices import AudioDevice, sd
+from .ring_buffer import SpscRing
+
+ENGINE_RATE = 24000  # the models' sample rate
+FRAME_SIZE = 1920    # one 80 ms frame at ENGINE_RATE
+
+
+class AudioDeviceError(RuntimeError):
+    """A device could not be opened or stopped working; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    prebuffer_s: float = 0.12          # speaker waits for this much audio before playing
+    max_input_backlog_s: float = 0.32  # older microphone audio is dropped beyond this
+    input_capacity_s: float = 1.0
+    output_capacity_s: float = 0.5
+    # Device buffer, seconds: Python callbacks on a busy machine miss the deadlines of
+    # PortAudio's "low" setting and the device glitches.
+    device_latency: float = 0.05
+    stall_timeout_s: float = 1.0       # a running stream silent this long has failed
+    start_timeout_s: float = 4.0       # grace while a sound server sets a stream up
+
+
+@dataclass(frozen=True)
+class AudioCounters:
+    input_overflows: int      # microphone audio lost before the engine thread saw it
+    output_underflows: int    # the speaker ran dry while playing
+    dropped_input_s: float    # microphone audio dropped to keep latency bounded
+    dropped_output_s: float   # model audio that did not fit the speaker queue
+    input_backlog_s: float    # microphone audio waiting when the engine took its last frame
+
+
+class _StreamWatch:
+    """Decides, from the engine thread, whether a stream's callbacks still come. Sound
+    servers may pause a new stream for a moment while they set it up, so stalls only count
+    after a start-up grace period."""
+
+    def __init__(self, label: str, config: AudioConfig):
+        self.label = label
+        self.config = config
+        self.calls = 0          # advanced by the callback
+        self.finished = False   # set by PortAudio's finished callback
+        self._started_at = self._seen_at = time.monotonic()
+        self._seen_calls = 0
+
+    def arm(self) -> None:
+        self._started_at = self._seen_at = time.monotonic()
+
+    def problem(self, now: float) -> str | None:
+        if self.finished:
+            return f"The {self.label} stream stopped: the device was disconnected or failed."
+        if self.calls != self._seen_calls:
+            self._seen_calls, self._seen_at = self.calls, now
+            return None
+        if now - self._started_at < self.config.start_timeout_s:
+            return None
+        if self._seen_calls == 0:
+            return f"The {self.label} did not start within {self.config.start_timeout_s:.0f} s."
+        if now - self._seen_at > self.config.stall_timeout_s:
+            return (f"The {self.label} stopped for more than {self.config.stall_timeout_s:.1f} s: "
+                    "the device was suspended, disconnected or failed.")
+        return None
+
+
+class AudioLink:
+    """An opened microphone + speaker pair. `start()`, then from one engine thread:
+    `read_frame()` / `write_frame()` / `problem()` / `counters()`; `close()` from anywhere."""
+
+    def __init__(self, microphone: AudioDevice, speaker: AudioDevice,
+                 config: AudioConfig = AudioConfig()):
+        if sd is None:
+            raise AudioDeviceError("No audio system is available on this machine.")
+        self.config = config
+        self.description = f"{microphone.name} → engine → {speaker.name}"
+        in_rate, out_rate = microphone.sample_rate, speaker.sample_rate
+        self._in_ring = SpscRing(int(in_rate * config.input_capacity_s))
+        self._out_ring = SpscRing(int(out_rate * config.output_capacity_s))
+        self._in_scratch = np.zeros(self._in_ring.capacity, dtype=np.float32)
+        self._in_resampler = soxr.ResampleStream(in_rate, ENGINE_RATE, 1, dtype="float32")
+        self._out_resampler = soxr.ResampleStream(ENGINE_RATE, out_rate, 1, dtype="float32")
+        self._pending = np.zeros(0, dtype=np.float32)  # engine-rate audio not yet framed
+        self._backlog_s = 0.0  # waiting microphone audio when the engine last looked
+        self._prebuffer = int(out_rate * config.prebuffer_s)
+        self._priming = True
+        self._in_rate, self._out_rate = in_rate, out_rate
+        self._mic = _StreamWatch("microphone", config)
+        self._speaker = _StreamWatch("speaker", config)
+        self._ring_overflows = self._pa_overflows = 0
+        self._ring_underflows = self._pa_underflows = 0
+        self._dropped_in = self._dropped_out = 0
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self._streams = []
+        try:
+            self._streams.append(sd.InputStream(
+                device=microphone.index, samplerate=in_rate, channels=1, dtype="float32",
+                latency=config.device_latency, callback=self._on_input,
+                finished_callback=self._on_input_finished))
+            self._streams.append(sd.OutputStream(
+                device=speaker.index, samplerate=out_rate, channels=1, dtype="float32",
+                latency=config.device_latency, callback=self._on_output,
+                finished_callback=self._on_output_finished))
+        except (sd.PortAudioError, ValueError) as exc:
+            self.close()
+            raise AudioDeviceError(f"Could not open the audio devices "
+                                   f"({microphone.name} / {speaker.name}): {exc}") from None
+
+    # --- PortAudio's real-time thread -------------------------------------------------
+    def _on_input(self, indata, frames, time_info, status):
+        self._mic.calls += 1
+        if status.input_overflow:
+            self._pa_overflows += 1
+        if self._in_ring.write(indata[:, 0]) < frames:
+            self._ring_overflows += 1
+
+    def _on_output(self, outdata, frames, time_info, status):
+        self._speaker.calls += 1
+        if status.output_underflow:
+            self._pa_underflows += 1
+        if self._priming and self._out_ring.available() < self._prebuffer:
+            outdata.fill(0)
+            return
+        self._priming = False
+        n = self._out_ring.read_into(outdata[:, 0])
+        if n < frames:
+            outdata[n:] = 0
+            self._ring_underflows += 1
+            self._priming = True
+
+    def _on_input_finished(self):
+        self._mic.finished = not self._closed
+
+    def _on_output_finished(self):
+        self._speaker.finished = not self._closed
+
+    # --- the engine thread --------------------------------------------------------------
+    def start(self) -> None:
+        if self._closed:  # stopped before it started
+            return
+        self._mic.arm()
+        self._speaker.arm()
+        try:
+            for stream in self._streams:
+                stream.start()
+        except sd.PortAudioError as exc:
+            self.close()
+            raise AudioDeviceError(f"Could not start the audio devices: {exc}") from None
+
+    def read_frame(self) -> np.ndarray | None:
+        """The next 80 ms of microphone audio at 24 kHz, or None if it has not arrived yet.
+        Keeps at most `max_input_backlog_s` waiting: older audio is dropped, so a slow
+        engine answers late by a bounded amount instead of drifting ever further behind."""
+        n = self._in_ring.read_into(self._in_scratch)
+        if n:
+            converted = self._in_resampler.resample_chunk(self._in_scratch[:n])
+            self._pending = np.concatenate([self._pending, converted])
+        limit = max(FRAME_SIZE, int(ENGINE_RATE * self.config.max_input_backlog_s))
+        if len(self._pending) > limit:
+            self._dropped_in += len(self._pending) - limit
+            self._pending = self._pending[-limit:]
+        self._backlog_s = len(self._pending) / ENGINE_RATE
+        if len(self._pending) < FRAME_SIZE:
+            return None
+        frame, self._pending = self._pending[:FRAME_SIZE], self._pending[FRAME_SIZE:]
+        return frame
+
+    def write_frame(self, pcm: np.ndarray) -> None:
+        converted = self._out_resampler.resample_chunk(np.asarray(pcm, dtype=np.float32))
+        self._dropped_out += len(converted) - self._out_ring.write(converted)
+
+    def problem(self) -> str | None:
+        """A message for the user if either stream has failed, else None."""
+        now = time.monotonic()
+        return self._mic.problem(now) or self._speaker.problem(now)
+
+    def counters(self) -> AudioCounters:
+        return AudioCounters(
+            input_overflows=self._ring_overflows + self._pa_overflows,
+            output_underflows=self._ring_underflows + self._pa_underflows,
+            dropped_input_s=self._dropped_in / ENGINE_RATE,
+            dropped_output_s=self._dropped_out / self._out_rate,
+            input_backlog_s=self._backlog_s)
+
+    def close(self) -> None:
+        """Stop both streams at once (abort: queued audio is not played out). Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        for stream in self._streams:
+            try:
+                stream.abort()
+                stream.close()
+            except sd.PortAudioError:
+                pass  # the device is already gone; nothing is left to release

@@ -1,0 +1,77 @@
+"""The live panel beside the conversation: cadence chart, its statistics, memory, audio
+health, and the runtime switches."""
+from __future__ import annotations
+
+from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from .audio_io import AudioCounters
+from .cadence_chart import CadenceChart
+from .cadence_stats import CadenceStats
+from .runtime_controls import RuntimeControls
+
+
+class CadencePanel(QWidget):
+    def __init__(self, choices: dict, parent=None):
+        super().__init__(parent)
+        self.stats = CadenceStats()
+        self.chart = CadenceChart(self.stats)
+        self.speak_label = QLabel()
+        self.frame_label = QLabel()
+        self.stage_label = QLabel()
+        self.memory_label = QLabel()
+        self.audio_label = QLabel()
+        self.audio_label.setWordWrap(True)
+        self.controls = RuntimeControls(choices)
+        controls_box = QGroupBox("Runtime (applies from the next frame)")
+        QVBoxLayout(controls_box).addWidget(self.controls)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.chart, 1)
+        for label in (self.speak_label, self.frame_label, self.stage_label, self.memory_label,
+                      self.audio_label):
+            layout.addWidget(label)
+        layout.addWidget(controls_box)
+        self.reset()
+
+    def reset(self) -> None:
+        """A new conversation starts a new chart; memory and audio lines wait for frames."""
+        self.stats = CadenceStats()
+        self.chart.stats = self.stats
+        self._refresh_labels()
+        self.memory_label.setText("GPU memory in use: —")
+        self.audio_label.setText("Audio: —")
+        self.chart.update()
+
+    def add_frame(self, timings: dict, speak_s: list[float], gpu_memory: int | None,
+                  counters: AudioCounters, backlog_cap_s: float | None) -> None:
+        """One frame's engine timings, and SPEAK times of seconds completed with it."""
+        self.stats.add_frame(timings)
+        self.stats.add_seconds(speak_s)
+        self._refresh_labels()
+        self.memory_label.setText(
+            "GPU memory in use: n/a (running on CPU)" if gpu_memory is None
+            else f"GPU memory in use: {gpu_memory / 2**30:.2f} GiB")
+        self.audio_label.setText(_audio_line(counters, backlog_cap_s))
+        self.chart.update()
+
+    def _refresh_labels(self) -> None:
+        s = self.stats
+        self.speak_label.setText(
+            f"SPEAK per second: mean {s.speak_mean():.3f} s · p99 {s.speak_p99():.3f} s · "
+            f"seconds over cadence {s.seconds_over()}")
+        self.frame_label.setText(
+            f"Per frame: mean {1000 * s.frame_mean():.1f} ms · p99 {1000 * s.frame_p99():.1f} ms"
+            f" · overruns (> 80 ms) {s.frame_overruns()} of {s.frames}")
+        self.stage_label.setText("Stages (mean): " + " · ".join(
+            f"{stage} {1000 * seconds:.1f} ms" for stage, seconds in s.stage_means().items()))
+
+
+def _audio_line(c: AudioCounters, backlog_cap_s: float | None) -> str:
+    queue = f"mic queue {1000 * c.input_backlog_s:.0f} ms"
+    if backlog_cap_s is not None:
+        queue += f" (capped at {1000 * backlog_cap_s:.0f} ms; {c.dropped_input_s:.2f} s dropped)"
+    line = (f"Audio: {queue} · mic overflows {c.input_overflows} · "
+            f"speaker underflows {c.output_underflows}")
+    if c.dropped_output_s:
+        line += f" · speaker queue full, {c.dropped_output_s:.2f} s dropped"
+    return line

@@ -1,0 +1,57 @@
+"""The numbers behind the cadence panel: engine time per frame, and SPEAK time per second
+of conversation (engine time spent producing that second's 12.5 frames, as the engine's
+session measures it)."""
+from __future__ import annotations
+
+import numpy as np
+
+FRAME_S = 0.08
+STAGES = ("encode", "backbone", "depformer", "decode")
+
+
+class CadenceStats:
+    def __init__(self):
+        self._frame_s = np.zeros(1024, dtype=np.float64)
+        self.frames = 0
+        self.seconds: list[float] = []
+        self._stage_sums = dict.fromkeys(STAGES, 0.0)
+
+    def add_frame(self, timings: dict) -> None:
+        """A frame's engine timings in seconds: `total` and per stage."""
+        if self.frames == len(self._frame_s):
+            self._frame_s = np.concatenate([self._frame_s, np.zeros_like(self._frame_s)])
+        self._frame_s[self.frames] = timings["total"]
+        for stage in STAGES:
+            self._stage_sums[stage] += timings.get(stage, 0.0)
+        self.frames += 1
+
+    def add_seconds(self, speak_s: list[float]) -> None:
+        """SPEAK times of seconds the conversation has just completed."""
+        self.seconds.extend(speak_s)
+
+    @property
+    def frame_times(self) -> np.ndarray:
+        return self._frame_s[:self.frames]
+
+    def stage_means(self) -> dict[str, float]:
+        return {stage: total / max(1, self.frames) for stage, total in self._stage_sums.items()}
+
+    def frame_mean(self) -> float:
+        return float(self.frame_times.mean()) if self.frames else 0.0
+
+    def frame_p99(self) -> float:
+        return float(np.percentile(self.frame_times, 99)) if self.frames else 0.0
+
+    def frame_overruns(self) -> int:
+        """Frames that took longer than the 80 ms they cover."""
+        return int((self.frame_times > FRAME_S).sum())
+
+    def speak_mean(self) -> float:
+        return float(np.mean(self.seconds)) if self.seconds else 0.0
+
+    def speak_p99(self) -> float:
+        return float(np.percentile(self.seconds, 99)) if self.seconds else 0.0
+
+    def seconds_over(self) -> int:
+        """Seconds whose SPEAK time exceeded the one-second cadence."""
+        return sum(1 for s in self.seconds if s > 1.0)

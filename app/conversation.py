@@ -1,0 +1,167 @@
+"""The engine thread of one conversation: microphone frames in, model frames out, results to
+the GUI through queued Qt signals. Torch and the engine are only touched on this thread."""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PyQt6.QtCore import QObject, pyqtSignal
+
+from .audio_io import AudioCounters
+from .recorder import ConversationRecorder
+
+log = logging.getLogger("duplexcadence.conversation")
+IDLE_WAIT_S = 0.004  # between polls of the microphone ring while no frame is complete
+
+
+@dataclass(frozen=True)
+class FrameReport:
+    index: int
+    text: str
+    timings: dict             # seconds per stage (encode, backbone, depformer, decode) + total
+    speak_s: tuple            # SPEAK time of each second of conversation completed now
+    gpu_memory: int | None    # bytes allocated on the model's GPU; None on CPU
+    level_dbfs: float         # of the microphone frame the engine heard
+    counters: AudioCounters
+
+
+@dataclass(frozen=True)
+class ConversationEnd:
+    frames: int
+    recording: Path | None
+    transcript: Path | None
+
+
+class ConversationSignals(QObject):
+    started = pyqtSignal()          # prompts done, audio running
+    frame = pyqtSignal(object)      # FrameReport
+    notice = pyqtSignal(str)        # something the user should know; the conversation goes on
+    failed = pyqtSignal(str)        # the conversation had to stop; says why
+    finished = pyqtSignal(object)   # ConversationEnd, always last
+
+
+class ConversationWorker(threading.Thread):
+    """`link` is an AudioLink (or FileFeed); `recorder` may be None (not recording);
+    `persona` is (voice, role) for PersonaPlex models, else None."""
+
+    def __init__(self, session, link, recorder: ConversationRecorder | None, choices: dict,
+                 persona: tuple[str | None, str] | None, signals: ConversationSignals):
+        super().__init__(name="engine-conversation", daemon=True)
+        self.session, self.link, self.recorder = session, link, recorder
+        self.persona = persona
+        self.signals = signals
+        self._choices = dict(choices)  # applied as the conversation starts
+        self._pending: dict | None = None  # changed mid conversation, for the next frame
+        self._pending_lock = threading.Lock()
+        self._muted = False
+        self._stopping = threading.Event()
+
+    def set_choices(self, choices: dict) -> None:
+        """GUI thread: the engine applies them before its next frame."""
+        with self._pending_lock:
+            self._pending = dict(choices)
+
+    def set_muted(self, muted: bool) -> None:
+        self._muted = muted
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            self._converse()
+        except Exception as exc:  # the engine or a device failed: report, never die silently
+            log.exception("conversation failed")
+            self.signals.failed.emit(f"The conversation stopped: {type(exc).__name__}: {exc}")
+        finally:
+            self.link.close()
+            self._close_recording()
+            self.signals.finished.emit(ConversationEnd(
+                frames=self.recorder.frames if self.recorder else 0,
+                recording=self.recorder.wav_path if self.recorder else None,
+                transcript=self.recorder.json_path if self.recorder else None))
+
+    def _close_recording(self) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.close()
+        except OSError as exc:  # e.g. the disk filled up: what was flushed is still there
+            log.exception("closing the recording failed")
+            self.signals.failed.emit(f"The recording could not be completed: {exc}")
+
+    def _converse(self) -> None:
+        memory = _memory_reader(self.session)
+        self.session.set_options(self.session.options.replace(**self._choices))
+        self._reset_session()
+        if self._stopping.is_set():  # stopped while the prompts played
+            return
+        self.link.start()
+        self.signals.started.emit()
+        index = seconds_reported = 0
+        while not self._stopping.is_set():
+            self._apply_pending()
+            problem = self.link.problem()
+            if problem and not self._stopping.is_set():
+                kept = " (the recording so far is saved)" if self.recorder else ""
+                self.signals.failed.emit(f"{problem} The conversation has stopped{kept}; "
+                                         "start again when the device is back.")
+                return
+            frame = self.link.read_frame()
+            if frame is None:
+                self._stopping.wait(IDLE_WAIT_S)
+                continue
+            if self._muted:
+                frame = np.zeros_like(frame)
+            out = self.session.step(frame)
+            self.link.write_frame(out.pcm)
+            if self.recorder is not None:
+                self.recorder.add_frame(frame, out.pcm, out.text)
+            speak = self.session.speak_times
+            self.signals.frame.emit(FrameReport(
+                index=index, text=out.text, timings=dict(out.timings),
+                speak_s=tuple(speak[seconds_reported:]),
+                gpu_memory=memory(), level_dbfs=_dbfs(frame),
+                counters=self.link.counters()))
+            index += 1
+            seconds_reported = len(speak)
+
+    def _reset_session(self) -> None:
+        """A fresh conversation; PersonaPlex replays its voice and role prompts first."""
+        if self.persona is None:
+            self.session.reset()
+            return
+        from engine import Persona
+        self.signals.notice.emit("Playing the voice and role prompts to the model…")
+        self.session.reset(Persona(*self.persona))
+
+    def _apply_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            self.session.set_options(self.session.options.replace(**pending))
+        except ValueError as exc:
+            self.signals.notice.emit(f"Option not applied: {exc}")
+            return
+        if self.recorder is not None:
+            self.recorder.note_options(pending)
+
+
+def _memory_reader(session):
+    """A function giving the GPU memory the model's device has allocated, or None on CPU."""
+    import torch
+    device = torch.device(session.device)
+    if device.type != "cuda":
+        return lambda: None
+    return lambda: torch.cuda.memory_allocated(device)
+
+
+def _dbfs(frame: np.ndarray) -> float:
+    rms = math.sqrt(float(np.dot(frame, frame)) / len(frame))
+    return 20 * math.log10(max(rms, 1e-6))

@@ -1,0 +1,52 @@
+"""A speech file in place of the microphone, paced in real time, with the model's reply
+discarded: demos and screenshots on machines without a sound card. Same engine-thread
+interface as `AudioLink`."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from .audio_io import ENGINE_RATE, FRAME_SIZE, AudioCounters
+
+
+class FileFeed:
+    def __init__(self, path: str | Path):
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        mono = data.mean(axis=1)
+        if rate != ENGINE_RATE:
+            mono = soxr.resample(mono, rate, ENGINE_RATE)
+        self._audio = np.asarray(mono, dtype=np.float32)
+        self.description = f"{Path(path).name} → engine (reply not played)"
+        self._frames_read = 0
+        self._started_at = None
+
+    def start(self) -> None:
+        self._started_at = time.monotonic()
+
+    def read_frame(self) -> np.ndarray | None:
+        """The file's next 80 ms once its time has come; silence after the file ends."""
+        due = (time.monotonic() - self._started_at) * ENGINE_RATE // FRAME_SIZE
+        if self._frames_read >= due:
+            return None
+        start = self._frames_read * FRAME_SIZE
+        frame = np.zeros(FRAME_SIZE, dtype=np.float32)
+        chunk = self._audio[start:start + FRAME_SIZE]
+        frame[:len(chunk)] = chunk
+        self._frames_read += 1
+        return frame
+
+    def write_frame(self, pcm: np.ndarray) -> None:
+        pass
+
+    def problem(self) -> str | None:
+        return None
+
+    def counters(self) -> AudioCounters:
+        return AudioCounters(0, 0, 0.0, 0.0, 0.0)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,294 @@
+"""The main window: pick a model and audio devices, talk, watch the cadence panel.
+
+Everything slow or numeric runs on engine threads (model loading, the conversation); this
+window only reacts to their queued signals."""
+from __future__ import annotations
+
+import sys
+
+from PyQt6.QtCore import Qt, QUrl
+from PyQt6.QtGui import QDesktopServices, QTextCursor
+from PyQt6.QtWidgets import (QApplication, QCheckBox, QHBoxLayout, QLabel, QMainWindow,
+                             QMessageBox, QPlainTextEdit, QPushButton, QSplitter,
+                             QVBoxLayout, QWidget)
+
+from .app_settings import AppSettings
+from .audio_io import AudioConfig, AudioDeviceError, AudioLink
+from .cadence_panel import CadencePanel
+from .cadence_stats import FRAME_S
+from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
+from .crash_reporting import CrashReporter, default_log_dir, setup_logging
+from .device_picker import DevicePicker
+from .message_bar import MessageBar
+from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, ModelLoader
+from .model_picker import ModelPicker
+from .recorder import ConversationRecorder
+
+HEADPHONES_HINT = ("Tip: use headphones. Through loudspeakers the model hears its own voice "
+                   "and may answer itself.")
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: AppSettings | None = None, device: str = "auto",
+                 audio_config: AudioConfig = AudioConfig()):
+        super().__init__()
+        self.setWindowTitle("DuplexCadence")
+        self.settings = settings or AppSettings()
+        self.compute_device = device
+        self.audio_config = audio_config
+        self.loaded: LoadedModel | None = None
+        self.worker: ConversationWorker | None = None
+        self.loader: ModelLoader | None = None
+        self.last_dialog: QMessageBox | None = None
+        self.last_end: ConversationEnd | None = None
+        self._start_when_loaded = False
+        self._pending_feed = None
+        self._backlog_cap: float | None = None
+        self._build()
+        self._connect()
+        geometry = self.settings.geometry()
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1100, 720)
+        CheckpointScan(self.loader_signals).start()
+
+    # --- layout -------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.hint_bar = MessageBar("Got it")
+        if not self.settings.headphones_hint_done:
+            self.hint_bar.show_message(HEADPHONES_HINT, "info")
+        self.message_bar = MessageBar()
+        self.model_picker = ModelPicker(self.settings)
+        self.device_picker = DevicePicker(self.settings)
+        self.start_button = QPushButton("Start conversation")
+        self.start_button.setDefault(True)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.record_box = QCheckBox("Record (stereo WAV + transcript)")
+        self.record_box.setChecked(self.settings.record)
+        self.recordings_button = QPushButton("Open recordings folder")
+        self.clock = QLabel("0:00")
+        self.transcript = QPlainTextEdit()
+        self.transcript.setReadOnly(True)
+        self.transcript.setPlaceholderText("What the model says appears here.")
+        self.panel = CadencePanel(self.settings.runtime_choices)
+        self.compute_label = QLabel("Compute: no model loaded")
+        self.statusBar().addPermanentWidget(self.compute_label)
+
+        pickers = QHBoxLayout()
+        pickers.addWidget(self.model_picker, 1)
+        pickers.addWidget(self.device_picker, 1)
+        buttons = QHBoxLayout()
+        for widget in (self.start_button, self.stop_button, self.clock):
+            buttons.addWidget(widget)
+        buttons.addStretch(1)
+        buttons.addWidget(self.record_box)
+        buttons.addWidget(self.recordings_button)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(QLabel("Transcript (model)"))
+        left_layout.addWidget(self.transcript)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(self.panel)
+        splitter.setSizes([450, 650])
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        for item in (self.hint_bar, self.message_bar):
+            layout.addWidget(item)
+        layout.addLayout(pickers)
+        layout.addLayout(buttons)
+        layout.addWidget(splitter, 1)
+        self.setCentralWidget(central)
+
+    def _connect(self) -> None:
+        self.loader_signals = LoaderSignals()
+        self.loader_signals.progress.connect(self.model_picker.set_loading)
+        self.loader_signals.loaded.connect(self.set_model)
+        self.loader_signals.failed.connect(self._on_load_failed)
+        self.loader_signals.checkpoints.connect(self.model_picker.add_checkpoints)
+        self.conversation_signals = ConversationSignals()
+        self.conversation_signals.started.connect(
+            lambda: self.statusBar().showMessage("Conversation running."))
+        self.conversation_signals.frame.connect(self._on_frame)
+        self.conversation_signals.notice.connect(lambda text: self.statusBar().showMessage(text))
+        self.conversation_signals.failed.connect(self.message_bar.show_message)
+        self.conversation_signals.finished.connect(self._on_finished)
+        self.model_picker.load_requested.connect(lambda _: self.load_model())
+        self.start_button.clicked.connect(lambda: self.start_conversation())
+        self.stop_button.clicked.connect(self.stop_conversation)
+        self.record_box.toggled.connect(lambda on: setattr(self.settings, "record", on))
+        self.recordings_button.clicked.connect(self.open_recordings)
+        self.device_picker.muted_changed.connect(self._on_muted)
+        self.panel.controls.changed.connect(self._on_choices)
+        self.hint_bar.dismissed.connect(
+            lambda: setattr(self.settings, "headphones_hint_done", True))
+
+    # --- model --------------------------------------------------------------------------
+    def load_model(self) -> None:
+        if (self.loader is not None and self.loader.is_alive()) or self.worker is not None:
+            return
+        source = self.model_picker.source()
+        self.settings.model_source = source
+        self.loaded = None  # free the previous model first: two 7B models rarely fit
+        self.compute_label.setText("Compute: loading…")
+        self.start_button.setEnabled(False)
+        self.model_picker.set_loading(f"Loading {source}…")
+        self.loader = ModelLoader(source, self.compute_device, self.loader_signals)
+        self.loader.start()
+
+    def set_model(self, loaded: LoadedModel) -> None:
+        """Talk with this (loaded) model from now on."""
+        self.loaded = loaded
+        self.model_picker.set_done(f"Loaded {loaded.name} on {loaded.device_label}.")
+        self.model_picker.show_persona(loaded.voices, loaded.default_role)
+        self.compute_label.setText(f"Compute: {loaded.device_label}")
+        self.panel.controls.apply_capabilities(loaded.capabilities)
+        self.start_button.setEnabled(True)
+        if self._start_when_loaded:
+            self._start_when_loaded = False
+            self.start_conversation()
+
+    def _on_load_failed(self, source: str, message: str) -> None:
+        self._start_when_loaded = False
+        self.model_picker.set_done(f"Could not load {source}.")
+        self.start_button.setEnabled(True)
+        self.last_dialog = QMessageBox(QMessageBox.Icon.Critical, "Could not load the model",
+                                       message, QMessageBox.StandardButton.Ok, self)
+        self.last_dialog.open()
+
+    # --- conversation -------------------------------------------------------------------
+    def start_conversation(self, feed=None) -> None:
+        """Talk through the chosen devices, or through `feed` (e.g. a FileFeed)."""
+        if self.worker is not None:
+            return
+        if self.loaded is None or self.loaded.source != self.model_picker.source():
+            self._start_when_loaded = True
+            self._pending_feed = feed
+            self.load_model()
+            return
+        feed, self._pending_feed = feed or self._pending_feed, None
+        self.message_bar.hide()
+        link = feed or self._open_audio()
+        if link is None:
+            return
+        self._backlog_cap = self.audio_config.max_input_backlog_s if feed is None else None
+        persona = None
+        if self.loaded.voices:
+            voice, role = self.model_picker.persona()
+            self.settings.set_persona(self.model_picker.voice.currentText(), role)
+            persona = (voice, role or self.loaded.default_role)
+        choices = self.panel.controls.choices()
+        recorder = None
+        if self.record_box.isChecked():
+            try:
+                recorder = ConversationRecorder(self.settings.recordings_dir, self.loaded.name,
+                                                choices)
+            except OSError as exc:
+                link.close()
+                self.message_bar.show_message(f"Cannot write the recording: {exc}")
+                return
+        self.panel.reset()
+        self.transcript.appendPlainText(f"— {self.loaded.name}, {link.description} —\n")
+        self.worker = ConversationWorker(self.loaded.session, link, recorder, choices, persona,
+                                         self.conversation_signals)
+        self.worker.set_muted(self.device_picker.mute.isChecked())
+        self.worker.start()
+        self._set_running(True)
+
+    def _open_audio(self) -> AudioLink | None:
+        microphone = self.device_picker.selected("input")
+        speaker = self.device_picker.selected("output")
+        if microphone is None or speaker is None:
+            missing = "microphone" if microphone is None else "speaker"
+            self.message_bar.show_message(
+                f"No {missing} found. Connect one, then press Refresh in the Audio box.")
+            return None
+        try:
+            return AudioLink(microphone, speaker, self.audio_config)
+        except AudioDeviceError as exc:
+            self.message_bar.show_message(str(exc))
+            return None
+
+    def stop_conversation(self) -> None:
+        """Silence at once; the engine thread finishes its current frame and exits."""
+        if self.worker is None:
+            return
+        self.worker.stop()
+        self.worker.link.close()
+        self.stop_button.setEnabled(False)
+        self.statusBar().showMessage("Stopping…")
+
+    def _on_frame(self, report: FrameReport) -> None:
+        if report.text:
+            self.transcript.moveCursor(QTextCursor.MoveOperation.End)
+            self.transcript.insertPlainText(report.text)
+        self.panel.add_frame(report.timings, list(report.speak_s), report.gpu_memory,
+                             report.counters, self._backlog_cap)
+        self.device_picker.set_level(report.level_dbfs)
+        seconds = int((report.index + 1) * FRAME_S)
+        self.clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
+
+    def _on_finished(self, end: ConversationEnd) -> None:
+        self.last_end = end
+        if self.worker is not None:
+            self.worker.join(timeout=1.0)
+        self.worker = None
+        self._set_running(False)
+        self.transcript.appendPlainText("")
+        if end.recording is not None:
+            self.statusBar().showMessage(f"Recording saved: {end.recording}")
+        else:
+            self.statusBar().clearMessage()
+
+    def _set_running(self, running: bool) -> None:
+        self.start_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+        self.record_box.setEnabled(not running)
+        self.model_picker.set_controls_enabled(not running)
+        self.model_picker.voice.setEnabled(not running)
+        self.model_picker.role.setEnabled(not running)
+        self.device_picker.set_running(running)
+
+    def _on_choices(self, choices: dict) -> None:
+        self.settings.runtime_choices = choices
+        if self.worker is not None:
+            self.worker.set_choices(choices)
+
+    def _on_muted(self, muted: bool) -> None:
+        if self.worker is not None:
+            self.worker.set_muted(muted)
+
+    def open_recordings(self) -> None:
+        folder = self.settings.recordings_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+    def closeEvent(self, event) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker.link.close()
+            self.worker.join(timeout=5.0)
+        self.settings.set_geometry(self.saveGeometry())
+        super().closeEvent(event)
+
+
+def run_app(model: str | None = None, device: str = "auto") -> int:
+    """Open the window (optionally loading `model` at once, on `device`: auto, cuda or cpu)
+    and run until it is closed; returns the exit status."""
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setOrganizationName("DuplexCadence")
+    app.setApplicationName("DuplexCadence")
+    reporter = CrashReporter(setup_logging(default_log_dir()))
+    window = MainWindow(AppSettings(), device=device)
+    reporter.parent_window = window
+    window.show()
+    if model:
+        window.model_picker.select(model)
+        window.load_model()
+    try:
+        return app.exec()
+    finally:
+        reporter.uninstall()

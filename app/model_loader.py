@@ -1,0 +1,97 @@
+"""Background threads that touch the engine before a conversation: loading a model (and
+building its session), and listing checkpoints in the local Hugging Face cache. The engine,
+and with it torch, is imported here, never on the GUI thread."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+from PyQt6.QtCore import QObject, pyqtSignal
+
+log = logging.getLogger("duplexcadence.loader")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    source: str
+    name: str
+    session: object           # engine.DuplexSession; only used on engine threads
+    voices: list[str]         # PersonaPlex voice prompts; empty for other models
+    default_role: str         # PersonaPlex role prompt used when the user gives none
+    device_label: str         # "CPU" or the GPU's name
+    capabilities: dict        # option name -> None if usable, else why not
+
+
+class LoaderSignals(QObject):
+    progress = pyqtSignal(str)
+    loaded = pyqtSignal(object)        # LoadedModel
+    failed = pyqtSignal(str, str)      # source, message naming the file and the problem
+    checkpoints = pyqtSignal(list)     # [(label, source)] from the Hugging Face cache
+
+
+class ModelLoader(threading.Thread):
+    def __init__(self, source: str, device: str, signals: LoaderSignals):
+        super().__init__(name="engine-loader", daemon=True)
+        self.source, self.device, self.signals = source, device, signals
+
+    def run(self) -> None:
+        self.signals.progress.emit("Starting the engine…")
+        try:
+            from engine.errors import CheckpointError
+        except Exception as exc:  # a broken installation: say so instead of dying
+            log.exception("importing the engine failed")
+            self.signals.failed.emit(self.source, f"The engine could not start: {exc}")
+            return
+        try:
+            self.signals.loaded.emit(self._load())
+        except CheckpointError as exc:
+            self.signals.failed.emit(self.source, str(exc))
+        except Exception as exc:  # anything else is a bug or an environment problem: log it
+            log.exception("loading %s failed", self.source)
+            self.signals.failed.emit(self.source, f"{self.source}: {type(exc).__name__}: {exc}")
+
+    def _load(self) -> LoadedModel:
+        import torch
+
+        from engine import DuplexSession, Persona, RuntimeOptions, load_model
+        from engine.lm.personaplex import DEFAULT_ROLE
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            # Leave a core to the GUI and the audio callbacks. When one of torch's OpenMP
+            # workers is descheduled every parallel region waits for it: the demo model ran
+            # 50x slower on a busy 2-core machine with 2 threads than with 1.
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+        label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
+        self.signals.progress.emit(f"Loading {self.source} on {label}…")
+        model = load_model(self.source, device=device)
+        self.signals.progress.emit("Preparing the session…")
+        # No prompts yet: the conversation's start plays the ones the user picks.
+        persona = Persona(None, "") if model.is_personaplex else None
+        session = DuplexSession(model, RuntimeOptions(), persona)
+        return LoadedModel(
+            source=self.source, name=model.name, session=session,
+            voices=sorted(model.voices) if model.is_personaplex else [],
+            default_role=DEFAULT_ROLE if model.is_personaplex else "", device_label=label,
+            capabilities=dict(session.capabilities()))
+
+
+class CheckpointScan(threading.Thread):
+    """Lists cached checkpoints without blocking the window (the cache may be large)."""
+
+    def __init__(self, signals: LoaderSignals):
+        super().__init__(name="checkpoint-scan", daemon=True)
+        self.signals = signals
+
+    def run(self) -> None:
+        try:
+            from engine import hub
+            found = [(c.name, c.name) for c in hub.find_local_checkpoints() if c.name != "demo"]
+        except Exception:  # an unreadable cache only means fewer choices
+            log.exception("scanning the Hugging Face cache failed")
+            return
+        self.signals.checkpoints.emit(found)
+

@@ -1,0 +1,112 @@
+"""Which model to talk with: the built-in demo, checkpoints found in the local Hugging Face
+cache, or a folder; loading status; PersonaPlex voice and role prompt."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PyQt6.QtCore import pyqtSignal
+from PyQt6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, QLabel,
+                             QLineEdit, QProgressBar, QPushButton)
+
+from .app_settings import AppSettings
+
+DEMO = ("Demo model (built in, untrained)", "demo")
+NO_VOICE = "No voice prompt"
+
+
+class ModelPicker(QGroupBox):
+    load_requested = pyqtSignal(str)  # a source as engine.load_model takes it
+
+    def __init__(self, settings: AppSettings, parent=None):
+        super().__init__("Model", parent)
+        self.settings = settings
+        self.combo = QComboBox()
+        self.combo.setMinimumContentsLength(28)
+        self.combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.addItem(*DEMO)
+        for folder in settings.model_folders:
+            self.combo.addItem(f"Folder: {folder}", folder)
+        self.folder_button = QPushButton("Folder…")
+        self.folder_button.setToolTip("Use a checkpoint folder (model.safetensors, Mimi "
+                                      "tokenizer, SentencePiece model).")
+        self.folder_button.clicked.connect(self._choose_folder)
+        self.load_button = QPushButton("Load")
+        self.load_button.clicked.connect(lambda: self.load_requested.emit(self.source()))
+        self.status = QLabel("No model loaded.")
+        self.status.setWordWrap(True)
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)  # loading reports stages, not fractions
+        self.busy.setMaximumHeight(10)
+        self.busy.hide()
+        self.voice = QComboBox()
+        self.role = QLineEdit()
+        self.persona_labels = (QLabel("Voice"), QLabel("Role"))
+        layout = QGridLayout(self)
+        layout.addWidget(self.combo, 0, 0, 1, 2)
+        layout.addWidget(self.folder_button, 0, 2)
+        layout.addWidget(self.load_button, 0, 3)
+        layout.addWidget(self.status, 1, 0, 1, 4)
+        layout.addWidget(self.busy, 2, 0, 1, 4)
+        layout.addWidget(self.persona_labels[0], 3, 0)
+        layout.addWidget(self.voice, 3, 1, 1, 3)
+        layout.addWidget(self.persona_labels[1], 4, 0)
+        layout.addWidget(self.role, 4, 1, 1, 3)
+        layout.setColumnStretch(1, 1)
+        self.show_persona([])
+        self.select(settings.model_source)
+
+    def source(self) -> str:
+        return self.combo.currentData()
+
+    def select(self, source: str) -> None:
+        index = self.combo.findData(source)
+        if index < 0:
+            label = f"Folder: {source}" if Path(source).is_dir() else source
+            self.combo.addItem(label, source)
+            index = self.combo.count() - 1
+        self.combo.setCurrentIndex(index)
+
+    def add_checkpoints(self, checkpoints: list[tuple[str, str]]) -> None:
+        """(label, source) pairs found in the local Hugging Face cache."""
+        for label, source in checkpoints:
+            if self.combo.findData(source) < 0:
+                self.combo.addItem(f"Hugging Face cache: {label}", source)
+
+    def set_loading(self, stage: str) -> None:
+        self.status.setText(stage)
+        self.busy.show()
+        self.set_controls_enabled(False)
+
+    def set_done(self, text: str) -> None:
+        self.status.setText(text)
+        self.busy.hide()
+        self.set_controls_enabled(True)
+
+    def set_controls_enabled(self, enabled: bool) -> None:
+        for widget in (self.combo, self.folder_button, self.load_button):
+            widget.setEnabled(enabled)
+
+    def show_persona(self, voices: list[str], default_role: str = "") -> None:
+        """PersonaPlex models take a voice and a role prompt; others hide the fields."""
+        saved_voice, saved_role = self.settings.persona()
+        self.voice.clear()
+        self.voice.addItems(voices)
+        self.voice.addItem(NO_VOICE, None)
+        if saved_voice in voices + [NO_VOICE]:
+            self.voice.setCurrentText(saved_voice)
+        self.role.setPlaceholderText(default_role or "Role prompt")
+        self.role.setText(saved_role)
+        for widget in (self.voice, self.role, *self.persona_labels):
+            widget.setVisible(bool(voices))
+
+    def persona(self) -> tuple[str | None, str]:
+        """The chosen voice prompt (None: none) and role prompt text."""
+        voice = self.voice.currentText()
+        return (None if voice == NO_VOICE else voice), self.role.text().strip()
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Checkpoint folder")
+        if folder:
+            self.settings.remember_folder(folder)
+            self.select(folder)

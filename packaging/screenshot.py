@@ -1,0 +1,69 @@
+"""Render the product screenshot (assets/screenshot.png): the main window in the middle of a
+conversation with the demo model, the bundled speech sample standing in for the microphone.
+
+Runs without a display (Qt's offscreen platform) and without touching the user's settings:
+    python packaging/screenshot.py [--output assets/screenshot.png] [--seconds 12]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # runnable from a checkout, installed or not
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=REPO / "assets" / "screenshot.png")
+    parser.add_argument("--seconds", type=float, default=8.0,
+                        help="conversation time to show before the shot")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PyQt6.QtCore import QSettings, QTimer
+    from PyQt6.QtWidgets import QApplication
+
+    from app.app_settings import AppSettings
+    from app.file_feed import FileFeed
+    from app.main_window import MainWindow
+
+    app = QApplication(sys.argv[:1])
+    with tempfile.TemporaryDirectory() as scratch:
+        q = QSettings(str(Path(scratch) / "settings.ini"), QSettings.Format.IniFormat)
+        q.setValue("recording/folder", str(Path(scratch) / "recordings"))
+        settings = AppSettings(q)
+        settings.headphones_hint_done = True
+        window = MainWindow(settings, device="cpu")
+        window.resize(1280, 800)
+        window.show()
+        frames_wanted = int(args.seconds / 0.08)
+        failures: list[str] = []
+        window.loader_signals.failed.connect(lambda source, message: failures.append(message))
+        window.conversation_signals.failed.connect(failures.append)
+
+        def check() -> None:
+            if failures or window.panel.stats.frames >= frames_wanted:
+                if not failures:
+                    args.output.parent.mkdir(parents=True, exist_ok=True)
+                    window.grab().save(str(args.output))
+                window.close()
+                app.quit()
+
+        timer = QTimer()
+        timer.timeout.connect(check)
+        timer.start(100)
+        window.start_conversation(FileFeed(REPO / "assets" / "speech_sample.wav"))
+        app.exec()
+    if failures:
+        print(f"screenshot: {failures[0]}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

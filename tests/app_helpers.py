@@ -1,0 +1,45 @@
+"""Shared pieces of the app tests: isolated settings, a window, the demo model loaded once."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PyQt6.QtCore import QSettings, Qt  # noqa: E402
+
+from app.app_settings import AppSettings  # noqa: E402
+from app.model_loader import LoadedModel, LoaderSignals, ModelLoader  # noqa: E402
+
+
+def isolated_settings(folder) -> AppSettings:
+    """Settings in a test folder (never the user's), recordings beside them."""
+    q = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
+    q.setValue("recording/folder", str(folder / "recordings"))
+    return AppSettings(q)
+
+
+def load_demo() -> LoadedModel:
+    """The demo model through the app's own loader thread (direct connections: the results
+    are collected on that thread, no event loop needed)."""
+    signals = LoaderSignals()
+    results = []
+    signals.loaded.connect(results.append, Qt.ConnectionType.DirectConnection)
+    signals.failed.connect(lambda *failure: results.append(failure),
+                           Qt.ConnectionType.DirectConnection)
+    loader = ModelLoader("demo", "cpu", signals)
+    loader.start()
+    loader.join()
+    assert isinstance(results[-1], LoadedModel), results
+    return results[-1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def keep_torch_threads():
+    """The app's loader sets torch's (process-wide) thread count for the GUI's sake; give
+    the other test modules theirs back."""
+    import torch
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -1,0 +1,208 @@
+"""A private PulseAudio server with a virtual microphone and a virtual speaker, so tests can
+run real PortAudio streams on machines without sound hardware (CI runs as root: pulseaudio
+then only warns, and `--use-pid-file=no` keeps it off any system instance's files).
+
+Two null sinks: whatever is played into `dc_mic` comes out of its monitor, which is the
+default source (the app's microphone); the app's default sink is `dc_speaker`, whose
+monitor a test records. ALSA's default PCM goes to this server (libasound2-plugins), and
+PortAudio sees it as its ALSA "default" device.
+
+An idle null sink sleeps on a timer of up to two seconds, and a stream opened then waits
+for it to wake; a silent low-latency stream kept playing into each sink keeps it awake.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SINK_RATE = 48000
+MIC_SINK = "dc_mic"
+SPEAKER_SINK = "dc_speaker"
+ASOUNDRC = "pcm.!default { type pulse }\nctl.!default { type pulse }\n"
+TOOLS = ("pulseaudio", "pactl", "paplay", "parecord", "pacat")
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
+
+
+class VirtualAudio:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.runtime = self.root / "runtime"
+        self.socket = self.runtime / "pulse.sock"
+        self.log = self.root / "pulseaudio.log"
+        self.server: subprocess.Popen | None = None
+        self._keepers: list[subprocess.Popen] = []
+        self._saved_env: dict[str, str | None] = {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for the server and its command-line clients."""
+        return {**os.environ, "HOME": str(self.root), "XDG_RUNTIME_DIR": str(self.runtime),
+                "PULSE_SERVER": f"unix:{self.socket}"}
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        self.runtime.mkdir(parents=True, exist_ok=True)
+        self.runtime.chmod(0o700)
+        asoundrc = self.root / "asoundrc"
+        asoundrc.write_text(ASOUNDRC)
+        command = [
+            "pulseaudio", "-n", "--daemonize=no", "--system=no", "--use-pid-file=no",
+            "--exit-idle-time=-1", "--disable-shm=yes", f"--log-target=file:{self.log}",
+            # Near-transparent rate conversion, so tests can compare what was played with
+            # what was heard sample by sample.
+            "--resample-method=soxr-vhq",
+            "-L", f"module-null-sink sink_name={MIC_SINK} rate={SINK_RATE} channels=1",
+            "-L", f"module-null-sink sink_name={SPEAKER_SINK} rate={SINK_RATE} channels=1",
+            "-L", f"module-native-protocol-unix socket={self.socket} auth-anonymous=1",
+        ]
+        self.server = subprocess.Popen(command, env=self.env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self._wait_ready()
+        self.pactl("set-default-sink", SPEAKER_SINK)
+        self.pactl("set-default-source", f"{MIC_SINK}.monitor")
+        self._keepers = [self._play_silence(sink) for sink in (MIC_SINK, SPEAKER_SINK)]
+        time.sleep(2.5)  # the sinks' current idle sleep ends; from now on they run at 20 ms
+        self._set_env({"PULSE_SERVER": f"unix:{self.socket}",
+                       "ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asoundrc}"})
+        _rescan_portaudio()
+
+    def _wait_ready(self, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise RuntimeError(f"pulseaudio exited with {self.server.returncode}: "
+                                   f"{self._log_tail()}")
+            probe = subprocess.run(["pactl", "info"], env=self.env, capture_output=True)
+            if probe.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"pulseaudio did not answer within {timeout_s} s: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        return self.log.read_text()[-2000:] if self.log.exists() else "(no log)"
+
+    def _play_silence(self, sink: str) -> subprocess.Popen:
+        with open("/dev/zero", "rb") as zeros:  # the child keeps its own copy of the handle
+            return subprocess.Popen(
+                ["pacat", "--playback", f"--device={sink}", "--latency-msec=20", "--raw",
+                 "--format=s16le", f"--rate={SINK_RATE}", "--channels=1"], stdin=zeros,
+                env=self.env, preexec_fn=_die_with_parent)
+
+    def pactl(self, *args: str) -> str:
+        done = subprocess.run(["pactl", *args], env=self.env, capture_output=True, text=True,
+                              check=True)
+        return done.stdout
+
+    def play_into_microphone(self, wav: Path) -> subprocess.Popen:
+        """Play a file into the virtual microphone (real-time paced)."""
+        return subprocess.Popen(["paplay", f"--device={MIC_SINK}", str(wav)], env=self.env)
+
+    def record_speaker(self, wav: Path) -> subprocess.Popen:
+        """Record what reaches the virtual speaker, at the sink's own rate (no conversion
+        on the way out), until the process is terminated."""
+        return subprocess.Popen(["parecord", f"--device={SPEAKER_SINK}.monitor",
+                                 "--file-format=wav", "--channels=1", f"--rate={SINK_RATE}",
+                                 str(wav)], env=self.env)
+
+    def suspend_speaker(self) -> None:
+        """The speaker stops taking audio: its stream's callbacks stop coming."""
+        self.pactl("suspend-sink", SPEAKER_SINK, "1")
+
+    def stop(self) -> None:
+        for keeper in self._keepers:
+            keeper.terminate()
+            keeper.wait()
+        self._keepers = []
+        if self.server is not None and self.server.poll() is None:
+            self.server.terminate()
+            try:
+                self.server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+        self.server = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+        _rescan_portaudio()
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        for key, value in values.items():
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+
+def _die_with_parent() -> None:
+    """In the child: a killed test run must not leave a sound server behind."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _rescan_portaudio() -> None:
+    """PortAudio (and ALSA's configuration) are read at initialisation: re-read them."""
+    import sounddevice as sd
+    sd._terminate()
+    sd._initialize()
+
+
+@pytest.fixture(scope="module")
+def virtual_audio(tmp_path_factory):
+    """A running VirtualAudio for the module's tests. Missing tools fail loudly rather than
+    skip: CI must exercise real streams (deselect with `-m "not audio"` if you must)."""
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"virtual audio needs {', '.join(missing)} (Debian: pulseaudio "
+                    "pulseaudio-utils libasound2-plugins libportaudio2)")
+    audio = VirtualAudio(tmp_path_factory.mktemp("pulse"))
+    audio.start()
+    yield audio
+    audio.stop()
+
+
+def best_window_match(source: np.ndarray, target: np.ndarray, rate: int,
+                      window_s: float = 0.1, count: int = 5, band_hz: float = 8000) -> float:
+    """Whether `source`'s audio turns up in `target` (same rate): the best normalised
+    correlation of any of `source`'s `count` loudest short windows against every window of
+    `target`, both low-passed to `band_hz` (resampler filters differ near Nyquist). 1.0 =
+    found unchanged; unrelated audio scores around 0.1. Short windows, because a slow engine's
+    audio is cut by dropped backlog and speaker underflows."""
+    source, target = _low_pass(source, rate, band_hz), _low_pass(target, rate, band_hz)
+    width = int(window_s * rate)
+    starts = range(0, len(source) - width, width // 2)
+    loudest = sorted(starts, key=lambda s: -np.square(source[s:s + width]).sum())[:count]
+    return max(_match(source[s:s + width], target) for s in loudest)
+
+
+def _match(segment: np.ndarray, signal: np.ndarray) -> float:
+    n = len(signal) + len(segment)
+    xcorr = np.fft.irfft(np.fft.rfft(signal, n) * np.conj(np.fft.rfft(segment, n)), n)
+    xcorr = xcorr[:len(signal) - len(segment) + 1]
+    energy = np.cumsum(np.concatenate([[0.0], np.square(signal, dtype=np.float64)]))
+    window_norm = np.sqrt(np.maximum(energy[len(segment):] - energy[:-len(segment)], 1e-12))
+    return float(np.max(np.abs(xcorr) / (window_norm * np.linalg.norm(segment))))
+
+
+def _low_pass(x: np.ndarray, rate: int, band_hz: float) -> np.ndarray:
+    spectrum = np.fft.rfft(x)
+    spectrum[np.fft.rfftfreq(len(x), 1 / rate) > band_hz] = 0
+    return np.fft.irfft(spectrum, len(x))

@@ -1,0 +1,98 @@
+"""Cadence statistics and the panel that draws them, from synthetic timings."""
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from app.audio_io import AudioCounters  # noqa: E402
+from app.cadence_chart import OVER, UNDER  # noqa: E402
+from app.cadence_panel import CadencePanel  # noqa: E402
+from app.cadence_stats import CadenceStats  # noqa: E402
+
+
+def test_frame_statistics_and_overruns():
+    stats = CadenceStats()
+    times = [0.05] * 20 + [0.12] * 5  # the last five frames are over 80 ms
+    for t in times:
+        stats.add_frame({"encode": 0.01, "backbone": t - 0.02, "depformer": 0.005,
+                         "decode": 0.005, "total": t})
+    assert stats.frames == 25
+    assert stats.frame_overruns() == 5
+    assert stats.frame_mean() == pytest.approx(np.mean(times))
+    assert stats.frame_p99() == pytest.approx(np.percentile(times, 99))
+    means = stats.stage_means()
+    assert means["encode"] == pytest.approx(0.01)
+    assert means["backbone"] == pytest.approx(np.mean(times) - 0.02)
+
+
+def test_second_statistics_count_seconds_over_the_cadence():
+    stats = CadenceStats()
+    assert stats.speak_mean() == 0 and stats.seconds_over() == 0
+    stats.add_seconds([0.4, 0.9])
+    stats.add_seconds([1.3])
+    assert stats.seconds == [0.4, 0.9, 1.3]
+    assert stats.seconds_over() == 1
+    assert stats.speak_mean() == pytest.approx(0.8667, abs=1e-4)
+    assert stats.speak_p99() == pytest.approx(np.percentile([0.4, 0.9, 1.3], 99))
+
+
+def _timings(total: float) -> dict:
+    return {"encode": 0.1 * total, "backbone": 0.6 * total, "depformer": 0.2 * total,
+            "decode": 0.1 * total, "total": total}
+
+
+def _colour_count(image, colour) -> int:
+    pixels = image.constBits()
+    pixels.setsize(image.sizeInBytes())
+    argb = np.frombuffer(pixels, dtype=np.uint32)
+    return int((argb == colour.rgba()).sum())
+
+
+def test_panel_draws_bars_coloured_by_cadence(qtbot):
+    panel = CadencePanel({})
+    qtbot.addWidget(panel)
+    panel.resize(600, 500)
+    counters = AudioCounters(1, 2, 0.5, 0.0, 0.08)
+    for i in range(25):  # seconds well under the cadence
+        panel.add_frame(_timings(0.05), [0.625] if i in (12, 24) else [], None, counters, 0.32)
+    image = panel.chart.grab().toImage()
+    under = _colour_count(image, UNDER)
+    assert under > 0 and _colour_count(image, OVER) == 0
+    for i in range(25):  # over: 1.375 s per second
+        panel.add_frame(_timings(0.11), [1.375] if i in (12, 24) else [], 3 * 2**30, counters,
+                        0.32)
+    image = panel.chart.grab().toImage()
+    assert _colour_count(image, OVER) > 0
+    assert "overruns (> 80 ms) 25 of 50" in panel.frame_label.text()
+    assert "seconds over cadence 2" in panel.speak_label.text()
+    assert "3.00 GiB" in panel.memory_label.text()
+    assert "backbone 48.0 ms" in panel.stage_label.text()  # mean of 30 and 66 ms
+    assert "speaker underflows 2" in panel.audio_label.text()
+    assert "capped at 320 ms" in panel.audio_label.text()
+    panel.reset()
+    assert panel.stats.frames == 0
+    assert _colour_count(panel.chart.grab().toImage(), OVER) == 0
+
+
+def test_switches_follow_what_the_engine_can_do(qtbot):
+    panel = CadencePanel({"graph_replay": True, "policy": "speak"})
+    qtbot.addWidget(panel)
+    controls = panel.controls
+    emitted = []
+    controls.changed.connect(emitted.append)
+    on_gpu = {"graph_replay": None, "demand_sized_state": None, "policy.ar": None,
+              "policy.listen": None, "policy.speak": "needs the DiffuPlex predictor"}
+    controls.apply_capabilities(on_gpu)
+    assert controls.graph_replay.isEnabled() and controls.graph_replay.isChecked()
+    assert controls.choices()["policy"] == "ar"  # SPEAK is not available: back to AR
+    assert "needs the DiffuPlex predictor" in controls.policy.toolTip()
+    assert not controls.policy.model().item(2).isEnabled()
+    assert controls.policy.model().item(1).isEnabled()
+    controls.apply_capabilities({**on_gpu, "graph_replay": "needs CUDA"})
+    assert not controls.graph_replay.isEnabled() and not controls.graph_replay.isChecked()
+    assert "needs CUDA" in controls.graph_replay.toolTip()
+    assert emitted == []  # forced fallbacks are not the user's choices
+    controls.demand_sized_state.click()
+    assert emitted[-1]["demand_sized_state"] is True

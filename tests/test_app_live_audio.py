@@ -1,0 +1,119 @@
+"""Whole conversations through real PortAudio streams on the private PulseAudio server:
+speech played into the virtual microphone, the demo model answering into the virtual
+speaker, the recording checked; and a speaker that fails mid conversation."""
+import os
+
+import pytest
+import soundfile as sf
+import soxr
+
+from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
+from tests.audio_fixture import SINK_RATE, SPEAKER_SINK, best_window_match
+from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
+
+from app import audio_devices  # noqa: E402
+from app.audio_io import ENGINE_RATE, AudioConfig  # noqa: E402
+from app.main_window import MainWindow  # noqa: E402
+
+pytestmark = pytest.mark.audio
+SPEECH = "assets/speech_sample.wav"
+
+
+@pytest.fixture(scope="module")
+def demo_model(qapp):
+    return load_demo()
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, demo_model, virtual_audio):
+    w = MainWindow(isolated_settings(tmp_path), device="cpu",
+                   audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
+    qtbot.addWidget(w)
+    w.show()
+    w.model_picker.select("demo")
+    w.set_model(demo_model)
+    w.model_picker.voice.setCurrentText("No voice prompt")  # short prompts: fast start
+    w.model_picker.role.setText("Hi.")
+    yield w
+    w.close()
+
+
+def _start(qtbot, window):
+    assert window.device_picker.selected("input").is_default
+    with qtbot.waitSignal(window.conversation_signals.started, timeout=60_000):
+        window.start_conversation()
+
+
+def _stop(qtbot, window):
+    with qtbot.waitSignal(window.conversation_signals.finished, timeout=10_000):
+        window.stop_conversation()
+
+
+def test_a_conversation_through_virtual_devices(qtbot, window, virtual_audio, tmp_path):
+    speech, rate = sf.read(SPEECH, dtype="float32")
+    speech = soxr.resample(speech, rate, ENGINE_RATE)
+    speaker = virtual_audio.record_speaker(tmp_path / "speaker.wav")
+    _start(qtbot, window)
+    player = virtual_audio.play_into_microphone(SPEECH)
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= 40, timeout=90_000)
+    _stop(qtbot, window)
+    player.terminate()
+    speaker.terminate()
+    speaker.wait()
+    assert window.message_bar.text() == ""
+    # Nothing of ours is left connected to the sound server (the fixture's own playing
+    # streams are sink inputs; recorders are source outputs and all have ended).
+    assert virtual_audio.pactl("list", "short", "source-outputs") == ""
+    end = window.last_end
+    audio, rate = sf.read(end.recording, dtype="float32")
+    assert rate == ENGINE_RATE and audio.shape == (end.frames * 1920, 2)
+    assert end.frames >= window.panel.stats.frames >= 40
+    user, model = audio[:, 0], audio[:, 1]
+    # The microphone channel carries the speech that was played (resampled twice).
+    assert best_window_match(user, speech, ENGINE_RATE) > 0.9
+    # The model spoke, and what it said reached the virtual speaker.
+    assert model[len(model) // 2:].std() > 1e-3
+    played, _ = sf.read(tmp_path / "speaker.wav", dtype="float32")
+    # Compared at the speaker's rate, where the two line up on whole samples (at 24 kHz a
+    # half-sample offset would blur the comparison). Stopping drops what was still queued
+    # for the speaker (~0.2 s): look before that.
+    said = soxr.resample(model[:-ENGINE_RATE // 2], ENGINE_RATE, SINK_RATE)
+    assert best_window_match(said, played, SINK_RATE) > 0.9
+
+
+def test_a_speaker_failing_mid_conversation(qtbot, window, virtual_audio):
+    _start(qtbot, window)
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= 10, timeout=30_000)
+    try:
+        with qtbot.waitSignal(window.conversation_signals.finished, timeout=30_000):
+            virtual_audio.suspend_speaker()
+    finally:
+        virtual_audio.pactl("suspend-sink", SPEAKER_SINK, "0")
+    assert "speaker stopped" in window.message_bar.text()
+    end = window.last_end
+    audio, _ = sf.read(end.recording, dtype="float32")
+    assert audio.shape == (end.frames * 1920, 2) and end.frames >= 10
+    # The app is still usable: a new conversation starts and runs.
+    assert window.start_button.isEnabled()
+    _start(qtbot, window)
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= 5, timeout=30_000)
+    _stop(qtbot, window)
+    assert window.last_end.frames >= 5
+
+
+def test_refresh_lists_a_device_that_appeared(qtbot, window, tmp_path, monkeypatch):
+    """A new ALSA device (one more name on the same sound server) shows up on Refresh, and
+    the system default stays preselected."""
+    extra = tmp_path / "extra.conf"
+    extra.write_text('pcm.dc_extra {\n type pulse\n hint { show on description "extra" }\n}\n')
+    names = lambda: [window.device_picker.microphone.itemText(i)  # noqa: E731
+                     for i in range(window.device_picker.microphone.count())]
+    assert "dc_extra" not in names()
+    monkeypatch.setenv("ALSA_CONFIG_PATH", f"{os.environ['ALSA_CONFIG_PATH']}:{extra}")
+    try:
+        window.device_picker.refresh_button.click()
+        assert "dc_extra" in names()
+        assert window.device_picker.selected("input").is_default
+    finally:
+        monkeypatch.undo()
+        audio_devices.rescan()

@@ -1,0 +1,217 @@
+"""The main window offscreen: loading, conversations from a file, runtime switches reaching
+the session, recordings, settings, messages for missing devices and bad checkpoints."""
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+import pytest
+import soundfile as sf
+
+from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
+
+from app import audio_devices  # noqa: E402  (after app_helpers chose the Qt platform)
+from app.file_feed import FileFeed  # noqa: E402
+from app.main_window import MainWindow  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SPEECH = REPO / "assets" / "speech_sample.wav"
+MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
+
+
+@pytest.fixture(scope="module")
+def demo_model(qapp):
+    return load_demo()
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(isolated_settings(tmp_path), device="cpu")
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+
+
+def _run_file_conversation(qtbot, window, frames: int):
+    window.model_picker.voice.setCurrentText("No voice prompt")  # short prompts: fast start
+    window.model_picker.role.setText("Hi.")
+    window.start_conversation(FileFeed(SPEECH))
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= frames, timeout=60_000)
+
+
+def _stop(qtbot, window):
+    with qtbot.waitSignal(window.conversation_signals.finished, timeout=10_000):
+        window.stop_conversation()
+    assert window.worker is None and window.start_button.isEnabled()
+    assert not [t for t in threading.enumerate() if t.name == "engine-conversation"]
+
+
+def test_the_window_does_not_import_the_engine():
+    code = ("import sys; import app.main_window; "
+            "assert 'torch' not in sys.modules and 'engine' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_loads_the_demo_model_and_shows_what_it_can_do(qtbot, window):
+    with qtbot.waitSignal(window.loader_signals.loaded, timeout=120_000):
+        window.load_model()
+    assert window.model_picker.busy.isHidden()
+    assert "Loaded demo" in window.model_picker.status.text()
+    assert window.compute_label.text() == "Compute: CPU"
+    assert window.model_picker.voice.isVisibleTo(window)  # the demo is PersonaPlex-shaped
+    assert window.model_picker.voice.findText("DEMO") >= 0
+    caps = window.loaded.capabilities
+    for name in ("graph_replay", "demand_sized_state"):
+        box = getattr(window.panel.controls, name)
+        assert box.isEnabled() == (caps[name] is None)
+        if caps[name] is not None:
+            assert caps[name] in box.toolTip()
+    items = window.panel.controls.policy.model()
+    for row, value in enumerate(("ar", "listen", "speak")):
+        assert items.item(row).isEnabled() == (caps[f"policy.{value}"] is None)
+
+
+def test_a_bad_checkpoint_gets_a_dialog_naming_the_file(qtbot, window, tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    window.model_picker.select(str(folder))
+    with qtbot.waitSignal(window.loader_signals.failed, timeout=120_000):
+        window.load_model()
+    dialog = window.last_dialog
+    assert dialog is not None and dialog.isVisible()
+    assert str(folder / "model.safetensors") in dialog.text()
+    assert "Traceback" not in dialog.text()
+    assert window.loaded is None and window.model_picker.load_button.isEnabled()
+
+
+def test_conversation_fills_transcript_panel_and_recording(qtbot, window, demo_model):
+    window.model_picker.select("demo")
+    window.set_model(demo_model)
+    _run_file_conversation(qtbot, window, frames=20)
+    assert window.stop_button.isEnabled() and not window.start_button.isEnabled()
+    assert not window.model_picker.load_button.isEnabled()
+    _stop(qtbot, window)
+    end = window.last_end
+    audio, rate = sf.read(end.recording, dtype="float32")
+    assert rate == 24000 and audio.shape == (end.frames * 1920, 2)
+    assert end.frames >= window.panel.stats.frames >= 20
+    assert audio[:, 0].std() > 0.01  # the speech file, as the engine heard it
+    record = json.loads(end.transcript.read_text())
+    assert record["frames"] == end.frames and record["model"] == demo_model.name
+    texts = "".join(piece["text"] for piece in record["transcript"])
+    assert texts and texts in window.transcript.toPlainText()
+    assert "Per frame: mean" in window.panel.frame_label.text()
+    # One bar per completed second, as the session measured it.
+    assert window.panel.stats.seconds == demo_model.session.speak_times
+    assert len(window.panel.stats.seconds) >= 1
+
+
+def test_switches_reach_the_running_session(qtbot, window, demo_model):
+    window.set_model(demo_model)
+    session = demo_model.session
+    _run_file_conversation(qtbot, window, frames=2)
+    controls = window.panel.controls
+    # A switch the engine cannot honour yet is disabled for the user, but the value path
+    # is the same: flip it programmatically and watch the session pick it up.
+    controls.graph_replay.setChecked(True)
+    qtbot.waitUntil(lambda: session.options.graph_replay, timeout=20_000)
+    controls.demand_sized_state.setChecked(True)
+    qtbot.waitUntil(lambda: session.options.demand_sized_state, timeout=20_000)
+    if demo_model.capabilities["policy.listen"] is not None:
+        controls.policy.setCurrentIndex(1)
+        qtbot.waitUntil(lambda: "Option not applied" in window.statusBar().currentMessage(),
+                        timeout=20_000)
+        assert session.options.policy == "ar"
+    window.device_picker.mute.setChecked(True)
+    muted_from = window.panel.stats.frames + 2  # the frame in flight may predate the switch
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= muted_from + 3, timeout=20_000)
+    assert window.device_picker.meter.value() == window.device_picker.meter.minimum()
+    _stop(qtbot, window)
+    record = json.loads(window.last_end.transcript.read_text())
+    changes = record["option_changes"]
+    assert changes[-1]["demand_sized_state"] is True and changes[-1]["graph_replay"] is True
+    audio, _ = sf.read(window.last_end.recording, dtype="float32")
+    assert np.all(audio[muted_from * 1920:, 0] == 0) and audio[:muted_from * 1920, 0].any()
+
+
+def test_checkpoints_in_the_hugging_face_cache_are_offered(qtbot, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    for repo, files in (("tiny-duplex", ("model.safetensors", MIMI_FILE)),
+                        ("some-llm", ("model.safetensors",))):
+        snapshot = tmp_path / "hub" / f"models--someone--{repo}" / "snapshots" / "abc123"
+        snapshot.mkdir(parents=True)
+        for name in files:
+            (snapshot / name).write_bytes(b"")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    w = MainWindow(isolated_settings(tmp_path), device="cpu")
+    qtbot.addWidget(w)
+    combo = w.model_picker.combo
+    qtbot.waitUntil(lambda: combo.findData("someone/tiny-duplex") >= 0, timeout=30_000)
+    assert "Hugging Face cache" in combo.itemText(combo.findData("someone/tiny-duplex"))
+    assert combo.findData("someone/some-llm") < 0
+
+
+def test_choices_devices_and_geometry_persist(qtbot, tmp_path):
+    settings = isolated_settings(tmp_path)
+    first = MainWindow(settings, device="cpu")
+    qtbot.addWidget(first)
+    first.panel.controls.demand_sized_state.setChecked(True)
+    first.record_box.setChecked(False)
+    first.hint_bar.button.click()
+    first.resize(first.width(), 687)
+    first.close()
+    second = MainWindow(isolated_settings(tmp_path), device="cpu")
+    qtbot.addWidget(second)
+    assert second.panel.controls.demand_sized_state.isChecked()
+    assert not second.record_box.isChecked()
+    assert second.hint_bar.isHidden()
+    assert second.height() == 687  # (the offscreen screen is too narrow to check widths)
+    fresh = MainWindow(isolated_settings(tmp_path / "other"), device="cpu")
+    qtbot.addWidget(fresh)
+    assert not fresh.hint_bar.isHidden()  # first run: the headphones hint
+
+
+def test_no_audio_device_at_all_is_explained(qtbot, window, demo_model):
+    if audio_devices.list_devices("input"):
+        pytest.skip("this machine has a microphone (CI containers have none)")
+    assert window.device_picker.selected("input") is None
+    assert not window.device_picker.microphone.isEnabled()
+    window.set_model(demo_model)
+    window.start_conversation()
+    assert "No microphone found" in window.message_bar.text()
+    assert window.worker is None and window.start_button.isEnabled()
+
+
+def test_unhandled_exceptions_are_logged_and_reported(qtbot, tmp_path):
+    from PyQt6.QtCore import QTimer
+
+    from app.crash_reporting import CrashReporter, setup_logging
+    log_path = setup_logging(tmp_path / "logs")
+    reporter = CrashReporter(log_path)
+    try:
+        def broken_slot():
+            raise RuntimeError("boom in a slot")
+        with qtbot.waitSignal(reporter.reported, timeout=5000):
+            QTimer.singleShot(0, broken_slot)
+        qtbot.waitUntil(lambda: reporter.last_dialog is not None)
+        dialog = reporter.last_dialog
+        assert "RuntimeError: boom in a slot" in dialog.informativeText()
+        assert str(log_path) in dialog.informativeText()
+        assert "Traceback" not in dialog.informativeText()
+        text = log_path.read_text()
+        assert "Traceback" in text and "boom in a slot" in text
+        import threading
+        with qtbot.waitSignal(reporter.reported, timeout=5000):
+            thread = threading.Thread(target=lambda: 1 / 0)
+            thread.start()
+            thread.join()
+        assert "ZeroDivisionError" in log_path.read_text()
+    finally:
+        reporter.uninstall()
+    assert os.path.getsize(log_path) > 0
