@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from moshi.models.lm import LMGen, LMModel
 from moshi.utils.sampling import sample_token
-from tests.reference_layout import to_official_layout
+from engine.bench.stock import official_layout
 
 DELAYS = [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]
 
@@ -61,7 +61,7 @@ def make_reference_lm(kwargs: dict, seed: int = 0) -> LMModel:
 
 
 def save_official(lm: LMModel, path: Path) -> None:
-    save_file(to_official_layout(lm.state_dict()), str(path))
+    save_file(official_layout(lm.state_dict()), str(path))
 
 
 @torch.no_grad()

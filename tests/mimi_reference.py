@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from engine.mimi.config import OFFICIAL
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
-from tests.reference_layout import to_official_layout
+from engine.bench.stock import official_layout
 
 FRAME = 1920
 
@@ -84,7 +84,7 @@ def _fit_codebooks(model: MimiModel, cfg: dict) -> None:
 
 
 def official_state(model: MimiModel) -> dict[str, torch.Tensor]:
-    return to_official_layout(model.state_dict())
+    return official_layout(model.state_dict())
 
 
 def save_official(model: MimiModel, cfg: dict | None, directory: Path) -> Path:

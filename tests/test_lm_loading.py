@@ -13,7 +13,7 @@ from engine.errors import CheckpointError
 from engine.lm import CONFIGS, MoshiLM, from_lm_kwargs, load_model, to_lm_kwargs
 from engine.paths import DEMO_MODEL_DIR
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
-from tests.reference_layout import to_official_layout
+from engine.bench.stock import official_layout
 
 
 @pytest.mark.parametrize("name,dep_q", [("moshiko", 8), ("personaplex", 16)])
@@ -22,7 +22,7 @@ def test_parameter_names_and_shapes_are_the_official_keys(name, dep_q):
     from moshi.models.lm import LMModel
     from moshi.models.loaders import _lm_kwargs
     ref = LMModel(**{**_lm_kwargs, "dep_q": dep_q}, device="meta")
-    official = {k: tuple(v.shape) for k, v in to_official_layout(ref.state_dict()).items()}
+    official = {k: tuple(v.shape) for k, v in official_layout(ref.state_dict()).items()}
     with torch.device("meta"):
         ours = MoshiLM(CONFIGS[name])
     assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == official

@@ -17,6 +17,7 @@ from engine.options import RuntimeOptions
 from engine.paths import DEMO_MODEL_DIR
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
+from tests.session_checks import assert_identical, run
 
 FRAMES = 40
 PERSONA = Persona("DEMO", "Be brief.")
@@ -37,24 +38,6 @@ def small_context_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def audio():
     return varied_audio(FRAMES, seed=11).reshape(FRAMES, -1)
-
-
-def run(session, audio, switches=None):
-    out = []
-    for i, frame in enumerate(audio):
-        if switches and i in switches:
-            session.set_options(switches[i])
-        out.append(session.step(frame))
-    return out
-
-
-def assert_identical(a, b):
-    for i, (x, y) in enumerate(zip(a, b, strict=True)):
-        assert x.text == y.text, f"frame {i}"
-        assert (x.tokens is None) == (y.tokens is None), f"frame {i}"
-        if x.tokens is not None:
-            np.testing.assert_array_equal(x.tokens, y.tokens, err_msg=f"frame {i}")
-        np.testing.assert_array_equal(x.pcm, y.pcm, err_msg=f"frame {i}")
 
 
 @pytest.fixture(scope="module")

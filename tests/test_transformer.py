@@ -5,7 +5,7 @@ from moshi.modules.transformer import StreamingTransformer as RefTransformer
 
 from engine.state import StateStore
 from engine.transformer import StreamingTransformer, TransformerConfig
-from tests.reference_layout import to_official_layout
+from engine.bench.stock import official_layout
 
 MIMI_LIKE = dict(d_model=32, num_heads=4, num_layers=2, dim_feedforward=64, context=6,
                  norm="layer_norm", gating="none", layer_scale=0.1)
@@ -19,7 +19,7 @@ def _pair(kwargs, seed=0):
     for p in ref.parameters():  # norms/scales start at constants: make every weight matter
         p.data.normal_(0, 0.3)
     ours = StreamingTransformer(TransformerConfig(**kwargs), "t")
-    ours.load_state_dict(to_official_layout(ref.state_dict()))
+    ours.load_state_dict(official_layout(ref.state_dict()))
     return ref.eval(), ours.eval()
 
 

@@ -20,7 +20,8 @@ _SPLIT = re.compile(r"^(.*)\.(in_projs|out_projs)\.(\d+)\.weight$")
 
 
 def official_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Stack the reference's split attention weights back as stored on disk, on the CPU."""
+    """Stack the reference's split attention weights (`in_projs.{i}` / `out_projs.{i}`, split by
+    its load hook) back as stored on disk (`in_proj_weight` / `out_proj.weight`)."""
     out, stacks = {}, {}
     for key, value in state.items():
         m = _SPLIT.match(key)
@@ -29,9 +30,9 @@ def official_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             name = f"{prefix}.in_proj_weight" if kind == "in_projs" else f"{prefix}.out_proj.weight"
             stacks.setdefault(name, []).append((int(idx), value))
         else:
-            out[key] = value.detach().to("cpu", copy=True)
+            out[key] = value.detach().contiguous()
     for name, parts in stacks.items():
-        out[name] = torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])]).to("cpu")
+        out[name] = torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
     return out
 
 

@@ -11,6 +11,7 @@ from engine.lm import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
+from tests.session_checks import assert_identical, run
 
 pytestmark = pytest.mark.gpu
 FRAMES = 60
@@ -25,23 +26,6 @@ def model(request):
 @pytest.fixture(scope="module")
 def audio():
     return varied_audio(FRAMES, seed=5).reshape(FRAMES, -1)
-
-
-def run(session, audio, switches=None):
-    out = []
-    for i, frame in enumerate(audio):
-        if switches and i in switches:
-            session.set_options(switches[i])
-        out.append(session.step(frame))
-    return out
-
-
-def assert_identical(a, b):
-    for i, (x, y) in enumerate(zip(a, b, strict=True)):
-        assert x.text == y.text, f"frame {i}"
-        if x.tokens is not None or y.tokens is not None:
-            np.testing.assert_array_equal(x.tokens, y.tokens, err_msg=f"frame {i}")
-        np.testing.assert_array_equal(x.pcm, y.pcm, err_msg=f"frame {i}")
 
 
 @pytest.fixture(scope="module")
