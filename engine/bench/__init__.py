@@ -111,13 +111,14 @@ def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResul
 
 
 def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool) -> RunResult:
-    from .. import DuplexSession, RuntimeOptions, load_model
+    from .. import DuplexSession, Persona, RuntimeOptions, load_model
 
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
     options = RuntimeOptions(graph_replay=optimized, demand_sized_state=optimized)
-    session = DuplexSession(model, options)
+    # No persona prompts: the stock runtime runs none, so both start from an empty context.
+    session = DuplexSession(model, options, Persona(None, ""))
     records, state = [], {}
     marks = {round(s * 12.5): f"{s}s" for s in CHECKPOINTS_S}
     for i, frame in enumerate(frames):
