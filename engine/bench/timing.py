@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import time
 
-import numpy as np
 import torch
 
 
@@ -38,19 +37,3 @@ class FrameTimer:
         for name, start, stop in self._pending:
             record[name] += start.elapsed_time(stop) / 1000.0
         self.records.append(record)
-
-    def summary(self, skip: int) -> dict[str, dict[str, float]]:
-        """p50/p99/mean in milliseconds per stage, ignoring the first `skip` frames (warm-up, capture)."""
-        kept = self.records[skip:]
-        out = {}
-        for key in [*self.stages, "total"]:
-            values = np.array([r[key] for r in kept]) * 1000.0
-            out[key] = {"p50_ms": float(np.percentile(values, 50)), "p99_ms": float(np.percentile(values, 99)),
-                        "mean_ms": float(values.mean())}
-        return out
-
-    def speak_times(self, skip: int) -> list[float]:
-        """Engine time spent on each full second (12.5 frames) of output, in seconds."""
-        totals = np.array([r["total"] for r in self.records[skip:]])
-        return [float(totals[round(s * 12.5):round((s + 1) * 12.5)].sum())
-                for s in range(int(len(totals) / 12.5))]
