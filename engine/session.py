@@ -185,10 +185,8 @@ class DuplexSession:
         self.stepper.text, self.stepper.audio = self._sampling(self.options)
         if old.demand_sized_state != self.options.demand_sized_state:
             self._move_state()
-        elif (old.text_temperature, old.text_top_k, old.audio_temperature, old.audio_top_k, old.greedy) != (
-                self.options.text_temperature, self.options.text_top_k, self.options.audio_temperature,
-                self.options.audio_top_k, self.options.greedy) and self.graphs is not None:
-            self.graphs.clear()  # sampling is baked into the captured graphs
+        elif self._sampling(old) != self._sampling(self.options) and self.graphs is not None:
+            self.graphs.clear()  # sampling parameters are baked into the captured graphs
 
     def _move_state(self) -> None:
         """Switch placement mid-conversation: the state moves, so captured graphs go."""
