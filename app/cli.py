@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     offline.add_argument("--voice", help="PersonaPlex voice prompt name")
     offline.add_argument("--role", help="PersonaPlex text role prompt")
+    offline.add_argument("--download", action="store_true",
+                         help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
 
     bench = sub.add_parser("bench", help="ours against the stock runtime on the GPU (random full-size weights)")

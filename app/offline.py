@@ -61,7 +61,7 @@ def run_offline(args) -> None:
 
     pcm = read_audio(args.input)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(args.model, device=device)
+    model = load_model(args.model, device=device, download=args.download)
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
     persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
     session = DuplexSession(model, options, persona)
