@@ -43,14 +43,16 @@ class CadencePanel(QWidget):
         self.chart.update()
 
     def add_frame(self, timings: dict, speak_s: list[float], gpu_memory: int | None,
-                  counters: AudioCounters, backlog_cap_s: float | None) -> None:
+                  counters: AudioCounters, backlog_cap_s: float | None, state_memory: int | None = None) -> None:
         """One frame's engine timings, and SPEAK times of seconds completed with it."""
         self.stats.add_frame(timings)
         self.stats.add_seconds(speak_s)
         self._refresh_labels()
-        self.memory_label.setText(
-            "GPU memory in use: n/a (running on CPU)" if gpu_memory is None
-            else f"GPU memory in use: {gpu_memory / 2**30:.2f} GiB")
+        memory = ("GPU memory in use: n/a (running on CPU)" if gpu_memory is None
+                  else f"GPU memory in use: {gpu_memory / 2**30:.2f} GiB")
+        if state_memory is not None:
+            memory += f" · streaming state {state_memory / 2**20:.1f} MiB"
+        self.memory_label.setText(memory)
         self.audio_label.setText(_audio_line(counters, backlog_cap_s))
         self.chart.update()
 

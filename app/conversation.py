@@ -24,7 +24,8 @@ class FrameReport:
     text: str
     timings: dict             # seconds per stage (encode, backbone, depformer, decode) + total
     speak_s: tuple            # SPEAK time of each second of conversation completed now
-    gpu_memory: int | None    # bytes allocated on the model's GPU; None on CPU
+    gpu_memory: int | None    # bytes in use on the model's GPU; None on CPU
+    state_memory: int         # bytes of streaming state the conversation holds
     level_dbfs: float         # of the microphone frame the engine heard
     counters: AudioCounters
 
@@ -95,7 +96,6 @@ class ConversationWorker(threading.Thread):
             self.signals.failed.emit(f"The recording could not be completed: {exc}")
 
     def _converse(self) -> None:
-        memory = _memory_reader(self.session)
         self.session.set_options(self.session.options.replace(**self._choices))
         self._reset_session()
         if self._stopping.is_set():  # stopped while the prompts played
@@ -125,7 +125,8 @@ class ConversationWorker(threading.Thread):
             self.signals.frame.emit(FrameReport(
                 index=index, text=out.text, timings=dict(out.timings),
                 speak_s=tuple(speak[seconds_reported:]),
-                gpu_memory=memory(), level_dbfs=_dbfs(frame),
+                gpu_memory=self.session.gpu_memory_bytes(), state_memory=self.session.state_bytes(),
+                level_dbfs=_dbfs(frame),
                 counters=self.link.counters()))
             index += 1
             seconds_reported = len(speak)
@@ -151,15 +152,6 @@ class ConversationWorker(threading.Thread):
             return
         if self.recorder is not None:
             self.recorder.note_options(pending)
-
-
-def _memory_reader(session):
-    """A function giving the GPU memory the model's device has allocated, or None on CPU."""
-    import torch
-    device = torch.device(session.device)
-    if device.type != "cuda":
-        return lambda: None
-    return lambda: torch.cuda.memory_allocated(device)
 
 
 def _dbfs(frame: np.ndarray) -> float:

@@ -226,7 +226,7 @@ class MainWindow(QMainWindow):
             self.transcript.moveCursor(QTextCursor.MoveOperation.End)
             self.transcript.insertPlainText(report.text)
         self.panel.add_frame(report.timings, list(report.speak_s), report.gpu_memory,
-                             report.counters, self._backlog_cap)
+                             report.counters, self._backlog_cap, report.state_memory)
         self.device_picker.set_level(report.level_dbfs)
         seconds = int((report.index + 1) * FRAME_S)
         self.clock.setText(f"{seconds // 60}:{seconds % 60:02d}")

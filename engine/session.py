@@ -173,6 +173,12 @@ class DuplexSession:
         """Memory the conversation's streaming state holds now."""
         return self.store.nbytes()
 
+    def gpu_memory_bytes(self) -> int | None:
+        """Device memory in use (torch's allocations plus state mapped outside them); None on CPU."""
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.memory_allocated(self.device) + self.store.mapped_bytes()
+
     @staticmethod
     def _sampling(o: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
         return (SamplingParams(o.text_temperature, o.text_top_k, o.greedy),

@@ -127,6 +127,10 @@ class StateStore:
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self._buffers.values())
 
+    def mapped_bytes(self) -> int:
+        """Bytes held outside torch's allocator (none here: every buffer is a torch tensor)."""
+        return 0
+
 
 def copy_state(src, dst) -> None:
     """Move a conversation's state between two stores over the same regions (a plain

@@ -62,12 +62,13 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
     assert under > 0 and _colour_count(image, OVER) == 0
     for i in range(25):  # over: 1.375 s per second
         panel.add_frame(_timings(0.11), [1.375] if i in (12, 24) else [], 3 * 2**30, counters,
-                        0.32)
+                        0.32, 204 * 2**20)
     image = panel.chart.grab().toImage()
     assert _colour_count(image, OVER) > 0
     assert "overruns (> 80 ms) 25 of 50" in panel.frame_label.text()
     assert "seconds over cadence 2" in panel.speak_label.text()
     assert "3.00 GiB" in panel.memory_label.text()
+    assert "streaming state 204.0 MiB" in panel.memory_label.text()
     assert "backbone 48.0 ms" in panel.stage_label.text()  # mean of 30 and 66 ms
     assert "speaker underflows 2" in panel.audio_label.text()
     assert "capped at 320 ms" in panel.audio_label.text()

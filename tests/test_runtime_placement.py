@@ -85,3 +85,12 @@ def test_reset_returns_every_ring_to_empty():
     store.reset()
     assert store.nbytes() == WHOLE_BYTES
     assert _poisoned(store["lm.kv"]) and (store["lm.pos"] == 0).all()
+
+
+def test_memory_outside_the_allocator_is_reported_only_for_device_rings():
+    # CPU rings are torch tensors (counted by torch); only CUDA rings are mapped through VMM.
+    regions = [Region("r", (4,), torch.float32, "frame", 8)]
+    assert StateStore(regions).mapped_bytes() == 0
+    store = DemandStore(regions)
+    store.advance("frame", 3)
+    assert store.mapped_bytes() == 0 and store.nbytes() == 3 * 16

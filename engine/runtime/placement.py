@@ -140,6 +140,11 @@ class DemandStore:
         whole = sum(b.numel() * b.element_size() for n, b in self._whole.items() if n.startswith(prefix))
         return whole + sum(ring.nbytes() for n, ring in self._rings.items() if n.startswith(prefix))
 
+    def mapped_bytes(self) -> int:
+        """Bytes mapped through CUDA virtual memory: device memory that torch's allocator
+        does not count (torch.cuda.memory_allocated misses it)."""
+        return sum(ring.nbytes() for ring in self._rings.values() if isinstance(ring, _DeviceRing))
+
     def reserved_bytes(self) -> int:
         """Bytes a full-retention StateStore would hold for the same regions."""
         return sum(r.bytes_full() for r in self.regions.values())
