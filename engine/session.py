@@ -9,6 +9,7 @@ Inside a frame nothing waits for the device except the final copy of the output 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import time
 from typing import Iterable
@@ -40,6 +41,13 @@ _POLICY_REASONS = {
     "policy.listen": "the DiffuPlex LISTEN policy is not implemented yet",
     "policy.speak": "the DiffuPlex SPEAK policy is not implemented yet",
 }
+
+
+def _has_cuda_bindings() -> bool:
+    try:
+        return importlib.util.find_spec("cuda.bindings") is not None
+    except ModuleNotFoundError:  # no `cuda` namespace package at all
+        return False
 
 
 @dataclasses.dataclass
@@ -147,6 +155,9 @@ class DuplexSession:
         """Every option value that could be asked for: None if honoured, else why not."""
         cuda = self.device.type == "cuda"
         toggles = {name: None if cuda else reason for name, reason in _CPU_REASONS.items()}
+        if cuda and not _has_cuda_bindings():
+            toggles["demand_sized_state"] = ("demand-sized state needs the cuda-bindings package "
+                                             "(pip install 'duplexcadence[gpu]')")
         return {**toggles, "policy.ar": None, **_POLICY_REASONS}
 
     def set_options(self, options: RuntimeOptions) -> None:
@@ -166,7 +177,8 @@ class DuplexSession:
         return options
 
     def _new_store(self, options: RuntimeOptions):
-        placement = DemandStore if options.demand_sized_state else StateStore
+        usable = self.device.type != "cuda" or self.capabilities()["demand_sized_state"] is None
+        placement = DemandStore if options.demand_sized_state and usable else StateStore
         return placement(self.model.regions(), self.device)
 
     def state_bytes(self) -> int:
