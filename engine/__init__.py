@@ -1,9 +1,21 @@
-"""DuplexCadence engine: models and runtime. Never imports Qt."""
-from .errors import AudioInputError, CheckpointError
-from .lm import DuplexModel, load_model
-from .mimi import Mimi, MimiStream, load_mimi
-from .options import RuntimeOptions
-from .session import DuplexSession, FrameOutput, Persona
+"""DuplexCadence engine: models and runtime. Never imports Qt.
 
-__all__ = ["AudioInputError", "CheckpointError", "DuplexModel", "DuplexSession", "FrameOutput", "Mimi",
-           "MimiStream", "Persona", "RuntimeOptions", "load_mimi", "load_model"]
+Exports load on first use, so `import engine.errors` (the CLI, the GUI's first paint) does
+not pay for importing torch.
+"""
+import importlib
+
+_EXPORTS = {
+    "AudioInputError": ".errors", "CheckpointError": ".errors",
+    "DuplexModel": ".lm", "load_model": ".lm",
+    "Mimi": ".mimi", "MimiStream": ".mimi", "load_mimi": ".mimi",
+    "RuntimeOptions": ".options",
+    "DuplexSession": ".session", "FrameOutput": ".session", "Persona": ".session",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
