@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
+from engine.audio_io import FRAME_SIZE, SAMPLE_RATE as ENGINE_RATE
+
 from .audio_devices import AudioDevice, sd
 from .ring_buffer import SpscRing
-
-ENGINE_RATE = 24000  # the models' sample rate
-FRAME_SIZE = 1920    # one 80 ms frame at ENGINE_RATE
 
 
 class AudioDeviceError(RuntimeError):
@@ -207,6 +206,7 @@ class AudioLink:
         for stream in self._streams:
             try:
                 stream.abort()
-                stream.close()
             except sd.PortAudioError:
-                pass  # the device is already gone; nothing is left to release
+                pass  # the device is already gone; closing still releases the stream
+            finally:
+                stream.close(ignore_errors=True)

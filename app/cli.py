@@ -13,14 +13,14 @@ def _codec(args) -> None:
     import numpy as np
 
     from engine import load_mimi
-    from engine.audio_io import read_audio, split_frames, write_audio
+    from engine.audio_io import SAMPLE_RATE, read_audio, split_frames, write_audio
 
     pcm = read_audio(args.input)
     mimi = load_mimi(_model_dir(args.model), device=args.device)
     stream = mimi.stream()
     out = [stream.decode_frame(stream.encode_frame(frame)) for frame in split_frames(pcm)]
     write_audio(args.output, np.concatenate(out)[:len(pcm)])
-    print(f"wrote {args.output} ({len(pcm) / 24000:.2f} s)", file=sys.stderr)
+    print(f"wrote {args.output} ({len(pcm) / SAMPLE_RATE:.2f} s)", file=sys.stderr)
 
 
 def _model_dir(model: str) -> str:
@@ -86,15 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.errors import AudioInputError, CheckpointError
-
     args = build_parser().parse_args(argv)
     func = getattr(args, "func", None)
+    if func is None:
+        return _gui(args) or 0
+    import soundfile
+
     try:
-        if func is None:
-            return _gui(args) or 0
         func(args)
-    except (CheckpointError, AudioInputError) as exc:
+    # Bad input (files, options, devices) is the user's to fix: one line, no traceback.
+    except (ValueError, OSError, soundfile.SoundFileError) as exc:
         print(f"duplexcadence: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

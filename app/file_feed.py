@@ -7,19 +7,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
-import soxr
+
+from engine.audio_io import read_audio
 
 from .audio_io import ENGINE_RATE, FRAME_SIZE, AudioCounters
 
 
 class FileFeed:
     def __init__(self, path: str | Path):
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-        mono = data.mean(axis=1)
-        if rate != ENGINE_RATE:
-            mono = soxr.resample(mono, rate, ENGINE_RATE)
-        self._audio = np.asarray(mono, dtype=np.float32)
+        self._audio = read_audio(path)
         self.description = f"{Path(path).name} → engine (reply not played)"
         self._frames_read = 0
         self._started_at = None

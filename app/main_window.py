@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+import soundfile as sf
+
 from PyQt6.QtCore import Qt, QUrl
 from PyQt6.QtGui import QDesktopServices, QTextCursor
 from PyQt6.QtWidgets import (QApplication, QCheckBox, QHBoxLayout, QLabel, QMainWindow,
@@ -132,11 +134,11 @@ class MainWindow(QMainWindow):
             return
         source = self.model_picker.source()
         self.settings.model_source = source
-        self.loaded = None  # free the previous model first: two 7B models rarely fit
+        previous, self.loaded = self.loaded, None  # freed first: two 7B models rarely fit
         self.compute_label.setText("Compute: loading…")
         self.start_button.setEnabled(False)
         self.model_picker.set_loading(f"Loading {source}…")
-        self.loader = ModelLoader(source, self.compute_device, self.loader_signals)
+        self.loader = ModelLoader(source, self.compute_device, self.loader_signals, previous)
         self.loader.start()
 
     def set_model(self, loaded: LoadedModel) -> None:
@@ -186,7 +188,7 @@ class MainWindow(QMainWindow):
             try:
                 recorder = ConversationRecorder(self.settings.recordings_dir, self.loaded.name,
                                                 choices)
-            except OSError as exc:
+            except (OSError, sf.SoundFileError) as exc:
                 link.close()
                 self.message_bar.show_message(f"Cannot write the recording: {exc}")
                 return

@@ -32,9 +32,12 @@ class LoaderSignals(QObject):
 
 
 class ModelLoader(threading.Thread):
-    def __init__(self, source: str, device: str, signals: LoaderSignals):
+    def __init__(self, source: str, device: str, signals: LoaderSignals, previous=None):
+        """`previous`: the LoadedModel being replaced; its session is closed here, off the GUI
+        thread, before the new model takes memory."""
         super().__init__(name="engine-loader", daemon=True)
         self.source, self.device, self.signals = source, device, signals
+        self.previous = previous
 
     def run(self) -> None:
         self.signals.progress.emit("Starting the engine…")
@@ -54,6 +57,10 @@ class ModelLoader(threading.Thread):
 
     def _load(self) -> LoadedModel:
         import torch
+
+        if self.previous is not None:
+            self.previous.session.close()
+            self.previous = None
 
         from engine import DuplexSession, Persona, RuntimeOptions, load_model
         from engine.lm.personaplex import DEFAULT_ROLE

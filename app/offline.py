@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -59,10 +60,16 @@ def run_offline(args) -> None:
 
     from engine import DuplexSession, Persona, RuntimeOptions, load_model
 
-    pcm = read_audio(args.input)
+    # Everything the user can get wrong is checked before minutes of work, not after.
+    for path in filter(None, (args.output, args.transcript)):
+        if not Path(path).resolve().parent.is_dir():
+            raise ValueError(f"{path}: the folder to write it in does not exist")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(args.model, device=device, download=args.download)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA GPU is available")
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
+    pcm = read_audio(args.input)
+    model = load_model(args.model, device=device, download=args.download)
     persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
     session = DuplexSession(model, options, persona)
 

@@ -72,8 +72,10 @@ class ConversationRecorder:
             return
         self._closed = True
         self._record["ended"] = datetime.now().isoformat(timespec="seconds")
-        self.flush()
-        self._wav.close()
+        try:
+            self.flush()
+        finally:
+            self._wav.close()
 
 
 def _unused_path(folder: Path, stem: str, suffix: str) -> Path:

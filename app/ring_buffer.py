@@ -50,8 +50,3 @@ class SpscRing:
         self._read += n
         return n
 
-    def discard(self, n: int) -> int:
-        """Reader side: drop the `n` oldest samples (fewer if fewer are there)."""
-        n = min(n, self.available())
-        self._read += n
-        return n

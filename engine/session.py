@@ -12,7 +12,6 @@ import dataclasses
 import importlib.util
 import logging
 import time
-from typing import Iterable
 
 import numpy as np
 import torch
@@ -88,18 +87,6 @@ class SpeakMeter:
             left, samples = left - share, samples - take
         self._spent += left
         self._filled += samples
-
-
-def summarize(frames: Iterable[FrameOutput]) -> dict[str, dict[str, float]]:
-    """Per stage (and total): mean, p50, p99 and max seconds over the given frames."""
-    rows = [f.timings for f in frames]
-    out = {}
-    for stage in STAGES + ("total",):
-        values = np.array([r[stage] for r in rows], dtype=np.float64)
-        if values.size:
-            out[stage] = {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
-                          "p99": float(np.percentile(values, 99)), "max": float(values.max())}
-    return out
 
 
 class _Timer:
@@ -180,6 +167,14 @@ class DuplexSession:
         usable = self.device.type != "cuda" or self.capabilities()["demand_sized_state"] is None
         placement = DemandStore if options.demand_sized_state and usable else StateStore
         return placement(self.model.regions(), self.device)
+
+    def close(self) -> None:
+        """Give back what lives outside Python's reach: the graphs, then the memory mapped
+        for demand-sized state (graphs may point into it, so explicit and in that order)."""
+        if self.graphs is not None:
+            self.graphs.clear()
+        if isinstance(self.store, DemandStore):
+            self.store.close()
 
     def state_bytes(self) -> int:
         """Memory the conversation's streaming state holds now."""

@@ -119,10 +119,6 @@ class StateStore:
             buf.zero_()
         self._clock_ticks = dict.fromkeys(CLOCKS, 0)
 
-    def reset_prefix(self, prefix: str) -> None:
-        for name, buf in self._buffers.items():
-            if name.startswith(prefix):
-                buf.zero_()
 
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self._buffers.values())

@@ -2,7 +2,7 @@
 conversation with the demo model, the bundled speech sample standing in for the microphone.
 
 Runs without a display (Qt's offscreen platform) and without touching the user's settings:
-    python packaging/screenshot.py [--output assets/screenshot.png] [--seconds 12]
+    python packaging/screenshot.py [--output assets/screenshot.png] [--seconds 8]
 """
 from __future__ import annotations
 

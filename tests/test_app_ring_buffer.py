@@ -25,13 +25,3 @@ def test_full_ring_takes_only_what_fits_and_empty_ring_gives_nothing():
     out = np.zeros(6, dtype=np.float32)
     assert ring.read_into(out) == 4
     assert ring.read_into(out) == 0
-
-
-def test_discard_drops_the_oldest():
-    ring = SpscRing(10)
-    ring.write(np.arange(6, dtype=np.float32))
-    assert ring.discard(4) == 4
-    out = np.zeros(5, dtype=np.float32)
-    assert ring.read_into(out) == 2
-    np.testing.assert_array_equal(out[:2], [4, 5])
-    assert ring.discard(3) == 0

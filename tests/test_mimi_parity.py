@@ -121,26 +121,6 @@ def test_reset_restarts_the_stream(pair, audio, ref_codes):
     np.testing.assert_array_equal(_stream_decode(ours, ref_codes, stream), _stream_decode(ours, ref_codes))
 
 
-def test_side_resets_leave_the_other_side_alone(pair, audio, ref_codes):
-    ours = pair[1]
-    store = StateStore(ours.regions())
-    x = torch.from_numpy(audio).view(1, 1, -1)
-    codes = torch.from_numpy(ref_codes)[None]
-    decoded = []
-    for t in range(10):
-        ours.encode_step(x[..., (t + 3) * FRAME:(t + 4) * FRAME], store)
-        if t == 5:
-            ours.reset_encoder(store)
-        decoded.append(ours.decode_step(codes[..., t:t + 1], store))
-    want = _stream_decode(ours, ref_codes[:, :10])
-    np.testing.assert_array_equal(torch.cat(decoded, -1)[0, 0].numpy(), want)
-    ours.reset_encoder(store)
-    got = [ours.encode_step(x[..., t * FRAME:(t + 1) * FRAME], store)[0, :, 0] for t in range(4)]
-    np.testing.assert_array_equal(torch.stack(got, 1).numpy(), ref_codes[:, :4])
-    ours.reset_decoder(store)
-    np.testing.assert_array_equal(ours.decode_step(codes[..., :1], store)[0, 0].numpy(), want[:FRAME])
-
-
 def test_torch_steps_use_only_declared_regions(pair, audio, ref_codes):
     """encode_step/decode_step keep all their state in the store: two stores interleaved
     frame by frame give the same results as each alone."""

@@ -41,7 +41,7 @@ def run_reference(ref_lm, voice_path, user, greedy, prompts, seed=13):
     torch.manual_seed(seed)
     ref = PersonaPlexReference(ref_lm, greedy)
     if prompts != "none":
-        voice = torch.load(voice_path) if prompts == "voice+role" else None
+        voice = torch.load(voice_path, weights_only=True) if prompts == "voice+role" else None
         ref.system_prompts(voice and voice["embeddings"], voice and voice["cache"], ROLE, SILENCE, SINE)
     out = [ref.step(codes.tolist()) for codes in user]
     ref.close()

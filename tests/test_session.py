@@ -7,7 +7,7 @@ import pytest
 
 from engine.lm import load_model
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, FrameOutput, Persona, SpeakMeter, summarize
+from engine.session import DuplexSession, FrameOutput, Persona, SpeakMeter
 from tests.mimi_reference import varied_audio
 
 FRAMES = 14
@@ -55,7 +55,6 @@ def test_frame_outputs(model, audio):
         assert frame.timings["total"] >= sum(frame.timings[s] for s in ("encode", "backbone", "depformer"))
     assert np.sqrt(np.mean(np.concatenate([f.pcm for f in out]) ** 2)) > 1e-3
     assert len(session.speak_times) == 1  # 14 frames = 1.12 s of output
-    assert summarize(out)["total"]["mean"] > 0
 
 
 def test_startup_frames_are_silent_and_tokenless(model, audio):

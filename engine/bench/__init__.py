@@ -19,11 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-SHAPES = {
-    # name: (dep_q, LM config name in engine.lm.config)
-    "moshiko": 8,
-    "personaplex": 16,
-}
+SHAPES = {"moshiko": 8, "personaplex": 16}  # name: depformer steps
 CHECKPOINTS_S = (10, 30, 120)
 WARMUP_FRAMES = 12  # start-up frames and graph capture are excluded from the statistics
 
@@ -83,8 +79,18 @@ def _stage_summary(records: list[dict]) -> dict:
 
 
 def _speak_seconds(records: list[dict]) -> list[float]:
-    totals = np.array([r["total"] for r in records])
-    return [float(totals[round(s * 12.5):round((s + 1) * 12.5)].sum()) for s in range(int(len(totals) / 12.5))]
+    """The same SPEAK-time definition as the session and the app's panel."""
+    from ..session import SpeakMeter
+
+    meter = SpeakMeter(frame_size=1920, sample_rate=24000)
+    for r in records:
+        meter.add(r["total"])
+    return meter.seconds
+
+
+def _marks() -> dict[int, str]:
+    """Frame count -> label of the conversation lengths at which state memory is read."""
+    return {round(s * 12.5): f"{s}s" for s in CHECKPOINTS_S}
 
 
 def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResult, int]:
@@ -94,11 +100,11 @@ def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResul
     torch.cuda.reset_peak_memory_stats()
     mimi, lm = load_stock(model_dir, SHAPES[shape])
     runner = StockRunner(mimi, lm)
-    state = {}
+    state, marks = {}, _marks()
     for i, frame in enumerate(frames):
         runner.step(frame)
-        if i == 0:
-            state = {f"{s}s": stock_state_bytes(mimi, lm, runner.gen) for s in CHECKPOINTS_S}
+        if i + 1 in marks:
+            state[marks[i + 1]] = stock_state_bytes(mimi, lm, runner.gen)
     records = runner.timer.records[WARMUP_FRAMES:]
     result = RunResult("stock moshi 0.2.13", _stage_summary(records), _speak_summary(_speak_seconds(records)),
                        state, torch.cuda.max_memory_allocated())
@@ -119,16 +125,18 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool) -> RunResult:
     options = RuntimeOptions(graph_replay=optimized, demand_sized_state=optimized)
     # No persona prompts: the stock runtime runs none, so both start from an empty context.
     session = DuplexSession(model, options, Persona(None, ""))
-    records, state = [], {}
-    marks = {round(s * 12.5): f"{s}s" for s in CHECKPOINTS_S}
+    records, state, marks = [], {}, _marks()
     for i, frame in enumerate(frames):
         records.append(session.step(frame).timings)
         if i + 1 in marks:
             state[marks[i + 1]] = session.state_bytes()
     kept = records[WARMUP_FRAMES:]
     name = "ours, " + ("graph_replay + demand_sized_state" if optimized else "optimizations off")
-    result = RunResult(name, _stage_summary(kept), _speak_summary(_speak_seconds(kept)), state,
-                       torch.cuda.max_memory_allocated())
+    # Demand-sized rings are mapped outside torch's allocator; they only grow, so the peak
+    # is torch's peak plus what is mapped at the end.
+    peak = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
+    result = RunResult(name, _stage_summary(kept), _speak_summary(_speak_seconds(kept)), state, peak)
+    session.close()
     del session, model
     gc.collect()
     torch.cuda.empty_cache()
@@ -140,6 +148,8 @@ def run_bench(args) -> dict:
 
     if not torch.cuda.is_available():
         raise SystemExit("duplexcadence bench needs a CUDA GPU")
+    if args.frames < round(30 * 12.5):
+        raise SystemExit("--frames must cover at least 30 s (375 frames): the report compares state at 30 s")
     frames = input_frames(args.frames)
     report: dict = {"shape": args.model, "frames": args.frames, "gpu": torch.cuda.get_device_name(),
                     "torch": torch.__version__, "python": platform.python_version()}
@@ -168,7 +178,7 @@ def ratios(stock: RunResult, ours: RunResult, plain: RunResult) -> dict:
 
     return {"speedup_p50_vs_stock": p50(stock) / p50(ours),
             "speedup_mean_vs_stock": stock.stages["total"]["mean_ms"] / ours.stages["total"]["mean_ms"],
-            "state_30s_fraction_of_stock": ours.state_bytes.get("30s", 0) / stock.state_bytes["30s"],
+            "state_30s_fraction_of_stock": ours.state_bytes["30s"] / stock.state_bytes["30s"],
             "peak_fraction_of_stock": ours.peak_bytes / stock.peak_bytes,
             "optimized_vs_plain_p50": p50(plain) / p50(ours)}
 

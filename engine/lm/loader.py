@@ -179,7 +179,13 @@ def _read_tokenizer(path: Path, cfg: LMConfig) -> sentencepiece.SentencePiecePro
 def _voices(root: Path) -> dict[str, Path]:
     folder, archive = root / "voices", root / "voices.tgz"
     if not folder.is_dir() and archive.is_file():
-        # As the reference does: unpack the released voices.tgz beside it, once.
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(root, filter="data")
+        # As the reference does: unpack the released voices.tgz beside it, once. Only with the
+        # "data" filter (no links out of the folder, no devices), which older Pythons lack.
+        if not hasattr(tarfile, "data_filter"):
+            raise CheckpointError(f"{archive}: unpacking needs Python >= 3.10.12; unpack it by hand")
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(root, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise CheckpointError(f"{archive}: cannot unpack the voice prompts ({exc})") from None
     return {p.stem: p for p in sorted(folder.glob("*.pt"))} if folder.is_dir() else {}

@@ -7,10 +7,9 @@ import torch
 
 from ..checkpoint import load_into, read_safetensors
 from ..errors import CheckpointError
+from ..hub import MIMI_NAME as CHECKPOINT_NAME
 from .config_json import load_config, official_config
 from .model import Mimi
-
-CHECKPOINT_NAME = "tokenizer-e351c8d8-checkpoint125.safetensors"
 CONFIG_NAME = "mimi_config.json"
 
 

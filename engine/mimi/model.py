@@ -93,14 +93,6 @@ class Mimi(nn.Module):
     def regions(self) -> list[Region]:
         return self.encoder_regions() + self.decoder_regions()
 
-    def reset_encoder(self, store: StateStore) -> None:
-        for region in self.encoder_regions():
-            store[region.name].zero_()
-
-    def reset_decoder(self, store: StateStore) -> None:
-        for region in self.decoder_regions():
-            store[region.name].zero_()
-
     # --- torch level ------------------------------------------------------------------
 
     def _encode(self, pcm: torch.Tensor, store: StateStore | None) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Demand-sized placement of declared state: memory follows the regions' clocks.
 
-`DemandStore` has `StateStore`'s interface (`store[name]`, `reset()`, `reset_prefix()`,
-`nbytes()`) and backs each ring region with memory for `region.entries_at(ticks)` entries
-only, where `ticks` is how far the region's clock has advanced (`advance`, `ensure`).
+`DemandStore` has `StateStore`'s interface (`store[name]`, `advance()`, `ensure()`,
+`ticks()`, `reset()`, `nbytes()`, `mapped_bytes()`) and backs each ring region with memory
+for `region.entries_at(ticks)` entries only, where `ticks` is how far the region's clock has
+advanced (`advance`, `ensure`).
 Call `advance` before the step that writes the new entries, and outside graph capture.
 
 - Fixed regions, and rings emptied by a coarser clock (`restarts_each`, e.g. the
