@@ -138,7 +138,7 @@ class ConversationWorker(threading.Thread):
             return
         from engine import Persona
         self.signals.notice.emit("Playing the voice and role prompts to the model…")
-        self.session.reset(Persona(*self.persona))
+        self.session.reset(Persona(*self.persona), cancelled=self._stopping.is_set)
 
     def _apply_pending(self) -> None:
         with self._pending_lock:

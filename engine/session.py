@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import logging
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -227,8 +228,10 @@ class DuplexSession:
         self._role_tokens = model.tokenizer.encode(wrap_role(persona.role)) if persona.role.strip() else []
         self.persona = persona
 
-    def reset(self, persona: Persona | None = None) -> None:
-        """Start a new conversation (optionally with a new persona); weights stay loaded."""
+    def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """Start a new conversation (optionally with a new persona); weights stay loaded.
+        PersonaPlex replays its prompts here; `cancelled()` is checked every prompt frame and
+        returns False if it stopped the replay (reset again before stepping)."""
         if persona is not None:
             self._set_persona(persona)
         self._apply_pending()
@@ -238,7 +241,8 @@ class DuplexSession:
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
         if self.model.is_personaplex:
             with torch.no_grad():
-                replay_prompts(self.stepper, self._voice, self._role_tokens)
+                return replay_prompts(self.stepper, self._voice, self._role_tokens, cancelled)
+        return True
 
     @property
     def speak_times(self) -> list[float]:

@@ -124,3 +124,18 @@ def test_speak_meter_splits_frames_at_second_boundaries():
     for i in range(25):  # 2 s of output; frame 12 straddles the first boundary
         meter.add(0.01 if i != 12 else 0.1)
     assert meter.seconds == pytest.approx([12 * 0.01 + 0.05, 0.05 + 12 * 0.01])
+
+
+def test_prompt_replay_can_be_cancelled_and_started_again(model, audio):
+    session = DuplexSession(model, RuntimeOptions(seed=5), PERSONA)
+    checks = []
+
+    def cancel_after_three_frames() -> bool:
+        checks.append(1)
+        return len(checks) > 3
+
+    assert session.reset(cancelled=cancel_after_three_frames) is False
+    assert len(checks) == 4  # stopped at the fourth check, not after the whole prompt
+    assert session.reset() is True
+    fresh = DuplexSession(model, RuntimeOptions(seed=5), PERSONA)
+    assert same(run(session, audio), run(fresh, audio))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -75,7 +76,10 @@ def wrap_role(text: str) -> str:
     return f"<system> {cleaned} <system>"
 
 
-def replay_prompts(stepper: LMStepper, voice: VoicePrompt | None, role_tokens: list[int]) -> None:
+def replay_prompts(stepper: LMStepper, voice: VoicePrompt | None, role_tokens: list[int],
+                   cancelled: Callable[[], bool] = lambda: False) -> bool:
+    """Run the voice and role prompts through the model, a frame at a time. Returns False if
+    `cancelled()` turned true first (checked every frame: a voice prompt can take seconds)."""
     lm, cfg = stepper.lm, stepper.lm.cfg
     dev = lm.device
 
@@ -86,8 +90,13 @@ def replay_prompts(stepper: LMStepper, voice: VoicePrompt | None, role_tokens: l
     if voice is not None:
         start = codes([cfg.card] * cfg.model_q)
         for embedding in voice.embeddings:
+            if cancelled():
+                return False
             stepper.step(start, model=start, text=pad, embedding=embedding)
         lm.lines.load_cache(stepper.store, voice.cache)
     sine, silence = codes(cfg.sine_tokens), codes(cfg.silence_tokens)
     for token in [None] * SILENCE_FRAMES + list(role_tokens) + [None] * SILENCE_FRAMES:
+        if cancelled():
+            return False
         stepper.step(sine, model=silence, text=pad if token is None else codes([token]))
+    return True
