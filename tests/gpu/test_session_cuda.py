@@ -42,6 +42,7 @@ def test_toggle_combinations_bit_identical(model, audio, baseline, graph_replay,
     assert session.store["lm.transformer.kv"].data_ptr() == kv, "state moved"
     assert len(session.graphs) == (4 if graph_replay else 0)
     record("state_bytes", session.state_bytes())
+    session.close()
 
 
 def test_switching_mid_conversation_bit_identical(model, audio, baseline):
