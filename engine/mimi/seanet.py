@@ -46,7 +46,17 @@ class ResnetBlock(nn.Module):
         return skip + run_layers(self.block, x, store)
 
 
-class SeanetEncoder(nn.Module):
+class _LayerStack(nn.Module):
+    """A `model` list of streaming layers run in order, their regions in the same order."""
+
+    def regions(self) -> list[Region]:
+        return layer_regions(self.model)
+
+    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+        return run_layers(self.model, x, store)
+
+
+class SeanetEncoder(_LayerStack):
     """Audio [B, channels, T] -> latent [B, dimension, T / hop]."""
 
     def __init__(self, cfg: SeanetConfig, name: str):
@@ -71,14 +81,9 @@ class SeanetEncoder(nn.Module):
                                       pad_mode=cfg.pad_mode))
         self.model = nn.ModuleList(layers)
 
-    def regions(self) -> list[Region]:
-        return layer_regions(self.model)
-
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
-        return run_layers(self.model, x, store)
 
 
-class SeanetDecoder(nn.Module):
+class SeanetDecoder(_LayerStack):
     """Latent [B, dimension, T] -> audio [B, channels, T * hop]."""
 
     def __init__(self, cfg: SeanetConfig, name: str):
@@ -101,9 +106,3 @@ class SeanetDecoder(nn.Module):
         layers.append(StreamingConv1d(here(), width, cfg.channels, cfg.last_kernel_size,
                                       pad_mode=cfg.pad_mode))
         self.model = nn.ModuleList(layers)
-
-    def regions(self) -> list[Region]:
-        return layer_regions(self.model)
-
-    def forward(self, z: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
-        return run_layers(self.model, z, store)
