@@ -121,9 +121,10 @@ class StepPositions(NamedTuple):
     first: torch.Tensor  # int64 [1]: position of the step's first entry (device)
     each: torch.Tensor  # int64 [T]: positions of the step's entries
     rope: tuple[torch.Tensor, torch.Tensor] | None  # cos, sin [1, 1, T, D/2] in fp32
+    slots: torch.Tensor | None  # int64 [T]: ring slots the entries go to (streaming only)
 
     @staticmethod
-    def at(first: torch.Tensor, T: int, cfg: "TransformerConfig") -> "StepPositions":
+    def at(first: torch.Tensor, T: int, cfg: "TransformerConfig", streaming: bool) -> "StepPositions":
         each = first + torch.arange(T, device=first.device)
         rope = None
         if cfg.rope:
@@ -132,7 +133,7 @@ class StepPositions(NamedTuple):
                               * (-math.log(cfg.max_period) * 2 / cfg.head_dim))
             angle = freqs * each.float().view(1, 1, T, 1)
             rope = torch.cos(angle), torch.sin(angle)
-        return StepPositions(first, each, rope)
+        return StepPositions(first, each, rope, each % cfg.ring if streaming else None)
 
 
 def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -181,7 +182,7 @@ class Attention(nn.Module):
             out = attend(q, k, v, pos.each, pos.each, c.context)
         else:
             kv = store[self.kv_region][:, self.index]  # [ring, 2, H, D]
-            kv.index_copy_(0, pos.each % c.ring, torch.stack([k[0], v[0]]).permute(2, 0, 1, 3))
+            kv.index_copy_(0, pos.slots, torch.stack([k[0], v[0]]).permute(2, 0, 1, 3))
             # Reads only live entries, with their count taken from `pos` on the device: the
             # same code eager and graph-replayed, over plain or demand-sized placement.
             out = ring_attention(q, kv, pos.first, T, c.context)
@@ -247,7 +248,7 @@ class StreamingTransformer(nn.Module):
         if self.cfg.weights_per_step and x.shape[1] != 1:
             raise ValueError("per-step weights take one step at a time")
         first = torch.zeros(1, dtype=torch.long, device=x.device) if store is None else store[self.pos_region]
-        pos = StepPositions.at(first, x.shape[1], self.cfg)
+        pos = StepPositions.at(first, x.shape[1], self.cfg, streaming=store is not None)
         for layer in self.layers:
             x = layer(x, pos, store, step)
         if store is not None:
