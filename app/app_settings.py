@@ -5,7 +5,10 @@ from pathlib import Path
 
 from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from .runtime_controls import DEFAULT_CHOICES
+from engine.options import TOGGLES, RuntimeOptions
+
+# Versioned: the first release stored both toggles off, its default then, not a choice.
+RUNTIME_GROUP = "runtime.v2"
 
 
 class AppSettings:
@@ -43,15 +46,20 @@ class AppSettings:
         self.q.setValue(f"audio/{kind}", key)
 
     @property
-    def runtime_choices(self) -> dict:
-        return {"policy": self._get("runtime/policy", DEFAULT_CHOICES["policy"]),
-                **{name: self._get(f"runtime/{name}", DEFAULT_CHOICES[name], bool)
-                   for name in ("graph_replay", "demand_sized_state")}}
+    def runtime_options(self) -> RuntimeOptions:
+        """The policy and toggles the user chose; the fast path where they chose nothing."""
+        default = RuntimeOptions()
+        chosen = {name: self._get(f"{RUNTIME_GROUP}/{name}", getattr(default, name), bool) for name in TOGGLES}
+        try:
+            return default.replace(policy=self._get(f"{RUNTIME_GROUP}/policy", default.policy), **chosen)
+        except ValueError:  # a settings file edited by hand, or from a newer version
+            return default
 
-    @runtime_choices.setter
-    def runtime_choices(self, choices: dict) -> None:
-        for name, value in choices.items():
-            self.q.setValue(f"runtime/{name}", value)
+    @runtime_options.setter
+    def runtime_options(self, options: RuntimeOptions) -> None:
+        self.q.setValue(f"{RUNTIME_GROUP}/policy", options.policy)
+        for name in TOGGLES:
+            self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))
 
     @property
     def record(self) -> bool:

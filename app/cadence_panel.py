@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
+from engine.options import RuntimeOptions
+
 from .audio_io import AudioCounters
 from .cadence_chart import CadenceChart
 from .cadence_stats import CadenceStats
@@ -11,7 +13,7 @@ from .runtime_controls import RuntimeControls
 
 
 class CadencePanel(QWidget):
-    def __init__(self, choices: dict, parent=None):
+    def __init__(self, options: RuntimeOptions, parent=None):
         super().__init__(parent)
         self.stats = CadenceStats()
         self.chart = CadenceChart(self.stats)
@@ -21,7 +23,7 @@ class CadencePanel(QWidget):
         self.memory_label = QLabel()
         self.audio_label = QLabel()
         self.audio_label.setWordWrap(True)
-        self.controls = RuntimeControls(choices)
+        self.controls = RuntimeControls(options)
         controls_box = QGroupBox("Runtime (applies from the next frame)")
         QVBoxLayout(controls_box).addWidget(self.controls)
         layout = QVBoxLayout(self)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-FRAME_S = 0.08
-STAGES = ("encode", "backbone", "depformer", "decode")
+from engine.frame import FRAME_SECONDS as FRAME_S
+from engine.frame import STAGES
 
 
 class CadenceStats:

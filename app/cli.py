@@ -13,33 +13,49 @@ def _codec(args) -> None:
     import numpy as np
 
     from engine import load_mimi
-    from engine.audio_io import SAMPLE_RATE, read_audio, split_frames, write_audio
+    from engine.audio_io import read_audio, split_frames, write_audio
+    from engine.frame import SAMPLE_RATE
+
+    from engine.hub import resolve
 
     pcm = read_audio(args.input)
-    mimi = load_mimi(_model_dir(args.model), device=args.device)
+    mimi = load_mimi(resolve(args.model)[0], device=_device(args.device))
     stream = mimi.stream()
     out = [stream.decode_frame(stream.encode_frame(frame)) for frame in split_frames(pcm)]
     write_audio(args.output, np.concatenate(out)[:len(pcm)])
     print(f"wrote {args.output} ({len(pcm) / SAMPLE_RATE:.2f} s)", file=sys.stderr)
 
 
-def _model_dir(model: str) -> str:
-    if model == "demo":
-        from engine.paths import DEMO_MODEL_DIR
-        return str(DEMO_MODEL_DIR)
-    return model
+def _device(name: str | None) -> str:
+    """The torch device a subcommand runs on: `name` checked, or CUDA when there is one."""
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if name == "cuda" or name.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: no CUDA GPU is available")
+        index = name.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+        return name
+    raise ValueError(f"--device {name}: use cpu, cuda or cuda:N")
 
 
 def _offline(args) -> None:
     from app.offline import run_offline
-    run_offline(args)
+    run_offline(args, _device(args.device))
 
 
 def _bench(args) -> None:
-    from engine.bench import run_bench
+    from pathlib import Path
+
+    from engine.bench.run import run_bench
     from engine.paths import ASSETS_DIR
-    args.output = args.output or str(ASSETS_DIR / "benchmarks" / f"{args.model}.json")
-    run_bench(args)
+    output = Path(args.output) if args.output else ASSETS_DIR / "benchmarks" / f"{args.model}.json"
+    run_bench(args.model, args.frames, args.plain_frames, args.seed, output)
 
 
 def _gui(args) -> int:
@@ -56,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--model", required=True, help="checkpoint directory or file, or 'demo'")
     codec.add_argument("--input", required=True)
     codec.add_argument("--output", required=True)
-    codec.add_argument("--device", default="cpu")
+    codec.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     codec.set_defaults(func=_codec)
 
     offline = sub.add_parser("offline", help="run a conversation file to file")
@@ -66,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--transcript", help="write the model's words with times as JSON")
     offline.add_argument("--seed", type=int, default=0)
     offline.add_argument("--greedy", action="store_true")
-    offline.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    offline.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     offline.add_argument("--voice", help="PersonaPlex voice prompt name")
     offline.add_argument("--role", help="PersonaPlex text role prompt")
     offline.add_argument("--download", action="store_true",

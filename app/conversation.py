@@ -2,6 +2,7 @@
 the GUI through queued Qt signals. Torch and the engine are only touched on this thread."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -46,25 +47,26 @@ class ConversationSignals(QObject):
 
 
 class ConversationWorker(threading.Thread):
-    """`link` is an AudioLink (or FileFeed); `recorder` may be None (not recording);
-    `persona` is (voice, role) for PersonaPlex models, else None."""
+    """`session` is an engine.DuplexSession; `link` an AudioLink (or FileFeed); `recorder` may
+    be None (not recording); `persona` is (voice, role) for PersonaPlex models, else None."""
 
-    def __init__(self, session, link, recorder: ConversationRecorder | None, choices: dict,
+    def __init__(self, session, link, recorder: ConversationRecorder | None, options,
                  persona: tuple[str | None, str] | None, signals: ConversationSignals):
         super().__init__(name="engine-conversation", daemon=True)
         self.session, self.link, self.recorder = session, link, recorder
         self.persona = persona
         self.signals = signals
-        self._choices = dict(choices)  # applied as the conversation starts
-        self._pending: dict | None = None  # changed mid conversation, for the next frame
-        self._pending_lock = threading.Lock()
+        self._options = options  # RuntimeOptions, applied as the conversation starts
         self._muted = False
         self._stopping = threading.Event()
 
-    def set_choices(self, choices: dict) -> None:
-        """GUI thread: the engine applies them before its next frame."""
-        with self._pending_lock:
-            self._pending = dict(choices)
+    def set_options(self, options) -> None:
+        """GUI thread: checked now, applied by the engine before its next frame (the
+        session's mailbox; it touches no device)."""
+        try:
+            self.session.set_options(options)
+        except ValueError as exc:
+            self.signals.notice.emit(f"Option not applied: {exc}")
 
     def set_muted(self, muted: bool) -> None:
         self._muted = muted
@@ -96,15 +98,15 @@ class ConversationWorker(threading.Thread):
             self.signals.failed.emit(f"The recording could not be completed: {exc}")
 
     def _converse(self) -> None:
-        self.session.set_options(self.session.options.replace(**self._choices))
+        self.session.set_options(self._options)
         self._reset_session()
         if self._stopping.is_set():  # stopped while the prompts played
             return
         self.link.start()
         self.signals.started.emit()
-        index = seconds_reported = 0
+        index = 0
+        options = self.session.options
         while not self._stopping.is_set():
-            self._apply_pending()
             problem = self.link.problem()
             if problem and not self._stopping.is_set():
                 kept = " (the recording so far is saved)" if self.recorder else ""
@@ -120,16 +122,15 @@ class ConversationWorker(threading.Thread):
             out = self.session.step(frame)
             self.link.write_frame(out.pcm)
             if self.recorder is not None:
+                if self.session.options is not options:  # applied with this frame
+                    options = self.session.options
+                    self.recorder.note_options(dataclasses.asdict(options))
                 self.recorder.add_frame(frame, out.pcm, out.text)
-            speak = self.session.speak_times
             self.signals.frame.emit(FrameReport(
-                index=index, text=out.text, timings=dict(out.timings),
-                speak_s=tuple(speak[seconds_reported:]),
-                gpu_memory=self.session.gpu_memory_bytes(), state_memory=self.session.state_bytes(),
-                level_dbfs=_dbfs(frame),
-                counters=self.link.counters()))
+                index=index, text=out.text, timings=dict(out.timings), speak_s=out.speak_s,
+                gpu_memory=out.gpu_memory_bytes, state_memory=out.state_bytes,
+                level_dbfs=_dbfs(frame), counters=self.link.counters()))
             index += 1
-            seconds_reported = len(speak)
 
     def _reset_session(self) -> None:
         """A fresh conversation; PersonaPlex replays its voice and role prompts first."""
@@ -139,19 +140,6 @@ class ConversationWorker(threading.Thread):
         from engine import Persona
         self.signals.notice.emit("Playing the voice and role prompts to the model…")
         self.session.reset(Persona(*self.persona), cancelled=self._stopping.is_set)
-
-    def _apply_pending(self) -> None:
-        with self._pending_lock:
-            pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        try:
-            self.session.set_options(self.session.options.replace(**pending))
-        except ValueError as exc:
-            self.signals.notice.emit(f"Option not applied: {exc}")
-            return
-        if self.recorder is not None:
-            self.recorder.note_options(pending)
 
 
 def _dbfs(frame: np.ndarray) -> float:

@@ -4,6 +4,8 @@ Everything slow or numeric runs on engine threads (model loading, the conversati
 window only reacts to their queued signals."""
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 
 import soundfile as sf
@@ -74,7 +76,7 @@ class MainWindow(QMainWindow):
         self.transcript = QPlainTextEdit()
         self.transcript.setReadOnly(True)
         self.transcript.setPlaceholderText("What the model says appears here.")
-        self.panel = CadencePanel(self.settings.runtime_choices)
+        self.panel = CadencePanel(self.settings.runtime_options)
         self.compute_label = QLabel("Compute: no model loaded")
         self.statusBar().addPermanentWidget(self.compute_label)
 
@@ -124,7 +126,7 @@ class MainWindow(QMainWindow):
         self.record_box.toggled.connect(lambda on: setattr(self.settings, "record", on))
         self.recordings_button.clicked.connect(self.open_recordings)
         self.device_picker.muted_changed.connect(self._on_muted)
-        self.panel.controls.changed.connect(self._on_choices)
+        self.panel.controls.changed.connect(self._on_options)
         self.hint_bar.dismissed.connect(
             lambda: setattr(self.settings, "headphones_hint_done", True))
 
@@ -182,19 +184,19 @@ class MainWindow(QMainWindow):
             voice, role = self.model_picker.persona()
             self.settings.set_persona(self.model_picker.voice.currentText(), role)
             persona = (voice, role or self.loaded.default_role)
-        choices = self.panel.controls.choices()
+        options = self.panel.controls.options()
         recorder = None
         if self.record_box.isChecked():
             try:
                 recorder = ConversationRecorder(self.settings.recordings_dir, self.loaded.name,
-                                                choices)
+                                                dataclasses.asdict(options))
             except (OSError, sf.SoundFileError) as exc:
                 link.close()
                 self.message_bar.show_message(f"Cannot write the recording: {exc}")
                 return
         self.panel.reset()
         self.transcript.appendPlainText(f"— {self.loaded.name}, {link.description} —\n")
-        self.worker = ConversationWorker(self.loaded.session, link, recorder, choices, persona,
+        self.worker = ConversationWorker(self.loaded.session, link, recorder, options, persona,
                                          self.conversation_signals)
         self.worker.set_muted(self.device_picker.mute.isChecked())
         self.worker.start()
@@ -254,10 +256,10 @@ class MainWindow(QMainWindow):
         self.model_picker.role.setEnabled(not running)
         self.device_picker.set_running(running)
 
-    def _on_choices(self, choices: dict) -> None:
-        self.settings.runtime_choices = choices
+    def _on_options(self, options) -> None:
+        self.settings.runtime_options = options
         if self.worker is not None:
-            self.worker.set_choices(choices)
+            self.worker.set_options(options)
 
     def _on_muted(self, muted: bool) -> None:
         if self.worker is not None:

@@ -62,8 +62,7 @@ class ModelLoader(threading.Thread):
             self.previous.session.close()
             self.previous = None
 
-        from engine import DuplexSession, Persona, RuntimeOptions, load_model
-        from engine.lm.personaplex import DEFAULT_ROLE
+        from engine import DuplexSession, Persona, load_model
         device = self.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,12 +77,10 @@ class ModelLoader(threading.Thread):
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
         persona = Persona(None, "") if model.is_personaplex else None
-        session = DuplexSession(model, RuntimeOptions(), persona)
-        return LoadedModel(
-            source=self.source, name=model.name, session=session,
-            voices=sorted(model.voices) if model.is_personaplex else [],
-            default_role=DEFAULT_ROLE if model.is_personaplex else "", device_label=label,
-            capabilities=dict(session.capabilities()))
+        session = DuplexSession(model, persona=persona)
+        return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
+                           default_role=session.default_role, device_label=label,
+                           capabilities=session.capabilities())
 
 
 class CheckpointScan(threading.Thread):

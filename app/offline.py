@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio_io import FRAME_SIZE, SAMPLE_RATE, read_audio, split_frames, write_audio
-
-FRAME_SECONDS = FRAME_SIZE / SAMPLE_RATE
+from engine.audio_io import read_audio, split_frames, write_audio
+from engine.frame import FRAME_SECONDS, SAMPLE_RATE
 
 
 def words_with_times(pieces: list[str]) -> list[dict]:
@@ -55,18 +54,15 @@ class Progress:
         self.stream.flush()
 
 
-def run_offline(args) -> None:
-    import torch
-
+def run_offline(args, device: str) -> None:
+    """`device` is already checked (app.cli). The runtime's fast path is on: it never changes
+    the output."""
     from engine import DuplexSession, Persona, RuntimeOptions, load_model
 
     # Everything the user can get wrong is checked before minutes of work, not after.
     for path in filter(None, (args.output, args.transcript)):
         if not Path(path).resolve().parent.is_dir():
             raise ValueError(f"{path}: the folder to write it in does not exist")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: no CUDA GPU is available")
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
     pcm = read_audio(args.input)
     model = load_model(args.model, device=device, download=args.download)

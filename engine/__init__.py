@@ -7,9 +7,9 @@ import importlib
 
 _EXPORTS = {
     "AudioInputError": ".errors", "CheckpointError": ".errors",
-    "DuplexModel": ".lm", "load_model": ".lm",
+    "DuplexModel": ".model", "load_model": ".model",
     "Mimi": ".mimi", "MimiStream": ".mimi", "load_mimi": ".mimi",
-    "RuntimeOptions": ".options",
+    "RuntimeOptions": ".options", "POLICIES": ".options", "TOGGLES": ".options",
     "DuplexSession": ".session", "FrameOutput": ".session", "Persona": ".session",
 }
 __all__ = sorted(_EXPORTS)

@@ -8,9 +8,8 @@ import soundfile as sf
 import soxr
 
 from .errors import AudioInputError
+from .frame import FRAME_SIZE, SAMPLE_RATE
 
-SAMPLE_RATE = 24000
-FRAME_SIZE = 1920  # 80 ms at 24 kHz
 
 
 def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:

@@ -1,9 +1,10 @@
-"""Reading official checkpoints (safetensors) with errors that name file, key and shape."""
+"""Official checkpoints: reading safetensors with errors that name file, key and shape, and the
+on-disk layout of attention weights."""
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -52,18 +53,25 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
             target.copy_(tensors[key])
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
-
-
 def _more(keys: list[str]) -> str:
     return f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+
+
+_SPLIT = re.compile(r"^(.*)\.(in_projs|out_projs)\.(\d+)\.weight$")
+
+
+def official_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Stack the reference's split attention weights (`in_projs.{i}` / `out_projs.{i}`, split by
+    its load hook) back as stored on disk (`in_proj_weight` / `out_proj.weight`)."""
+    out, stacks = {}, {}
+    for key, value in state.items():
+        m = _SPLIT.match(key)
+        if m:
+            prefix, kind, idx = m.groups()
+            name = f"{prefix}.in_proj_weight" if kind == "in_projs" else f"{prefix}.out_proj.weight"
+            stacks.setdefault(name, []).append((int(idx), value))
+        else:
+            out[key] = value.detach().contiguous()
+    for name, parts in stacks.items():
+        out[name] = torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
+    return out

@@ -1,16 +1,33 @@
-"""Runtime options: one dataclass the GUI, the CLI and the session share.
+"""Runtime options: one dataclass the GUI, the CLI and the session share, and the names the
+GUI shows for them.
 
-`graph_replay` and `demand_sized_state` switch the DuplexCadence runtime ideas on and off
-(DESIGN.md section 2); `policy` picks autoregressive generation ("ar") or a DiffuPlex policy
-("listen", "speak"; section 3). Values are checked here; whether this build can honour them
-is the session's answer (`DuplexSession.capabilities()`).
+`graph_replay` and `demand_sized_state` are the DuplexCadence runtime (docs/architecture.md):
+on by default, since they never change the output; they exist as switches to show the
+difference. `policy` picks autoregressive generation ("ar") or a DiffuPlex policy ("listen",
+"speak"). Values are checked here; whether this machine can honour them is the session's
+answer (`DuplexSession.capabilities()`).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 
-POLICIES = ("ar", "listen", "speak")
+from .config.checks import is_int, is_number
+
+POLICIES = {
+    "ar": "AR (backbone every frame)",
+    "listen": "DiffuPlex LISTEN",
+    "speak": "DiffuPlex SPEAK",
+}
+"""Policy -> what the GUI calls it."""
+TOGGLES = {
+    "graph_replay": ("CUDA graph replay",
+                     "Replay captured CUDA graphs instead of launching every kernel from Python."),
+    "demand_sized_state": ("Demand-sized streaming state",
+                           "Back streaming state with memory only as the conversation needs it, "
+                           "at a stable address."),
+}
+"""Runtime toggle -> (label, what it does)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,33 +39,26 @@ class RuntimeOptions:
     audio_top_k: int = 250
     greedy: bool = False
     seed: int = 0
-    graph_replay: bool = False
-    demand_sized_state: bool = False
+    graph_replay: bool = True
+    demand_sized_state: bool = True
 
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
         for name in ("text_temperature", "audio_temperature"):
             value = getattr(self, name)
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
+            if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0 (0 = greedy), got {value!r}")
         for name in ("text_top_k", "audio_top_k"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (0 = no top-k), got {value!r}")
-        if not _is_int(self.seed) or not 0 <= self.seed < 2 ** 63:
+        if not is_int(self.seed) or not 0 <= self.seed < 2 ** 63:
             raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
-        for name in ("greedy", "graph_replay", "demand_sized_state"):
+        for name in ("greedy", *TOGGLES):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> "RuntimeOptions":
         return dataclasses.replace(self, **changes)
 
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return _is_int(v) or isinstance(v, float)

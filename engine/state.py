@@ -1,29 +1,31 @@
-"""Declared streaming state: regions and the clocks that advance them.
+"""Declared streaming state: regions, the clocks that advance them, and the stores that hold them.
 
-Every piece of streaming state in the engine (conv tails, transposed-conv partial
-sums, KV rings, position counters, token delay lines) is declared as a `Region`
-by the module that uses it. Modules never allocate state themselves: a
-`StateStore` built from the declarations owns every buffer, so the runtime can
-size and place them (DESIGN.md section 2).
+Every piece of streaming state in the engine (conv tails, transposed-conv partial sums, KV
+rings, position counters, token delay lines) is declared as a `Region` by the module that
+uses it. Modules never allocate state: a store built from the declarations owns every
+buffer, so the runtime can size and place it (docs/architecture.md, "State and clocks").
 
-A region's *clock* says how it advances: a ring region appends `per_tick`
-entries each time its clock ticks and keeps the last `retain` of them; a fixed
-region has a constant size whatever the clock says. Clocks:
+A region's *clock* says how it advances: a ring region appends `per_tick` entries each time
+its clock ticks and keeps the last `retain` of them; a fixed region has a constant size.
 
-- ``frame``     one tick per 80 ms frame (12.5 Hz): LM temporal KV, delay lines;
-- ``mimi_step`` one tick per 40 ms codec transformer step (25 Hz);
-- ``codebook``  one tick per depformer step; restarts every frame;
-- ``fixed``     never advances (conv tails, counters).
+- ``frame``     one tick per 80 ms frame (12.5 Hz): the LM's temporal KV;
+- ``mimi_step`` one tick per 40 ms codec transformer step (25 Hz): Mimi's KV;
+- ``fixed``     never advances: conv tails, counters, delay lines, and the depformer's KV
+                (its position restarts every frame, so its size never depends on the
+                conversation's length).
+
+Clocks are ticked by the frame runner (engine.runtime.runner) and nowhere else, before the
+stage that writes the new entries.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import torch
 
-CLOCKS = ("frame", "mimi_step", "codebook", "fixed")
+CLOCKS = ("frame", "mimi_step", "fixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +39,6 @@ class Region:
     retain: int | None = None
     """Ring capacity in entries (None for fixed regions)."""
     per_tick: int = 1
-    restarts_each: str | None = None
-    """A coarser clock whose tick empties this region (the depformer KV restarts each frame)."""
 
     def __post_init__(self):
         if self.clock not in CLOCKS:
@@ -67,7 +67,7 @@ class Region:
         return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
     def bytes_at(self, ticks: int) -> int:
-        """Bytes a demand-sized store needs after `ticks` ticks (stock stores hold bytes_at(inf))."""
+        """Bytes a demand-sized store needs after `ticks` ticks (a full store holds bytes_full())."""
         if not self.is_ring:
             return self.entry_bytes()
         return self.entries_at(ticks) * self.entry_bytes()
@@ -76,70 +76,103 @@ class Region:
         return self.bytes_at(self.retain or 1)
 
 
-class StateStore:
-    """Owns the buffers of a set of declared regions, allocated at full retention.
+class Store(Protocol):
+    """What every placement of declared state offers. Two implement it: `StateStore` (full
+    retention, what stock runtimes do) and `engine.runtime.placement.DemandStore` (memory
+    follows the clocks, at stable addresses). Models only use `store[name]`; the runtime
+    uses the rest."""
 
-    This is the plain placement (what stock runtimes do); the DuplexCadence runtime's
-    `engine.runtime.DemandStore` has the same interface and backs rings on demand. Both
-    count their clocks' ticks (`advance` is called before the step that writes them), so
-    state can move from one placement to the other (`copy_state`).
-    """
+    regions: dict[str, Region]
+    device: torch.device
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        """The region's tensor: the same object (and address) for the store's lifetime."""
+
+    def __contains__(self, name: str) -> bool: ...
+
+    def advance(self, clock: str, ticks: int = 1) -> None:
+        """`clock` is about to tick `ticks` times: make room for the entries they write."""
+
+    def ensure(self, ticks_by_clock: dict[str, int]) -> None:
+        """Make room for at least the given absolute tick counts (used to copy state in)."""
+
+    def ticks(self, name: str) -> int:
+        """How far the clock of region `name` has ticked since the last reset."""
+
+    def reset(self) -> None:
+        """A new conversation: every region back to zeros, every clock to zero."""
+
+    def nbytes(self, prefix: str = "") -> int:
+        """Bytes held now by the regions whose names start with `prefix`."""
+
+    def mapped_bytes(self) -> int:
+        """Device bytes held outside torch's allocator (torch.cuda.memory_allocated misses them)."""
+
+    def close(self) -> None:
+        """Give back memory torch does not manage; the store is unusable after."""
+
+
+def declare(regions: Iterable[Region]) -> dict[str, Region]:
+    """Regions by name; a name declared twice is a bug in the models."""
+    out: dict[str, Region] = {}
+    for r in regions:
+        if r.name in out:
+            raise ValueError(f"region {r.name} declared twice")
+        out[r.name] = r
+    return out
+
+
+class StateStore:
+    """The full-retention placement: every region allocated at its full size, once. Its clock
+    counts are kept so that state can move to a demand-sized store mid-conversation."""
 
     def __init__(self, regions: Iterable[Region], device: torch.device | str = "cpu"):
-        self.regions: dict[str, Region] = {}
-        for r in regions:
-            if r.name in self.regions:
-                raise ValueError(f"region {r.name} declared twice")
-            self.regions[r.name] = r
+        self.regions = declare(regions)
         self.device = torch.device(device)
-        self._buffers = {
-            name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
-            for name, r in self.regions.items()
-        }
-        self._clock_ticks = dict.fromkeys(CLOCKS, 0)
+        self._buffers = {name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
+                         for name, r in self.regions.items()}
+        self._ticks = dict.fromkeys(CLOCKS, 0)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._buffers[name]
 
     def __contains__(self, name: str) -> bool:
-        return name in self._buffers
+        return name in self.regions
 
     def advance(self, clock: str, ticks: int = 1) -> None:
-        self._clock_ticks[clock] += ticks
+        self._ticks[clock] += ticks
 
     def ensure(self, ticks_by_clock: dict[str, int]) -> None:
         for clock, ticks in ticks_by_clock.items():
-            self._clock_ticks[clock] = max(self._clock_ticks[clock], ticks)
+            self._ticks[clock] = max(self._ticks[clock], ticks)
 
     def ticks(self, name: str) -> int:
-        return self._clock_ticks[self.regions[name].clock]
+        return self._ticks[self.regions[name].clock]
 
     def reset(self) -> None:
         for buf in self._buffers.values():
             buf.zero_()
-        self._clock_ticks = dict.fromkeys(CLOCKS, 0)
+        self._ticks = dict.fromkeys(CLOCKS, 0)
 
-
-    def nbytes(self) -> int:
-        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+    def nbytes(self, prefix: str = "") -> int:
+        return sum(b.numel() * b.element_size() for n, b in self._buffers.items() if n.startswith(prefix))
 
     def mapped_bytes(self) -> int:
-        """Bytes held outside torch's allocator (none here: every buffer is a torch tensor)."""
-        return 0
+        return 0  # every buffer is a torch tensor
+
+    def close(self) -> None:
+        self._buffers.clear()
 
 
-def copy_state(src, dst) -> None:
-    """Move a conversation's state between two stores over the same regions (a plain
-    StateStore and a DemandStore, either way): clocks first, so the destination backs what
-    the source holds, then every live entry."""
+def copy_state(src: Store, dst: Store) -> None:
+    """Move a conversation's state between two stores over the same regions (either
+    placement, either way): clocks first, so the destination backs what the source holds,
+    then every live entry."""
     ticks: dict[str, int] = {}
     for name, r in src.regions.items():
-        if r.is_ring and r.restarts_each is None:
+        if r.is_ring:
             ticks[r.clock] = max(ticks.get(r.clock, 0), src.ticks(name))
     dst.ensure(ticks)
     for name, r in src.regions.items():
-        if r.is_ring and r.restarts_each is None:
-            live = r.entries_at(src.ticks(name))
-            dst[name][:live].copy_(src[name][:live])
-        else:
-            dst[name].copy_(src[name])
+        live = r.entries_at(src.ticks(name)) if r.is_ring else None
+        dst[name][:live].copy_(src[name][:live])

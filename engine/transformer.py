@@ -3,7 +3,7 @@
 Parameter names mirror the official checkpoints relative to the transformer
 (`layers.{i}.self_attn.in_proj_weight`, `layers.{i}.gating.linear_in.weight`, ...), so
 loading needs no renaming. Streaming state (a K and a V ring per layer, and a position
-counter) is declared through `regions()` and lives in the caller's `StateStore`.
+counter) is declared through `regions()` and lives in the caller's `Store`.
 
 Ring semantics follow the reference runtime exactly: a ring of `context` entries; the T new
 entries of a step are written first, then each query attends to the keys whose position p
@@ -13,7 +13,6 @@ behaviour and we keep it.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import NamedTuple
 
@@ -21,54 +20,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .runtime.ring_attention import ring_attention
-from .state import Region, StateStore
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-    d_model: int
-    num_heads: int
-    num_layers: int
-    dim_feedforward: int
-    context: int | None
-    norm: str = "layer_norm"  # "layer_norm" (eps 1e-5) | "rms_norm_f32" (eps 1e-8, computed in fp32)
-    gating: str = "none"  # "none": GELU FFN | "silu": SiLU-gated FFN
-    layer_scale: float | None = None
-    rope: bool = True
-    max_period: float = 10000.0
-    weights_per_step: int = 0  # >0: one attention/FFN weight set per step (depformer)
-    clock: str = "frame"
-
-    def __post_init__(self):
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model {self.d_model} is not a multiple of num_heads {self.num_heads}")
-        if self.norm not in ("layer_norm", "rms_norm_f32"):
-            raise ValueError(f"unknown norm {self.norm!r}")
-        if self.gating not in ("none", "silu"):
-            raise ValueError(f"unknown gating {self.gating!r}")
-        if self.weights_per_step and self.gating == "none":
-            raise ValueError("weights_per_step needs a gated FFN (as in the reference)")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
-
-    @property
-    def gated_hidden(self) -> int:
-        # The reference's rule for the width of a gated FFN.
-        if self.dim_feedforward == 4 * self.d_model:
-            return 21 * self.d_model // 8
-        return 2 * self.dim_feedforward // 3
-
-    @property
-    def ring(self) -> int:
-        """KV ring capacity: the context, or one entry per step for per-step weights."""
-        if self.context is not None:
-            return self.context
-        if self.weights_per_step:
-            return self.weights_per_step
-        raise ValueError("a streaming transformer needs a context")
+from .config.transformer import TransformerConfig
+from .kernels.ring_attention import ring_attention
+from .state import Region, Store
 
 
 class RMSNormF32(nn.Module):
@@ -79,7 +33,7 @@ class RMSNormF32(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda:
-            from .runtime.fused_triton import rms_norm
+            from .kernels.norm_rope import rms_norm
             return rms_norm(x, self.alpha, self.eps)
         xf = x.float()
         var = self.eps + torch.mean(xf * xf, dim=2, keepdim=True)
@@ -140,7 +94,7 @@ def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torc
     """Rotate interleaved (re, im) pairs of x [B, H, T, D] by their positions, in fp32."""
     cos, sin = rope
     if x.is_cuda and _is_power_of_two(x.shape[-1]):
-        from .runtime.fused_triton import rope as fused_rope
+        from .kernels.norm_rope import rope as fused_rope
         return fused_rope(x, cos, sin)
     xr, xi = x.view(*x.shape[:-1], -1, 2).float().unbind(-1)
     out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1)
@@ -168,7 +122,7 @@ class Attention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(steps * 3 * cfg.d_model, cfg.d_model))
         self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
 
-    def forward(self, x: torch.Tensor, pos: StepPositions, store: StateStore | None,
+    def forward(self, x: torch.Tensor, pos: StepPositions, store: Store | None,
                 step: int) -> torch.Tensor:
         c = self.cfg
         B, T, _ = x.shape
@@ -238,12 +192,12 @@ class StreamingTransformer(nn.Module):
         step: a step's state is then contiguous, so demand-sized backing grows in fine steps."""
         c = self.cfg
         dtype = self.layers[0].self_attn.in_proj_weight.dtype
-        restart = "frame" if c.clock == "codebook" else None
-        return [Region(self.pos_region, (1,), torch.int64),
-                Region(self.kv_region, (c.num_layers, 2, c.num_heads, c.head_dim), dtype, c.clock,
-                       c.ring, restarts_each=restart)]
+        entry = (c.num_layers, 2, c.num_heads, c.head_dim)
+        kv = (Region(self.kv_region, (c.ring, *entry), dtype) if c.clock == "fixed"
+              else Region(self.kv_region, entry, dtype, c.clock, c.ring))
+        return [Region(self.pos_region, (1,), torch.int64), kv]
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None, step: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0) -> torch.Tensor:
         """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1)."""
         if self.cfg.weights_per_step and x.shape[1] != 1:
             raise ValueError("per-step weights take one step at a time")

@@ -27,12 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 from engine import hub  # noqa: E402
 from engine.audio_io import read_audio  # noqa: E402
-from engine.lm.config import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
-from engine.lm.generate import LMStepper  # noqa: E402
+from engine.config.lm import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
 from engine.lm.model import MoshiLM  # noqa: E402
 from engine.lm.sampling import SamplingParams  # noqa: E402
 from engine.mimi import load_mimi  # noqa: E402
 from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE  # noqa: E402
+from engine.runtime.runner import FrameRunner, LMInputs  # noqa: E402
 from engine.state import StateStore  # noqa: E402
 
 SEED = 20240918
@@ -93,14 +93,16 @@ def record_voice(lm: MoshiLM, mimi, path: Path) -> None:
     pcm = read_audio(SPEECH_SAMPLE)[: VOICE_FRAMES * mimi.frame_size]
     codes = torch.from_numpy(mimi.encode(pcm))
     store = StateStore(lm.regions())
-    stepper = LMStepper(lm, store, SamplingParams(0.7, 25), SamplingParams(0.8, 250),
-                        torch.Generator().manual_seed(SEED))
-    stepper.inputs = []
+    runner = FrameRunner(lm, None, store, torch.Generator().manual_seed(SEED),
+                         (SamplingParams(0.7, 25), SamplingParams(0.8, 250)))
     sine, pad = torch.tensor(cfg.sine_tokens), torch.tensor([cfg.text_padding_id])
+    inputs = []
     for t in range(codes.shape[1]):
-        stepper.step(sine, model=codes[:cfg.model_q, t], text=pad)
+        embedding, _ = runner.lm_frame(LMInputs(sine, model=codes[:cfg.model_q, t], text=pad))
+        if embedding is not None:  # PersonaPlex's first frame runs no wake
+            inputs.append(embedding)
     tokens = store[lm.lines.tokens_region]
-    torch.save({"embeddings": torch.stack(stepper.inputs).to(torch.bfloat16),
+    torch.save({"embeddings": torch.stack(inputs).to(torch.bfloat16),
                 "cache": tokens.T.unsqueeze(0).clone()}, path)
 
 

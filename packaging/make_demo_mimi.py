@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.mimi.config_json import parse_config  # noqa: E402
+from engine.config.mimi_json import parse_config  # noqa: E402
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
 from engine.mimi.model import Mimi  # noqa: E402
 

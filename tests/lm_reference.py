@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from moshi.models.lm import LMGen, LMModel
 from moshi.utils.sampling import sample_token
-from engine.bench.stock import official_layout
+from engine.checkpoint import official_layout
 
 DELAYS = [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]
 
@@ -172,3 +172,20 @@ class PersonaPlexReference:
             self.cache.copy_(voice_cache[0])
         for token in [None] * silence_frames + list(role_tokens) + [None] * silence_frames:
             self.step(sine, model=silence, text=pad if token is None else token)
+
+
+def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250)):
+    """Our frame runner over the LM alone (no Mimi), as the reference tests drive it."""
+    from engine.lm import SamplingParams
+    from engine.runtime.runner import FrameRunner
+    from engine.state import StateStore
+
+    return FrameRunner(lm, None, StateStore(lm.regions()), torch.Generator().manual_seed(seed),
+                       (SamplingParams(*text, greedy), SamplingParams(*audio, greedy)))
+
+
+def our_lm_step(runner, user, model=None, text=None):
+    """One LM frame: tokens [1 + dep_q], or None during start-up."""
+    from engine.runtime.runner import LMInputs
+
+    return runner.lm_frame(LMInputs(user, model=model, text=text))[1]

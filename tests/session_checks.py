@@ -1,6 +1,9 @@
 """Running a session over frames and comparing runs bit for bit (CPU and GPU toggle tests)."""
 import numpy as np
 
+PLAIN = {"graph_replay": False, "demand_sized_state": False}
+"""Both runtime optimizations off (they are on by default)."""
+
 
 def run(session, audio, switches=None):
     """Step every frame of `audio`; `switches` maps a frame index to options set before it."""

@@ -14,13 +14,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import hub
-from engine.lm import LMStepper, SamplingParams, from_lm_kwargs, load_lm, load_model
+from engine.config.lm import from_lm_kwargs
+from engine.lm import load_lm
+from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession
-from engine.state import StateStore
 from tests import mimi_reference
-from tests.lm_reference import (make_reference_lm, run_moshi_reference, save_official, small_lm_kwargs,
-                                write_tokenizer)
+from tests.lm_reference import (make_reference_lm, our_lm_runner, our_lm_step, run_moshi_reference, save_official,
+                                small_lm_kwargs, write_tokenizer)
 
 FRAMES = 48  # the context is 24 frames: the KV ring wraps
 
@@ -37,10 +38,9 @@ def ref(tmp_path_factory):
 
 def run_ours(kwargs, path, user, greedy, seed=0, text=(0.7, 25), audio=(0.8, 250)):
     lm = load_lm(path, from_lm_kwargs(kwargs, "test", "small"))
-    stepper = LMStepper(lm, StateStore(lm.regions()), SamplingParams(*text, greedy),
-                        SamplingParams(*audio, greedy), torch.Generator().manual_seed(seed))
+    runner = our_lm_runner(lm, greedy, seed, text, audio)
     with torch.no_grad():
-        return [stepper.step(codes) for codes in user]
+        return [our_lm_step(runner, codes) for codes in user]
 
 
 def as_lists(frames):

@@ -9,12 +9,11 @@ import pytest
 import torch
 
 from engine.errors import CheckpointError
-from engine.lm import LMStepper, SamplingParams, from_lm_kwargs, load_lm, load_voice
-from engine.lm.config import PROMPT_TOKENS_KEY
-from engine.lm.personaplex import replay_prompts
-from engine.state import StateStore
-from tests.lm_reference import (PersonaPlexReference, make_reference_lm, personaplex_context, save_official,
-                                small_lm_kwargs)
+from engine.config.lm import PROMPT_TOKENS_KEY, from_lm_kwargs
+from engine.lm import load_lm, load_voice
+from engine.prompts import replay_prompts
+from tests.lm_reference import (PersonaPlexReference, make_reference_lm, our_lm_runner, our_lm_step,
+                                personaplex_context, save_official, small_lm_kwargs)
 
 CONTEXT = 20  # prompts + conversation run past it: the KV ring wraps
 SILENCE, SINE = [5, 6, 7, 8, 9, 10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27]
@@ -50,13 +49,12 @@ def run_reference(ref_lm, voice_path, user, greedy, prompts, seed=13):
 
 def run_ours(cfg, directory, voice_path, user, greedy, prompts, seed=13):
     lm = load_lm(directory / "model.safetensors", cfg)
-    stepper = LMStepper(lm, StateStore(lm.regions()), SamplingParams(0.7, 25, greedy),
-                        SamplingParams(0.8, 250, greedy), torch.Generator().manual_seed(seed))
+    runner = our_lm_runner(lm, greedy, seed)
     with torch.no_grad():
         if prompts != "none":
             voice = load_voice(voice_path, cfg, lm.device, lm.dtype) if prompts == "voice+role" else None
-            replay_prompts(stepper, voice, ROLE)
-        return [None if t is None else t.tolist() for t in (stepper.step(c) for c in user)]
+            replay_prompts(runner, voice, ROLE)
+        return [None if t is None else t.tolist() for t in (our_lm_step(runner, c) for c in user)]
 
 
 @pytest.mark.parametrize("greedy,prompts", [(True, "voice+role"), (False, "voice+role"),
@@ -94,10 +92,9 @@ def test_partial_forcing_matches_reference(setup, greedy):
                 for u, m, x in plan]
     ref.close()
     lm = load_lm(directory / "model.safetensors", cfg)
-    stepper = LMStepper(lm, StateStore(lm.regions()), SamplingParams(0.7, 25, greedy),
-                        SamplingParams(0.8, 250, greedy), torch.Generator().manual_seed(21))
+    runner = our_lm_runner(lm, greedy, 21)
     with torch.no_grad():
-        ours = [stepper.step(u, model=m, text=None if x is None else torch.tensor([x])) for u, m, x in plan]
+        ours = [our_lm_step(runner, u, model=m, text=None if x is None else torch.tensor([x])) for u, m, x in plan]
     assert [None if t is None else t.tolist() for t in ours] == [None if t is None else t.tolist() for t in expected]
 
 

@@ -4,7 +4,7 @@ import torch
 from moshi.modules.transformer import RingKVCache
 
 from engine.runtime.placement import DemandStore
-from engine.runtime.ring_attention import ring_attention
+from engine.kernels.ring_attention import ring_attention
 from engine.state import Region
 from engine.transformer import attend
 from tests.gpu.ring_reference import ring_positions

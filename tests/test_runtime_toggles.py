@@ -12,12 +12,12 @@ import shutil
 import numpy as np
 import pytest
 
-from engine.lm import load_model
+from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.paths import DEMO_MODEL_DIR
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
-from tests.session_checks import assert_identical, run
+from tests.session_checks import PLAIN, assert_identical, run
 
 FRAMES = 40
 PERSONA = Persona("DEMO", "Be brief.")
@@ -42,24 +42,24 @@ def audio():
 
 @pytest.fixture(scope="module")
 def baseline(small_context_model, audio):
-    return run(DuplexSession(small_context_model, RuntimeOptions(seed=2), PERSONA), audio)
+    return run(DuplexSession(small_context_model, RuntimeOptions(seed=2, **PLAIN), PERSONA), audio)
 
 
 def test_demand_sized_state_is_bit_identical(small_context_model, audio, baseline):
-    options = RuntimeOptions(seed=2, demand_sized_state=True)
+    options = RuntimeOptions(seed=2, graph_replay=False, demand_sized_state=True)
     assert_identical(run(DuplexSession(small_context_model, options, PERSONA), audio), baseline)
 
 
 def test_switching_placement_mid_conversation_is_bit_identical(small_context_model, audio, baseline):
-    on = RuntimeOptions(seed=2, demand_sized_state=True)
-    off = RuntimeOptions(seed=2)
+    off = RuntimeOptions(seed=2, **PLAIN)
+    on = off.replace(demand_sized_state=True)
     session = DuplexSession(small_context_model, off, PERSONA)
     assert_identical(run(session, audio, {5: on, 17: off, 18: on, 33: off}), baseline)
 
 
 def test_demand_sized_state_follows_the_clock_and_stops_at_retention(small_context_model, audio):
-    plain = DuplexSession(small_context_model, RuntimeOptions(), PERSONA)
-    demand = DuplexSession(small_context_model, RuntimeOptions(demand_sized_state=True), PERSONA)
+    plain = DuplexSession(small_context_model, RuntimeOptions(**PLAIN), PERSONA)
+    demand = DuplexSession(small_context_model, RuntimeOptions(), PERSONA)
     sizes = []
     for frame in audio:
         demand.step(frame)
@@ -74,8 +74,8 @@ def test_demand_sized_state_follows_the_clock_and_stops_at_retention(small_conte
 def test_demo_state_at_ten_seconds_is_a_fraction_of_full_retention(audio):
     # The demo keeps 3000 frames of temporal KV: 125 frames (10 s) need about 4% of it.
     model = load_model("demo")
-    plain = DuplexSession(model, RuntimeOptions(), PERSONA)
-    demand = DuplexSession(model, RuntimeOptions(demand_sized_state=True), PERSONA)
+    plain = DuplexSession(model, RuntimeOptions(**PLAIN), PERSONA)
+    demand = DuplexSession(model, RuntimeOptions(), PERSONA)
     for frame in np.tile(audio, (4, 1))[:125]:
         demand.step(frame)
     kv = "lm.transformer.kv"

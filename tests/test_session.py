@@ -5,9 +5,10 @@ import logging
 import numpy as np
 import pytest
 
-from engine.lm import load_model
+from engine.model import load_model
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, FrameOutput, Persona, SpeakMeter
+from engine.runtime.timing import SpeakMeter
+from engine.session import DuplexSession, FrameOutput, Persona
 from tests.mimi_reference import varied_audio
 
 FRAMES = 14
@@ -59,8 +60,7 @@ def test_frame_outputs(model, audio):
 
 def test_startup_frames_are_silent_and_tokenless(model, audio):
     session = DuplexSession(model, RuntimeOptions(), Persona(None, ""))
-    session.store.reset()  # no prompts at all: the stepper's own start-up shows
-    session.stepper.reset()
+    session.runner.reset()  # no prompts at all: the runner's own start-up shows
     out = run(session, audio[:3])
     assert [f.tokens is None for f in out] == [True, True, False]
     assert not out[0].pcm.any() and out[0].text == "" and out[0].timings["decode"] == 0.0
@@ -121,9 +121,22 @@ def test_text_pieces(model):
 
 def test_speak_meter_splits_frames_at_second_boundaries():
     meter = SpeakMeter(frame_size=1920, sample_rate=24000)
-    for i in range(25):  # 2 s of output; frame 12 straddles the first boundary
-        meter.add(0.01 if i != 12 else 0.1)
+    completed = [meter.add(0.01 if i != 12 else 0.1) for i in range(25)]  # 2 s; frame 12 straddles
     assert meter.seconds == pytest.approx([12 * 0.01 + 0.05, 0.05 + 12 * 0.01])
+    assert [i for i, done in enumerate(completed) if done] == [12, 24]
+
+
+def test_each_frame_carries_what_the_panel_shows(model, audio):
+    session = DuplexSession(model, RuntimeOptions(seed=5), PERSONA)
+    out = run(session, audio)
+    assert [s for f in out for s in f.speak_s] == session.speak_times
+    assert out[-1].state_bytes == session.state_bytes() > 0
+    assert all(f.gpu_memory_bytes is None for f in out)  # on the CPU
+
+
+def test_the_fast_path_is_the_default():
+    options = RuntimeOptions()
+    assert options.graph_replay and options.demand_sized_state
 
 
 def test_prompt_replay_can_be_cancelled_and_started_again(model, audio):

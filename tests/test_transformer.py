@@ -5,7 +5,7 @@ from moshi.modules.transformer import StreamingTransformer as RefTransformer
 
 from engine.state import StateStore
 from engine.transformer import StreamingTransformer, TransformerConfig
-from engine.bench.stock import official_layout
+from engine.checkpoint import official_layout
 
 MIMI_LIKE = dict(d_model=32, num_heads=4, num_layers=2, dim_feedforward=64, context=6,
                  norm="layer_norm", gating="none", layer_scale=0.1)

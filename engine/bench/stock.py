@@ -7,34 +7,14 @@ Per-stage times come from CUDA events around the stock runtime's own graphed cal
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .timing import FrameTimer
-
-_SPLIT = re.compile(r"^(.*)\.(in_projs|out_projs)\.(\d+)\.weight$")
-
-
-def official_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Stack the reference's split attention weights (`in_projs.{i}` / `out_projs.{i}`, split by
-    its load hook) back as stored on disk (`in_proj_weight` / `out_proj.weight`)."""
-    out, stacks = {}, {}
-    for key, value in state.items():
-        m = _SPLIT.match(key)
-        if m:
-            prefix, kind, idx = m.groups()
-            name = f"{prefix}.in_proj_weight" if kind == "in_projs" else f"{prefix}.out_proj.weight"
-            stacks.setdefault(name, []).append((int(idx), value))
-        else:
-            out[key] = value.detach().contiguous()
-    for name, parts in stacks.items():
-        out[name] = torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
-    return out
-
+from ..checkpoint import official_layout
+from ..runtime.timing import FrameTimer
 
 def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
     """Full-size random weights built by the stock runtime, written in the official layout
@@ -42,7 +22,7 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
     from moshi.models import loaders
     from safetensors.torch import save_file
 
-    from ..lm.config import CONFIGS, to_lm_kwargs
+    from ..config.lm import CONFIGS, to_lm_kwargs
     from ..paths import DEMO_MODEL_DIR
 
     cfg = CONFIGS["personaplex" if dep_q == 16 else "moshiko"]
@@ -69,7 +49,7 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
 
 def _stock_kwargs(kwargs: dict) -> dict:
     """LMModel keyword arguments only (config.json may carry our metadata keys too)."""
-    from ..lm.config import METADATA_KEYS, PROMPT_TOKENS_KEY
+    from ..config.lm import METADATA_KEYS, PROMPT_TOKENS_KEY
 
     return {k: v for k, v in kwargs.items() if k not in (*METADATA_KEYS, PROMPT_TOKENS_KEY)}
 
@@ -118,7 +98,8 @@ class StockRunner:
 
         self.mimi, self.lm = mimi, lm
         self.gen = LMGen(lm)  # the reference's default sampling
-        self.timer = FrameTimer(["encode", "backbone", "depformer", "decode"])
+        self.timer = FrameTimer("cuda")
+        self.records: list[dict[str, float]] = []
         self._wrap_graphed_calls()
 
     def _wrap_graphed_calls(self):
@@ -129,12 +110,16 @@ class StockRunner:
         timer = self.timer
 
         def timed_main(*args):
-            with timer.stage("backbone"):
-                return main(*args)
+            timer.mark(None)
+            out = main(*args)
+            timer.mark("backbone")
+            return out
 
         def timed_depth(*args):
-            with timer.stage("depformer"):
-                return depth(*args)
+            timer.mark(None)
+            out = depth(*args)
+            timer.mark("depformer")
+            return out
 
         state.graphed_main, state.graphed_depth = timed_main, timed_depth
 
@@ -152,14 +137,17 @@ class StockRunner:
     def step(self, pcm: np.ndarray) -> np.ndarray:
         self.timer.begin()
         x = torch.from_numpy(pcm).to(self.lm.device).view(1, 1, -1)
-        with self.timer.stage("encode"):
-            codes = self.mimi.encode(x)
+        self.timer.mark(None)
+        codes = self.mimi.encode(x)
+        self.timer.mark("encode")
         tokens = self.gen.step(codes)
         if tokens is None:
             out = np.zeros_like(pcm)
         else:
-            with self.timer.stage("decode"):
-                wav = self.mimi.decode(tokens[:, 1:9])
+            self.timer.mark(None)
+            wav = self.mimi.decode(tokens[:, 1:9])
+            self.timer.mark("decode")
             out = wav[0, 0].cpu().numpy()  # the frame's one host sync
-        self.timer.end()
+        torch.cuda.synchronize()
+        self.records.append(self.timer.end())
         return out

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Region, StateStore
-from .config import LMConfig
+from ..state import Region, Store
+from ..config.lm import LMConfig
 
 
 class DelayLines:
@@ -48,7 +48,7 @@ class DelayLines:
             self._consts[device] = (delays, initial)
         return self._consts[device]
 
-    def force(self, store: StateStore, first: int, codes: torch.Tensor) -> None:
+    def force(self, store: Store, first: int, codes: torch.Tensor) -> None:
         """Write outside tokens for streams first.. (codes [n] on the device), each at
         slot o + lead + its delay."""
         delays, _ = self._delays_initial(codes.device)
@@ -58,7 +58,7 @@ class DelayLines:
         # A device-side True: a Python scalar here would be a synchronizing host copy.
         store[self.forced_region].index_put_((rows, streams), torch.ones_like(codes, dtype=torch.bool))
 
-    def begin_frame(self, store: StateStore) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def begin_frame(self, store: Store) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Fill not-yet-reached slots with initial tokens; return (input tokens [n_q + 1],
         target tokens, target forced mask) for this frame."""
         tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
@@ -72,7 +72,7 @@ class DelayLines:
         return (tokens.index_select(0, o % self.slots)[0], tokens.index_select(0, target_row)[0],
                 forced.index_select(0, target_row)[0])
 
-    def commit(self, store: StateStore, generated: torch.Tensor) -> torch.Tensor:
+    def commit(self, store: Store, generated: torch.Tensor) -> torch.Tensor:
         """Store the generated tokens (text + dep_q codebooks) where not forced, advance the
         slot, and return the output tokens [dep_q + 1] of the frame max_delay frames back."""
         tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
@@ -88,6 +88,6 @@ class DelayLines:
         rows = (o - self.cfg.max_delay + delays[:n]) % self.slots
         return tokens[rows, streams]
 
-    def load_cache(self, store: StateStore, cache: torch.Tensor) -> None:
+    def load_cache(self, store: Store, cache: torch.Tensor) -> None:
         """Replace every slot's tokens (cache [slots, n_q + 1], slot s at row s % slots)."""
         store[self.tokens_region].copy_(cache)

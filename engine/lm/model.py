@@ -2,7 +2,7 @@
 depformer that predicts one audio codebook per step.
 
 Parameter names equal the official `model.safetensors` keys, so a checkpoint loads with no
-renaming. The module holds weights only; streaming state lives in the caller's StateStore
+renaming. The module holds weights only; streaming state lives in the caller's store
 (the transformers' KV rings and counters, and the token delay lines of `delays.py`).
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..state import Region, StateStore
+from ..state import Region, Store
 from ..transformer import RMSNormF32, StreamingTransformer
-from .config import LMConfig
+from ..config.lm import LMConfig
 from .delays import DelayLines
 
 ZERO_TOKEN = -1
@@ -64,16 +64,16 @@ class MoshiLM(nn.Module):
             x = x + embed(self.emb[i], tokens[i + 1:i + 2])
         return (x + embed(self.text_emb, tokens[:1])).view(1, 1, -1)
 
-    def backbone(self, x: torch.Tensor, store: StateStore) -> tuple[torch.Tensor, torch.Tensor]:
+    def backbone(self, x: torch.Tensor, store: Store) -> tuple[torch.Tensor, torch.Tensor]:
         """One frame of the temporal transformer: x [1, 1, dim] -> (h [1, 1, dim], text logits [1, text_card])."""
         h = self.out_norm(self.transformer(x, store))
         return h, self.text_linear(h).view(1, -1)
 
-    def restart_depformer(self, store: StateStore) -> None:
-        """The depformer's clock restarts every frame; its stale KV entries are then masked."""
+    def restart_depformer(self, store: Store) -> None:
+        """The depformer's position restarts every frame; its stale KV entries are then masked."""
         store[self.depformer.pos_region].zero_()
 
-    def depformer_step(self, k: int, prev: torch.Tensor, h: torch.Tensor, store: StateStore) -> torch.Tensor:
+    def depformer_step(self, k: int, prev: torch.Tensor, h: torch.Tensor, store: Store) -> torch.Tensor:
         """Codebook step k: prev [1] (the text token for k = 0) -> logits [1, card]."""
         table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
         x = self.depformer_in[k](h) + embed(table, prev).view(1, 1, -1)

@@ -1,24 +1,15 @@
-"""PersonaPlex prompts: a voice prompt replayed from its saved embeddings, then a text role
-prompt, one token per frame, before the conversation starts.
-
-Order and content follow NVIDIA/personaplex `LMGen.step_system_prompts`: the voice prompt
-(each saved per-frame input embedding fed in place of the summed token embeddings, with
-dummy start tokens forced on every stream, then the saved token cache restored), half a
-second of silence, the role prompt wrapped in `<system>` tags (model audio = a silent frame,
-user audio = a tone frame, text = the prompt token), and half a second of silence again.
-"""
+"""PersonaPlex prompts as data: voice prompt files (`voices/*.pt`), the role prompt's wrapping,
+and the reference's defaults. engine/prompts.py plays them to the model."""
 from __future__ import annotations
 
 import dataclasses
 import pickle
 from pathlib import Path
-from typing import Callable
 
 import torch
 
+from ..config.lm import LMConfig
 from ..errors import CheckpointError
-from .config import LMConfig
-from .generate import LMStepper
 
 UNGENERATED = -2
 """The reference's marker for a cache slot never written (a very short voice prompt)."""
@@ -74,29 +65,3 @@ def wrap_role(text: str) -> str:
     if cleaned.startswith("<system>") and cleaned.endswith("<system>"):
         return cleaned
     return f"<system> {cleaned} <system>"
-
-
-def replay_prompts(stepper: LMStepper, voice: VoicePrompt | None, role_tokens: list[int],
-                   cancelled: Callable[[], bool] = lambda: False) -> bool:
-    """Run the voice and role prompts through the model, a frame at a time. Returns False if
-    `cancelled()` turned true first (checked every frame: a voice prompt can take seconds)."""
-    lm, cfg = stepper.lm, stepper.lm.cfg
-    dev = lm.device
-
-    def codes(values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=dev)
-
-    pad = codes([cfg.text_padding_id])
-    if voice is not None:
-        start = codes([cfg.card] * cfg.model_q)
-        for embedding in voice.embeddings:
-            if cancelled():
-                return False
-            stepper.step(start, model=start, text=pad, embedding=embedding)
-        lm.lines.load_cache(stepper.store, voice.cache)
-    sine, silence = codes(cfg.sine_tokens), codes(cfg.silence_tokens)
-    for token in [None] * SILENCE_FRAMES + list(role_tokens) + [None] * SILENCE_FRAMES:
-        if cancelled():
-            return False
-        stepper.step(sine, model=silence, text=pad if token is None else codes([token]))
-    return True

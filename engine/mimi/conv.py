@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..state import Region, StateStore
+from ..state import Region, Store
 
 
 class _Nest(nn.Module):
@@ -53,7 +53,7 @@ class StreamingConv1d(nn.Module):
             regions.append(Region(f"{self.name}.started", (1,), torch.bool))
         return regions
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         """x [B, C, T] with T a multiple of the stride (B must be 1 when streaming)."""
         if x.shape[-1] % self.stride:
             raise ValueError(f"{self.name}: length {x.shape[-1]} is not a multiple of stride {self.stride}")
@@ -93,7 +93,7 @@ class StreamingConvTranspose1d(nn.Module):
         shape = (1, self.layer.out_channels, self.overlap)
         return [Region(f"{self.name}.partial", shape, self.layer.weight.dtype)]
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         y = self.layer(x)
         if self.overlap <= 0:
             return y

@@ -3,7 +3,7 @@
 encode: pcm -> SEANet encoder -> encoder transformer -> downsample -> quantizer -> codes
 decode: codes -> quantizer -> upsample -> decoder transformer -> SEANet decoder -> pcm
 
-Every stage takes `store`: None runs a whole signal at once; a StateStore holding this
+Every stage takes `store`: None runs a whole signal at once; a store holding this
 model's regions runs one chunk of a stream. The encode side and the decode side keep
 disjoint regions, so a duplex session can encode the user while it decodes the model.
 """
@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..state import Region, StateStore
+from ..state import Region, Store
 from ..transformer import StreamingTransformer
-from .config import MimiConfig, ProjectedTransformerConfig
+from ..config.mimi import MimiConfig, ProjectedTransformerConfig
 from .quantizer import SplitResidualVQ
 from .resample import ConvDownsample, ConvTrUpsample
 from .seanet import SeanetDecoder, SeanetEncoder
@@ -36,7 +36,7 @@ class ProjectedTransformer(nn.Module):
     def regions(self) -> list[Region]:
         return self.transformer.regions()
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         x = x.transpose(1, 2)
         if self.input_proj is not None:
             x = self.input_proj(x)
@@ -95,27 +95,27 @@ class Mimi(nn.Module):
 
     # --- torch level ------------------------------------------------------------------
 
-    def _encode(self, pcm: torch.Tensor, store: StateStore | None) -> torch.Tensor:
+    def _encode(self, pcm: torch.Tensor, store: Store | None) -> torch.Tensor:
         latent = self.encoder_transformer(self.encoder(pcm, store), store)
         if self.downsample is not None:
             latent = self.downsample(latent, store)
         return self.quantizer.encode(latent)
 
-    def _decode(self, codes: torch.Tensor, store: StateStore | None) -> torch.Tensor:
+    def _decode(self, codes: torch.Tensor, store: Store | None) -> torch.Tensor:
         latent = self.quantizer.decode(codes)
         if self.upsample is not None:
             latent = self.upsample(latent, store)
         return self.decoder(self.decoder_transformer(latent, store), store)
 
     @torch.no_grad()
-    def encode_step(self, pcm: torch.Tensor, store: StateStore) -> torch.Tensor:
+    def encode_step(self, pcm: torch.Tensor, store: Store) -> torch.Tensor:
         """One frame of a stream: pcm [1, 1, frame_size] -> codes [1, num_codebooks, 1]."""
         if tuple(pcm.shape) != (1, 1, self.frame_size):
             raise ValueError(f"encode_step takes pcm of shape [1, 1, {self.frame_size}], got {list(pcm.shape)}")
         return self._encode(pcm, store)
 
     @torch.no_grad()
-    def decode_step(self, codes: torch.Tensor, store: StateStore) -> torch.Tensor:
+    def decode_step(self, codes: torch.Tensor, store: Store) -> torch.Tensor:
         """One frame of a stream: codes [1, K, 1] (K <= total codebooks) -> pcm [1, 1, frame_size]."""
         if codes.dim() != 3 or codes.shape[0] != 1 or codes.shape[2] != 1:
             raise ValueError(f"decode_step takes codes of shape [1, K, 1], got {list(codes.shape)}")

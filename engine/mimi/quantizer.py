@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import QuantizerConfig
+from ..config.mimi import QuantizerConfig
 
 _USAGE_EPS = 1e-5
 

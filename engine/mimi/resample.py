@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..state import Region, StateStore
+from ..state import Region, Store
 from .conv import StreamingConv1d, StreamingConvTranspose1d
 
 
@@ -23,7 +23,7 @@ class ConvDownsample(nn.Module):
     def regions(self) -> list[Region]:
         return self.conv.regions()
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         return self.conv(x, store)
 
 
@@ -36,5 +36,5 @@ class ConvTrUpsample(nn.Module):
     def regions(self) -> list[Region]:
         return self.convtr.regions()
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         return self.convtr(x, store)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..state import Region, StateStore
-from .config import SeanetConfig
+from ..state import Region, Store
+from ..config.mimi import SeanetConfig
 from .conv import StreamingConv1d, StreamingConvTranspose1d
 
 
-def run_layers(layers: nn.ModuleList, x: torch.Tensor, store: StateStore | None) -> torch.Tensor:
+def run_layers(layers: nn.ModuleList, x: torch.Tensor, store: Store | None) -> torch.Tensor:
     for layer in layers:
         x = layer(x) if isinstance(layer, nn.ELU) else layer(x, store)
     return x
@@ -41,7 +41,7 @@ class ResnetBlock(nn.Module):
         skip = [] if isinstance(self.shortcut, nn.Identity) else self.shortcut.regions()
         return skip + layer_regions(self.block)
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         skip = x if isinstance(self.shortcut, nn.Identity) else self.shortcut(x, store)
         return skip + run_layers(self.block, x, store)
 
@@ -52,7 +52,7 @@ class _LayerStack(nn.Module):
     def regions(self) -> list[Region]:
         return layer_regions(self.model)
 
-    def forward(self, x: torch.Tensor, store: StateStore | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
         return run_layers(self.model, x, store)
 
 

@@ -1,10 +1,6 @@
-"""DuplexCadence runtime: demand-sized state at stable addresses, attention that reads its
-valid length from device memory, fused per-layer kernels, and CUDA graph capture/replay.
+"""The DuplexCadence runtime, which only the session uses: placement of declared state
+(demand-sized at stable addresses through CUDA virtual memory), the frame runner (stages,
+clock ticks, CUDA graph capture and replay) and frame timing.
 
-Nothing here needs CUDA to import: the CUDA driver bindings and Triton load on first use.
+Nothing here needs CUDA to import: the CUDA driver bindings load on first use.
 """
-from .graphs import StageGraphs
-from .placement import DemandStore
-from .ring_attention import ring_attention
-
-__all__ = ["DemandStore", "StageGraphs", "ring_attention"]

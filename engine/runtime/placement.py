@@ -1,13 +1,12 @@
 """Demand-sized placement of declared state: memory follows the regions' clocks.
 
-`DemandStore` has `StateStore`'s interface (`store[name]`, `advance()`, `ensure()`,
-`ticks()`, `reset()`, `nbytes()`, `mapped_bytes()`) and backs each ring region with memory
-for `region.entries_at(ticks)` entries only, where `ticks` is how far the region's clock has
-advanced (`advance`, `ensure`).
-Call `advance` before the step that writes the new entries, and outside graph capture.
+`DemandStore` implements the `engine.state.Store` protocol and backs each ring region with
+memory for `region.entries_at(ticks)` entries only, where `ticks` is how far the region's
+clock has advanced. The frame runner calls `advance` before the stage that writes the new
+entries, outside graph capture.
 
-- Fixed regions, and rings emptied by a coarser clock (`restarts_each`, e.g. the
-  depformer KV, a handful of entries), are allocated whole, once.
+- Fixed regions (conv tails, counters, delay lines, the depformer's one-frame KV) are
+  allocated whole, once.
 - Other rings on CUDA: the address range of the full retention is reserved once and
   physical memory is mapped into it on demand (vmm.VmmBuffer, 2 MiB granules); the tensor
   never moves, so captured CUDA graphs stay valid as the region grows.
@@ -23,7 +22,7 @@ from typing import Iterable
 
 import torch
 
-from ..state import Region
+from ..state import CLOCKS, Region, declare
 
 
 def _poison(t: torch.Tensor) -> None:
@@ -84,21 +83,17 @@ class _DeviceRing:
 
 class DemandStore:
     def __init__(self, regions: Iterable[Region], device: torch.device | str = "cpu"):
+        self.regions = declare(regions)
         self.device = torch.device(device)
-        self.regions: dict[str, Region] = {}
-        for r in regions:
-            if r.name in self.regions:
-                raise ValueError(f"region {r.name} declared twice")
-            self.regions[r.name] = r
         ring_kind = _DeviceRing if self.device.type == "cuda" else _HostRing
         self._whole: dict[str, torch.Tensor] = {}
         self._rings: dict[str, _HostRing | _DeviceRing] = {}
         for name, r in self.regions.items():
-            if r.is_ring and r.restarts_each is None:
+            if r.is_ring:
                 self._rings[name] = ring_kind(r, self.device)
             else:
                 self._whole[name] = torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
-        self._ticks = dict.fromkeys(self._rings, 0)
+        self._ticks = dict.fromkeys(CLOCKS, 0)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._rings[name].tensor if name in self._rings else self._whole[name]
@@ -107,43 +102,32 @@ class DemandStore:
         return name in self.regions
 
     def advance(self, clock: str, ticks: int = 1) -> None:
-        """The clock is about to tick `ticks` times: back the entries those ticks write."""
-        for name in self._rings:
-            if self.regions[name].clock == clock:
-                self._back(name, self._ticks[name] + ticks)
+        self._ticks[clock] += ticks
+        self._back(clock)
 
     def ensure(self, ticks_by_clock: dict[str, int]) -> None:
-        """Back every ring for at least the given absolute tick count of its clock."""
-        for name in self._rings:
-            ticks = ticks_by_clock.get(self.regions[name].clock)
-            if ticks is not None and ticks > self._ticks[name]:
-                self._back(name, ticks)
+        for clock, ticks in ticks_by_clock.items():
+            if ticks > self._ticks[clock]:
+                self._ticks[clock] = ticks
+                self._back(clock)
 
     def ticks(self, name: str) -> int:
-        return self._ticks[name]
+        return self._ticks[self.regions[name].clock]
 
     def reset(self) -> None:
-        self.reset_prefix("")
-
-    def reset_prefix(self, prefix: str) -> None:
-        """Zero the matching whole regions; return the matching rings to no backed entry."""
-        for name, buf in self._whole.items():
-            if name.startswith(prefix):
-                buf.zero_()
-        for name, ring in self._rings.items():
-            if name.startswith(prefix):
-                ring.release()
-                self._ticks[name] = 0
+        """Zero the whole regions; return every ring to no backed entry."""
+        for buf in self._whole.values():
+            buf.zero_()
+        for ring in self._rings.values():
+            ring.release()
+        self._ticks = dict.fromkeys(CLOCKS, 0)
 
     def nbytes(self, prefix: str = "") -> int:
-        """Bytes held now by the regions whose names start with `prefix` (CUDA rings:
-        mapped granules; CPU rings: backed entries)."""
+        """CUDA rings count their mapped granules, CPU rings their backed entries."""
         whole = sum(b.numel() * b.element_size() for n, b in self._whole.items() if n.startswith(prefix))
         return whole + sum(ring.nbytes() for n, ring in self._rings.items() if n.startswith(prefix))
 
     def mapped_bytes(self) -> int:
-        """Bytes mapped through CUDA virtual memory: device memory that torch's allocator
-        does not count (torch.cuda.memory_allocated misses it)."""
         return sum(ring.nbytes() for ring in self._rings.values() if isinstance(ring, _DeviceRing))
 
     def reserved_bytes(self) -> int:
@@ -156,6 +140,8 @@ class DemandStore:
         self._rings.clear()
         self._whole.clear()
 
-    def _back(self, name: str, ticks: int) -> None:
-        self._rings[name].back(self.regions[name].entries_at(ticks))
-        self._ticks[name] = ticks
+    def _back(self, clock: str) -> None:
+        for name, ring in self._rings.items():
+            region = self.regions[name]
+            if region.clock == clock:
+                ring.back(region.entries_at(self._ticks[clock]))

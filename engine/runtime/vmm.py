@@ -3,7 +3,7 @@
 The address range is reserved once at its full size; physical memory is mapped into
 it one allocation granule at a time as the buffer grows, and unmapped when it shrinks.
 The tensor over the range never moves, so CUDA graphs captured against it stay valid
-while its backing changes (DESIGN.md section 2, rule 1). Kernels must touch only the
+while its backing changes (docs/architecture.md, "State and clocks"). Kernels must touch only the
 mapped prefix: reading past it is an illegal address, not garbage.
 
 `cuda.bindings` (package cuda-bindings) is imported on first use, so CPU-only

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")  # CUDA builds of torch bring it; CPU machines skip this module
-from engine.runtime.fused_triton import rms_norm, rope  # noqa: E402
+from engine.kernels.norm_rope import rms_norm, rope  # noqa: E402
 from engine.transformer import RMSNormF32, StepPositions, TransformerConfig, apply_rope
 
 pytestmark = pytest.mark.gpu

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.runtime.placement import DemandStore
-from engine.runtime.ring_attention import ring_attention
+from engine.kernels.ring_attention import ring_attention
 from engine.runtime.vmm import allocation_granularity
 from engine.state import Region
 from tests.gpu.ring_reference import reference_attention

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.lm import load_model
+from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
-from tests.session_checks import assert_identical, run
+from tests.session_checks import PLAIN, assert_identical, run
 
 pytestmark = pytest.mark.gpu
 FRAMES = 60
@@ -30,7 +30,7 @@ def audio():
 
 @pytest.fixture(scope="module")
 def baseline(model, audio):
-    return run(DuplexSession(model, RuntimeOptions(seed=9), PERSONA), audio)
+    return run(DuplexSession(model, RuntimeOptions(seed=9, **PLAIN), PERSONA), audio)
 
 
 @pytest.mark.parametrize("graph_replay,demand", list(itertools.product([False, True], repeat=2))[1:])
@@ -40,23 +40,23 @@ def test_toggle_combinations_bit_identical(model, audio, baseline, graph_replay,
     kv = session.store["lm.transformer.kv"].data_ptr()
     assert_identical(run(session, audio), baseline)
     assert session.store["lm.transformer.kv"].data_ptr() == kv, "state moved"
-    assert len(session.graphs) == (4 if graph_replay else 0)
+    assert session.runner.graph_count == (4 if graph_replay else 0)
     record("state_bytes", session.state_bytes())
     session.close()
 
 
 def test_switching_mid_conversation_bit_identical(model, audio, baseline):
-    on = RuntimeOptions(seed=9, graph_replay=True, demand_sized_state=True)
-    graphs_only = RuntimeOptions(seed=9, graph_replay=True)
-    off = RuntimeOptions(seed=9)
+    on = RuntimeOptions(seed=9)
+    graphs_only = on.replace(demand_sized_state=False)
+    off = RuntimeOptions(seed=9, **PLAIN)
     session = DuplexSession(model, off, PERSONA)
     assert_identical(run(session, audio, {6: on, 20: graphs_only, 31: on, 40: off, 41: on}), baseline)
 
 
 def test_sampling_changes_recapture(model, audio):
-    session = DuplexSession(model, RuntimeOptions(seed=1, graph_replay=True), PERSONA)
-    eager = DuplexSession(model, RuntimeOptions(seed=1), PERSONA)
-    greedy = RuntimeOptions(seed=1, graph_replay=True, greedy=True)
+    session = DuplexSession(model, RuntimeOptions(seed=1, demand_sized_state=False), PERSONA)
+    eager = DuplexSession(model, RuntimeOptions(seed=1, **PLAIN), PERSONA)
+    greedy = RuntimeOptions(seed=1, greedy=True, demand_sized_state=False)
     a = run(session, audio, {30: greedy})
     b = run(eager, audio, {30: greedy.replace(graph_replay=False)})
     assert_identical(a, b)

@@ -14,10 +14,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import read_json
 from ..errors import CheckpointError
-from ..transformer import TransformerConfig
-from .config import OFFICIAL, MimiConfig, ProjectedTransformerConfig, QuantizerConfig, SeanetConfig
+from .checks import is_int, is_number, read_json
+from .transformer import TransformerConfig
+from .mimi import OFFICIAL, MimiConfig, ProjectedTransformerConfig, QuantizerConfig, SeanetConfig
 
 # Accepted keys and their JSON types: "int", "num" (int or float), "bool", "str", "ints"
 # (list of ints), "dict", "num?" (number or null). Optional keys have defaults below.
@@ -89,16 +89,15 @@ _TYPE_WORDS = {"int": "an integer", "num": "a number", "num?": "a number or null
 
 
 def _has_type(value: Any, kind: str) -> bool:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_num = is_int or (isinstance(value, float) and math.isfinite(value))
+    is_num = is_number(value) and math.isfinite(value)
     return {
-        "int": is_int,
+        "int": is_int(value),
         "num": is_num,
         "num?": value is None or is_num,
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
         "ints": isinstance(value, list) and bool(value)
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
+                and all(is_int(v) for v in value),
         "dict": isinstance(value, dict),
     }[kind]
 

@@ -12,7 +12,7 @@ or off never changes a bit. The valid length comes from `pos`, a device tensor, 
 from the host: one captured graph serves every frame, and nothing syncs.
 
 - CUDA (T <= 16): a Triton split-K kernel that visits exactly the keys any query can see
-  (engine/runtime/ring_attention_triton.py).
+  (engine/kernels/ring_attention_triton.py).
 - Otherwise: torch ops over the whole ring at a fixed shape, with every slot that holds no
   live key redirected to slot 0 (always written once anything is) and masked out, so no
   unbacked entry of a demand-sized ring is ever read.

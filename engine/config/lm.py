@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 from ..errors import CheckpointError
-from ..transformer import TransformerConfig
+from .checks import is_int, is_number
+from .transformer import TransformerConfig
 
 # Metadata keys of config.json that name files or describe the checkpoint, not the network.
 METADATA_KEYS = ("moshi_name", "mimi_name", "tokenizer_name", "mimi_config_name", "model_type",
@@ -100,7 +101,7 @@ class LMConfig:
             d_model=self.depformer_dim, num_heads=self.depformer_num_heads,
             num_layers=self.depformer_num_layers, dim_feedforward=self.depformer_dim_feedforward,
             context=None, norm="rms_norm_f32", gating="silu", rope=False,
-            max_period=self.depformer_max_period, weights_per_step=self.dep_q, clock="codebook")
+            max_period=self.depformer_max_period, weights_per_step=self.dep_q, clock="fixed")
 
 
 _MOSHI_7B = dict(
@@ -209,11 +210,11 @@ def to_lm_kwargs(cfg: LMConfig) -> dict[str, Any]:
 
 def _typed(value: Any, key: str, source: str):
     if key == "delays":
-        ok = isinstance(value, list) and all(_is_int(v) for v in value)
+        ok = isinstance(value, list) and all(is_int(v) for v in value)
     elif key in ("hidden_scale", "max_period", "depformer_max_period"):
-        ok = (_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
+        ok = is_number(value) and math.isfinite(value) and value > 0
     else:
-        ok = _is_int(value) and value >= 0 and (value > 0 or "padding" in key)
+        ok = is_int(value) and value >= 0 and (value > 0 or "padding" in key)
     if not ok:
         raise CheckpointError(f"{source}: key {key} has a bad value {value!r}")
     return value
@@ -221,10 +222,7 @@ def _typed(value: Any, key: str, source: str):
 
 def _prompt_tokens(value: Any, source: str) -> dict[str, tuple[int, ...]]:
     if not (isinstance(value, dict) and set(value) == {"silence", "sine"}
-            and all(isinstance(v, list) and all(_is_int(t) for t in v) for v in value.values())):
+            and all(isinstance(v, list) and all(is_int(t) for t in v) for v in value.values())):
         raise CheckpointError(f"{source}: key {PROMPT_TOKENS_KEY} must hold lists 'silence' and 'sine'")
     return {"silence_tokens": tuple(value["silence"]), "sine_tokens": tuple(value["sine"])}
 
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)

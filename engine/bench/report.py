@@ -1,0 +1,76 @@
+"""The benchmark's numbers: summaries of per-frame records, ratios ours/stock, and the table
+printed at the end of a run."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..runtime.timing import SpeakMeter
+
+CHECKPOINTS_S = (10, 30, 120)
+"""Conversation lengths (seconds) at which streaming-state memory is read."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    name: str
+    stages: dict
+    speak_time: dict
+    state_bytes: dict
+    peak_bytes: int
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def summarize(name: str, records: list[dict], state: dict, peak_bytes: int) -> RunResult:
+    """Per-stage p50/p99/mean and SPEAK time (the session's definition) of per-frame records."""
+    meter = SpeakMeter()
+    for r in records:
+        meter.add(r["total"])
+    return RunResult(name, _stage_summary(records), _speak_summary(meter.seconds), state, peak_bytes)
+
+
+def _speak_summary(seconds: list[float]) -> dict:
+    s = np.asarray(seconds)
+    return {"mean_s": float(s.mean()), "p99_s": float(np.percentile(s, 99)), "max_s": float(s.max()),
+            "over_cadence": int((s > 1.0).sum()), "seconds": len(s)}
+
+
+def _stage_summary(records: list[dict]) -> dict:
+    out = {}
+    for key in records[0]:
+        v = np.array([r[key] for r in records]) * 1000.0
+        out[key] = {"p50_ms": float(np.percentile(v, 50)), "p99_ms": float(np.percentile(v, 99)),
+                    "mean_ms": float(v.mean())}
+    return out
+
+
+def ratios(stock: RunResult, ours: RunResult, plain: RunResult) -> dict:
+    def p50(r, key="total"):
+        return r.stages[key]["p50_ms"]
+
+    return {"speedup_p50_vs_stock": p50(stock) / p50(ours),
+            "speedup_mean_vs_stock": stock.stages["total"]["mean_ms"] / ours.stages["total"]["mean_ms"],
+            "state_30s_fraction_of_stock": ours.state_bytes["30s"] / stock.state_bytes["30s"],
+            "peak_fraction_of_stock": ours.peak_bytes / stock.peak_bytes,
+            "optimized_vs_plain_p50": p50(plain) / p50(ours)}
+
+
+def format_table(report: dict) -> str:
+    lines = [f"{report['shape']} on {report['gpu']}, {report['frames']} frames, torch {report['torch']}",
+             "| runtime | frame p50 ms | frame p99 ms | encode | backbone | depformer | decode | "
+             "SPEAK s/s mean | state 10s/30s/120s MiB | peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["runs"]:
+        st, mib = r["stages"], 1 << 20
+        state = "/".join(f"{r['state_bytes'].get(f'{s}s', float('nan')) / mib:.0f}" for s in CHECKPOINTS_S)
+        lines.append(f"| {r['name']} | {st['total']['p50_ms']:.2f} | {st['total']['p99_ms']:.2f} | "
+                     + " | ".join(f"{st[k]['p50_ms']:.2f}" for k in ("encode", "backbone", "depformer", "decode"))
+                     + f" | {r['speak_time']['mean_s']:.3f} | {state} | {r['peak_bytes'] / (1 << 30):.2f} |")
+    f, q = report["floor"], report["ratios"]
+    lines.append(f"weight-read floor: {f['ms_per_frame']:.2f} ms/frame ({f['lm_bytes'] / 1e9:.1f} GB of LM "
+                 f"weights at {f['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s)")
+    lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in q.items()))
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""A whole duplex model, assembled: the LM, its Mimi codec, the text tokenizer, and
+(PersonaPlex) its voice prompts, loaded from any place `engine.hub` can resolve."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tarfile
+from pathlib import Path
+
+import sentencepiece
+import torch
+
+from . import hub
+from .checkpoint import read_safetensors
+from .config.checks import read_json
+from .config.lm import CONFIGS, LMConfig, from_lm_kwargs
+from .errors import CheckpointError
+from .lm.loader import build_lm
+from .lm.model import MoshiLM
+from .lm.personaplex import VoicePrompt, load_voice
+from .mimi import Mimi, load_mimi
+from .state import Region
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class DuplexModel:
+    name: str
+    path: Path
+    lm: MoshiLM
+    mimi: Mimi
+    tokenizer: sentencepiece.SentencePieceProcessor
+    voices: dict[str, Path]
+    """PersonaPlex voice prompts by name (file stem), e.g. "NATF2"."""
+
+    @property
+    def cfg(self) -> LMConfig:
+        return self.lm.cfg
+
+    @property
+    def is_personaplex(self) -> bool:
+        return self.cfg.is_personaplex
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm.device
+
+    @property
+    def frame_size(self) -> int:
+        return self.mimi.frame_size
+
+    @property
+    def sample_rate(self) -> int:
+        return self.mimi.sample_rate
+
+    def regions(self) -> list[Region]:
+        return self.lm.regions() + self.mimi.regions()
+
+    def load_voice(self, name: str) -> VoicePrompt:
+        if name not in self.voices:
+            raise CheckpointError(f"{self.path}: no voice prompt named {name!r} "
+                                  f"(have: {', '.join(sorted(self.voices)) or 'none'})")
+        return load_voice(self.voices[name], self.cfg, self.device, self.lm.dtype)
+
+    def text_piece(self, token: int) -> str:
+        """The text of an output token; "" for padding, control pieces (<s>, </s>), unknown
+        and ids the tokenizer lacks."""
+        sp = self.tokenizer
+        if token in (self.cfg.text_padding_id, self.cfg.text_end_padding_id) \
+                or not 0 <= token < sp.GetPieceSize() or sp.IsControl(token) or sp.IsUnknown(token):
+            return ""
+        return self.tokenizer.id_to_piece(token).replace("\u2581", " ")
+
+
+def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
+               dtype: torch.dtype | None = None, download: bool = False) -> DuplexModel:
+    """A directory with the official files, a Hugging Face cache snapshot, a repository name
+    found in the local cache (or fetched, with download=True), or "demo".
+
+    dtype applies to the LM (default: bfloat16 on CUDA, float32 elsewhere); Mimi runs in
+    float32 as in the reference. Any problem raises CheckpointError naming the file."""
+    root, repo = hub.resolve(path_or_name, download=download)
+    device = torch.device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    meta = _read_config(root)
+    lm_path = root / meta.get("moshi_name", hub.LM_NAME)
+    tensors = read_safetensors(lm_path)
+    name = _model_name(meta, root, repo)
+    cfg = _lm_config(meta, root, name, repo, tensors, lm_path)
+    lm = build_lm(cfg, tensors, lm_path, device, dtype)
+    del tensors
+    mimi = load_mimi(root / meta.get("mimi_name", hub.MIMI_NAME), device=device,
+                     num_codebooks=max(cfg.model_q, cfg.user_q))
+    if mimi.cardinality != cfg.card:
+        raise CheckpointError(f"{lm_path}: the LM expects {cfg.card} codes per codebook, "
+                              f"the Mimi has {mimi.cardinality}")
+    tokenizer = _read_tokenizer(root / meta.get("tokenizer_name", hub.TOKENIZER_NAME), cfg)
+    return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.is_personaplex else {})
+
+
+def _read_config(root: Path) -> dict:
+    path = root / "config.json"
+    return read_json(path) if path.exists() else {}
+
+
+def _model_name(meta: dict, root: Path, repo: str | None) -> str:
+    model_id = meta.get("model_id")
+    if repo:
+        return repo
+    if isinstance(model_id, dict) and isinstance(model_id.get("name"), str):
+        return model_id["name"]
+    return root.name
+
+
+def _lm_config(meta: dict, root: Path, name: str, repo: str | None, tensors: dict, lm_path: Path) -> LMConfig:
+    # The checkpoint says how many depformer steps it has. NVIDIA's PersonaPlex loader
+    # likewise ignores config.json and fixes 16 steps.
+    steps = sum(1 for k in tensors if k.startswith("linears.") and k.endswith(".weight"))
+    if "dim" in meta:
+        cfg = from_lm_kwargs(meta, str(root / "config.json"), name)
+    elif repo in hub.KNOWN_REPOS:
+        cfg = CONFIGS[hub.KNOWN_REPOS[repo]]
+    else:
+        cfg = CONFIGS["personaplex" if steps == 16 else "moshiko"]
+    if steps and steps != cfg.dep_q:
+        log.info("%s: %d depformer steps in the checkpoint, config says %d; using the checkpoint",
+                 lm_path, steps, cfg.dep_q)
+        try:
+            cfg = dataclasses.replace(cfg, dep_q=steps)
+        except ValueError as exc:
+            raise CheckpointError(f"{lm_path}: {exc}") from None
+    return cfg
+
+
+def _read_tokenizer(path: Path, cfg: LMConfig) -> sentencepiece.SentencePieceProcessor:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    sp = sentencepiece.SentencePieceProcessor()
+    try:
+        sp.Load(str(path))
+    except (OSError, RuntimeError) as exc:
+        raise CheckpointError(f"{path}: not a SentencePiece model ({exc})") from None
+    if sp.GetPieceSize() > cfg.text_card:
+        raise CheckpointError(f"{path}: {sp.GetPieceSize()} pieces, more than the LM's {cfg.text_card} text tokens")
+    return sp
+
+
+def _voices(root: Path) -> dict[str, Path]:
+    folder, archive = root / "voices", root / "voices.tgz"
+    if not folder.is_dir() and archive.is_file():
+        # As the reference does: unpack the released voices.tgz beside it, once. Only with the
+        # "data" filter (no links out of the folder, no devices), which older Pythons lack.
+        if not hasattr(tarfile, "data_filter"):
+            raise CheckpointError(f"{archive}: unpacking needs Python >= 3.10.12; unpack it by hand")
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(root, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise CheckpointError(f"{archive}: cannot unpack the voice prompts ({exc})") from None
+    return {p.stem: p for p in sorted(folder.glob("*.pt"))} if folder.is_dir() else {}
