@@ -15,7 +15,6 @@ def _codec(args) -> None:
     from engine import load_mimi
     from engine.audio_io import read_audio, split_frames, write_audio
     from engine.frame import SAMPLE_RATE
-
     from engine.hub import resolve
 
     pcm = read_audio(args.input)

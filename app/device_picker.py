@@ -3,8 +3,7 @@ switch and the input level meter."""
 from __future__ import annotations
 
 from PyQt6.QtCore import pyqtSignal
-from PyQt6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QGroupBox, QLabel,
-                             QProgressBar, QPushButton)
+from PyQt6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QGroupBox, QLabel, QProgressBar, QPushButton
 
 from . import audio_devices
 from .app_settings import AppSettings

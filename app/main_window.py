@@ -5,16 +5,24 @@ window only reacts to their queued signals."""
 from __future__ import annotations
 
 import dataclasses
-
 import sys
 
 import soundfile as sf
-
 from PyQt6.QtCore import Qt, QUrl
 from PyQt6.QtGui import QDesktopServices, QTextCursor
-from PyQt6.QtWidgets import (QApplication, QCheckBox, QHBoxLayout, QLabel, QMainWindow,
-                             QMessageBox, QPlainTextEdit, QPushButton, QSplitter,
-                             QVBoxLayout, QWidget)
+from PyQt6.QtWidgets import (
+    QApplication,
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from .app_settings import AppSettings
 from .audio_io import AudioConfig, AudioDeviceError, AudioLink
@@ -34,12 +42,12 @@ HEADPHONES_HINT = ("Tip: use headphones. Through loudspeakers the model hears it
 
 class MainWindow(QMainWindow):
     def __init__(self, settings: AppSettings | None = None, device: str = "auto",
-                 audio_config: AudioConfig = AudioConfig()):
+                 audio_config: AudioConfig | None = None):
         super().__init__()
         self.setWindowTitle("DuplexCadence")
         self.settings = settings or AppSettings()
         self.compute_device = device
-        self.audio_config = audio_config
+        self.audio_config = audio_config or AudioConfig()
         self.loaded: LoadedModel | None = None
         self.worker: ConversationWorker | None = None
         self.loader: ModelLoader | None = None

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PyQt6.QtCore import pyqtSignal
-from PyQt6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, QLabel,
-                             QLineEdit, QProgressBar, QPushButton)
+from PyQt6.QtWidgets import QComboBox, QFileDialog, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar, QPushButton
 
 from .app_settings import AppSettings
 

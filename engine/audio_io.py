@@ -11,7 +11,6 @@ from .errors import AudioInputError
 from .frame import FRAME_SIZE, SAMPLE_RATE
 
 
-
 def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Any readable format, rate, channel count or sample format -> mono float32 at `sample_rate`.
 

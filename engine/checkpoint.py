@@ -3,8 +3,8 @@ on-disk layout of attention weights."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 from safetensors import SafetensorError

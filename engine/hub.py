@@ -60,8 +60,8 @@ def resolve(path_or_name: str | Path, download: bool = False) -> tuple[Path, str
             return snapshot, text
         if download:
             return _download(text), text
-        raise CheckpointError(f"{text}: not in the local Hugging Face cache ({hf_cache_dir()}); "
-                              "download it first (`duplexcadence offline --download`, or load_model(..., download=True))")
+        raise CheckpointError(f"{text}: not in the local Hugging Face cache ({hf_cache_dir()}); download it "
+                              "first (`duplexcadence offline --download`, or load_model(..., download=True))")
     raise CheckpointError(f"{text}: no such directory, and not a repository name or 'demo'")
 
 

@@ -59,6 +59,6 @@ class RuntimeOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
-    def replace(self, **changes) -> "RuntimeOptions":
+    def replace(self, **changes) -> RuntimeOptions:
         return dataclasses.replace(self, **changes)
 

@@ -9,7 +9,7 @@ user audio = a tone frame, text = the prompt token), and half a second of silenc
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -14,7 +14,7 @@ import dataclasses
 import importlib.util
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 import torch
 

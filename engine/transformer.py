@@ -78,7 +78,7 @@ class StepPositions(NamedTuple):
     slots: torch.Tensor | None  # int64 [T]: ring slots the entries go to (streaming only)
 
     @staticmethod
-    def at(first: torch.Tensor, T: int, cfg: "TransformerConfig", streaming: bool) -> "StepPositions":
+    def at(first: torch.Tensor, T: int, cfg: TransformerConfig, streaming: bool) -> StepPositions:
         each = first + torch.arange(T, device=first.device)
         rope = None
         if cfg.rope:

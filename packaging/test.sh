@@ -11,6 +11,9 @@ install_torch
 # The reference runtime, for parity tests only; --no-deps keeps its pinned torch out.
 "$PYTHON" -m pip install -q --no-deps moshi==0.2.13
 
+# The linter first: a style error fails the run before the long tests.
+"$PYTHON" -m ruff check .
+
 set +e
 QT_QPA_PLATFORM=offscreen "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
 status=$?

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import sentencepiece as spm
 import torch
-from safetensors.torch import save_file
-
 from moshi.models.lm import LMGen, LMModel
 from moshi.utils.sampling import sample_token
+from safetensors.torch import save_file
+
 from engine.checkpoint import official_layout
 
 DELAYS = [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]

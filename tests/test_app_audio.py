@@ -9,8 +9,12 @@ import soxr
 from app import audio_devices
 from app.audio_devices import AudioDevice
 from app.audio_io import ENGINE_RATE, AudioConfig, AudioDeviceError, AudioLink
-from tests.audio_fixture import SINK_RATE, VirtualAudio, best_window_match
-from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
+from tests.audio_fixture import (
+    SINK_RATE,
+    VirtualAudio,
+    best_window_match,
+    virtual_audio,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.audio
 SPEECH = "assets/speech_sample.wav"

@@ -10,6 +10,7 @@ from app.audio_io import AudioCounters  # noqa: E402
 from app.cadence_chart import OVER, UNDER  # noqa: E402
 from app.cadence_panel import CadencePanel  # noqa: E402
 from app.cadence_stats import CadenceStats  # noqa: E402
+from engine.options import RuntimeOptions  # noqa: E402
 
 
 def test_frame_statistics_and_overruns():
@@ -51,7 +52,7 @@ def _colour_count(image, colour) -> int:
 
 
 def test_panel_draws_bars_coloured_by_cadence(qtbot):
-    panel = CadencePanel({})
+    panel = CadencePanel(RuntimeOptions())
     qtbot.addWidget(panel)
     panel.resize(600, 500)
     counters = AudioCounters(1, 2, 0.5, 0.0, 0.08)
@@ -78,7 +79,7 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
 
 
 def test_switches_follow_what_the_engine_can_do(qtbot):
-    panel = CadencePanel({"graph_replay": True, "policy": "speak"})
+    panel = CadencePanel(RuntimeOptions(policy="speak", demand_sized_state=False))
     qtbot.addWidget(panel)
     controls = panel.controls
     emitted = []
@@ -87,13 +88,16 @@ def test_switches_follow_what_the_engine_can_do(qtbot):
               "policy.listen": None, "policy.speak": "needs the DiffuPlex predictor"}
     controls.apply_capabilities(on_gpu)
     assert controls.graph_replay.isEnabled() and controls.graph_replay.isChecked()
-    assert controls.choices()["policy"] == "ar"  # SPEAK is not available: back to AR
+    assert controls.options().policy == "ar"  # SPEAK is not available: back to AR
     assert "needs the DiffuPlex predictor" in controls.policy.toolTip()
     assert not controls.policy.model().item(2).isEnabled()
     assert controls.policy.model().item(1).isEnabled()
     controls.apply_capabilities({**on_gpu, "graph_replay": "needs CUDA"})
     assert not controls.graph_replay.isEnabled() and not controls.graph_replay.isChecked()
     assert "needs CUDA" in controls.graph_replay.toolTip()
+    assert "needs CUDA" in controls.reasons["graph_replay"].text()  # beside it, not only on hover
+    assert not controls.reasons["graph_replay"].isHidden() and controls.reasons["demand_sized_state"].isHidden()
+    assert "needs the DiffuPlex predictor" in controls.policy_reason.text()
     assert emitted == []  # forced fallbacks are not the user's choices
     controls.demand_sized_state.click()
-    assert emitted[-1]["demand_sized_state"] is True
+    assert emitted[-1].demand_sized_state is True

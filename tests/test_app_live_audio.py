@@ -7,13 +7,16 @@ import pytest
 import soundfile as sf
 import soxr
 
-from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
-from tests.audio_fixture import SINK_RATE, SPEAKER_SINK, best_window_match
-from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
-
 from app import audio_devices  # noqa: E402
 from app.audio_io import ENGINE_RATE, AudioConfig  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
+from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
+from tests.audio_fixture import (
+    SINK_RATE,
+    SPEAKER_SINK,
+    best_window_match,
+    virtual_audio,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.audio
 SPEECH = "assets/speech_sample.wav"

@@ -8,15 +8,13 @@ import threading
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 import soundfile as sf
-
-from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
 
 from app import audio_devices  # noqa: E402  (after app_helpers chose the Qt platform)
 from app.file_feed import FileFeed  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
+from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 SPEECH = REPO / "assets" / "speech_sample.wav"
@@ -163,14 +161,16 @@ def test_choices_devices_and_geometry_persist(qtbot, tmp_path):
     settings = isolated_settings(tmp_path)
     first = MainWindow(settings, device="cpu")
     qtbot.addWidget(first)
-    first.panel.controls.demand_sized_state.setChecked(True)
+    assert first.panel.controls.demand_sized_state.isChecked()  # the fast path on a first start
+    first.panel.controls.demand_sized_state.setChecked(False)
     first.record_box.setChecked(False)
     first.hint_bar.button.click()
     first.resize(first.width(), 687)
     first.close()
     second = MainWindow(isolated_settings(tmp_path), device="cpu")
     qtbot.addWidget(second)
-    assert second.panel.controls.demand_sized_state.isChecked()
+    assert not second.panel.controls.demand_sized_state.isChecked()
+    assert second.panel.controls.graph_replay.isChecked()
     assert not second.record_box.isChecked()
     assert second.hint_bar.isHidden()
     assert second.height() == 687  # (the offscreen screen is too narrow to check widths)

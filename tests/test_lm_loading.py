@@ -9,13 +9,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import hub
-from engine.errors import CheckpointError
+from engine.checkpoint import official_layout
 from engine.config.lm import CONFIGS, from_lm_kwargs, to_lm_kwargs
+from engine.errors import CheckpointError
 from engine.lm import MoshiLM
 from engine.model import load_model
 from engine.paths import DEMO_MODEL_DIR
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
-from engine.checkpoint import official_layout
 
 
 @pytest.mark.parametrize("name,dep_q", [("moshiko", 8), ("personaplex", 16)])

@@ -20,8 +20,15 @@ from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession
 from tests import mimi_reference
-from tests.lm_reference import (make_reference_lm, our_lm_runner, our_lm_step, run_moshi_reference, save_official,
-                                small_lm_kwargs, write_tokenizer)
+from tests.lm_reference import (
+    make_reference_lm,
+    our_lm_runner,
+    our_lm_step,
+    run_moshi_reference,
+    save_official,
+    small_lm_kwargs,
+    write_tokenizer,
+)
 
 FRAMES = 48  # the context is 24 frames: the KV ring wraps
 

@@ -10,11 +10,20 @@ import torch
 from moshi.models.loaders import get_mimi
 from safetensors.torch import load_file
 
-from engine.mimi import Mimi, load_mimi, official_config
+from engine.config.mimi_json import official_config
+from engine.mimi import Mimi, load_mimi
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
 from engine.state import StateStore
-from tests.mimi_reference import (FRAME, build_reference, official_state, reference_stream_decode,
-                                  reference_stream_encode, save_official, small_config, varied_audio)
+from tests.mimi_reference import (
+    FRAME,
+    build_reference,
+    official_state,
+    reference_stream_decode,
+    reference_stream_encode,
+    save_official,
+    small_config,
+    varied_audio,
+)
 
 FRAMES = 30  # 60 transformer steps: the 16-step KV rings wrap several times
 
@@ -179,10 +188,15 @@ def test_demo_asset_is_official_layout_and_reproducible():
     assert min(len(np.unique(row)) for row in codes) >= 4
     assert _rel_err(_stream_decode(ours, codes), reference_stream_decode(ref, codes)) < 1e-4
 
-    spec = importlib.util.spec_from_file_location("make_demo_mimi", DEMO_DIR.parents[1] / "packaging" / "make_demo_mimi.py")
+    script = DEMO_DIR.parents[1] / "packaging" / "make_demo_mimi.py"
+    spec = importlib.util.spec_from_file_location("make_demo_mimi", script)
     make_demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_demo)
     rebuilt = make_demo.build_demo().state_dict()
     on_disk = load_file(str(weights))
     assert rebuilt.keys() == on_disk.keys()
-    assert all(torch.equal(rebuilt[k], on_disk[k]) for k in on_disk)
+    # Drawn weights come back bit for bit; the ones fitted to a synthetic signal (codebooks,
+    # the last decoder conv) go through convolutions whose float reduction order depends on
+    # the CPU and its thread count, so they agree to float rounding.
+    for key, value in on_disk.items():
+        torch.testing.assert_close(rebuilt[key], value, rtol=1e-5, atol=1e-6, msg=key)

@@ -8,12 +8,19 @@ once against the fork itself (identical tokens, greedy and sampled, prompts incl
 import pytest
 import torch
 
-from engine.errors import CheckpointError
 from engine.config.lm import PROMPT_TOKENS_KEY, from_lm_kwargs
+from engine.errors import CheckpointError
 from engine.lm import load_lm, load_voice
 from engine.prompts import replay_prompts
-from tests.lm_reference import (PersonaPlexReference, make_reference_lm, our_lm_runner, our_lm_step,
-                                personaplex_context, save_official, small_lm_kwargs)
+from tests.lm_reference import (
+    PersonaPlexReference,
+    make_reference_lm,
+    our_lm_runner,
+    our_lm_step,
+    personaplex_context,
+    save_official,
+    small_lm_kwargs,
+)
 
 CONTEXT = 20  # prompts + conversation run past it: the KV ring wraps
 SILENCE, SINE = [5, 6, 7, 8, 9, 10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27]

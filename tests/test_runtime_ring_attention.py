@@ -3,8 +3,8 @@ import pytest
 import torch
 from moshi.modules.transformer import RingKVCache
 
-from engine.runtime.placement import DemandStore
 from engine.kernels.ring_attention import ring_attention
+from engine.runtime.placement import DemandStore
 from engine.state import Region
 from engine.transformer import attend
 from tests.gpu.ring_reference import ring_positions

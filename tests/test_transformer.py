@@ -3,9 +3,9 @@ import pytest
 import torch
 from moshi.modules.transformer import StreamingTransformer as RefTransformer
 
+from engine.checkpoint import official_layout
 from engine.state import StateStore
 from engine.transformer import StreamingTransformer, TransformerConfig
-from engine.checkpoint import official_layout
 
 MIMI_LIKE = dict(d_model=32, num_heads=4, num_layers=2, dim_feedforward=64, context=6,
                  norm="layer_norm", gating="none", layer_scale=0.1)
@@ -46,7 +46,7 @@ def test_whole_signal_matches_reference(kwargs):
 
 def test_per_step_weights_match_reference():
     kwargs = dict(LM_LIKE, context=4, weights_per_step=4)
-    ref, ours = _pair({k: v for k, v in kwargs.items()}, seed=2)
+    ref, ours = _pair(kwargs, seed=2)
     x = torch.randn(1, 4, 32)
     store = StateStore(ours.regions())
     with torch.no_grad(), ref.streaming(1):

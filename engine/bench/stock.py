@@ -16,6 +16,7 @@ import torch
 from ..checkpoint import official_layout
 from ..runtime.timing import FrameTimer
 
+
 def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
     """Full-size random weights built by the stock runtime, written in the official layout
     (plus config.json in its LM-kwargs format and a text tokenizer) for both runtimes to load."""

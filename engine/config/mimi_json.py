@@ -16,8 +16,8 @@ from typing import Any
 
 from ..errors import CheckpointError
 from .checks import is_int, is_number, read_json
-from .transformer import TransformerConfig
 from .mimi import OFFICIAL, MimiConfig, ProjectedTransformerConfig, QuantizerConfig, SeanetConfig
+from .transformer import TransformerConfig
 
 # Accepted keys and their JSON types: "int", "num" (int or float), "bool", "str", "ints"
 # (list of ints), "dict", "num?" (number or null). Optional keys have defaults below.

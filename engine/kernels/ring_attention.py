@@ -31,7 +31,7 @@ def ring_attention(q: torch.Tensor, kv_ring: torch.Tensor, pos: torch.Tensor, T:
     [ring, L, 2, H, D] region); pos int64 [1] on q's device: position of the first query.
     context None: no window beyond the ring itself. Returns [1, H, T, D] in q's dtype."""
     ring, two, H, D = kv_ring.shape
-    if q.shape != (1, H, T, D) or two != 2 or T > ring:
+    if q.shape != (1, H, T, D) or two != 2 or ring < T:
         raise ValueError(f"ring_attention: q {tuple(q.shape)} does not fit kv_ring {tuple(kv_ring.shape)}, T={T}")
     if q.is_cuda and T <= TRITON_MAX_T:
         from .ring_attention_triton import triton_ring_attention

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Region, Store
 from ..config.lm import LMConfig
+from ..state import Region, Store
 
 
 class DelayLines:

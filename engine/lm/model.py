@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..config.lm import LMConfig
 from ..state import Region, Store
 from ..transformer import RMSNormF32, StreamingTransformer
-from ..config.lm import LMConfig
 from .delays import DelayLines
 
 ZERO_TOKEN = -1

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config.mimi import MimiConfig, ProjectedTransformerConfig
 from ..state import Region, Store
 from ..transformer import StreamingTransformer
-from ..config.mimi import MimiConfig, ProjectedTransformerConfig
 from .quantizer import SplitResidualVQ
 from .resample import ConvDownsample, ConvTrUpsample
 from .seanet import SeanetDecoder, SeanetEncoder

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..state import Region, Store
 from ..config.mimi import SeanetConfig
+from ..state import Region, Store
 from .conv import StreamingConv1d, StreamingConvTranspose1d
 
 

@@ -15,7 +15,7 @@ class MimiStream:
     """Owns a StateStore with all of the model's regions; encode and decode advance
     independently (each side has its own state)."""
 
-    def __init__(self, mimi: "Mimi"):
+    def __init__(self, mimi: Mimi):
         self.mimi = mimi
         self.store = StateStore(mimi.regions(), mimi.device)
 

@@ -18,7 +18,7 @@ entries, outside graph capture.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

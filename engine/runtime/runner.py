@@ -21,7 +21,8 @@ Moshi-family frame today wakes over one position (N = 1), and graphs are keyed b
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 

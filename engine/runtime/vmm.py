@@ -94,7 +94,8 @@ class VmmBuffer:
 
         self.requested_bytes = reserved_bytes
         self.reserved_bytes = _round_up(max(reserved_bytes, 1), self.granularity)
-        self.base = int(_check(cu.cuMemAddressReserve(self.reserved_bytes, self.granularity, 0, 0), "cuMemAddressReserve"))
+        reserved = cu.cuMemAddressReserve(self.reserved_bytes, self.granularity, 0, 0)
+        self.base = int(_check(reserved, "cuMemAddressReserve"))
         self._handles: list = []  # one physical allocation per mapped granule, in address order
         self.ensure(1)
         self._bytes = torch.as_tensor(_Bytes(self.base, self.requested_bytes), device=self.device)

@@ -83,7 +83,7 @@ def sweep(name, layers, H, D, ring, T):
     for waves, block_n, warps in itertools.product((4, 8, 16), (16, 32), (2, 4)):
         knobs = dict(waves=waves, block_n=block_n, num_warps=warps)
 
-        def ours():
+        def ours(knobs=knobs):
             for layer in range(layers):
                 triton_ring_attention(q, region[:, layer], pos, T, ring, **knobs)
 

@@ -4,8 +4,8 @@ the ring never moves."""
 import pytest
 import torch
 
-from engine.runtime.placement import DemandStore
 from engine.kernels.ring_attention import ring_attention
+from engine.runtime.placement import DemandStore
 from engine.runtime.vmm import allocation_granularity
 from engine.state import Region
 from tests.gpu.ring_reference import reference_attention

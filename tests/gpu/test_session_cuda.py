@@ -3,7 +3,6 @@ PCM with graph replay and demand-sized state on or off, switched at any frame; r
 really runs captured graphs, and demand-sized state never moves."""
 import itertools
 
-import numpy as np
 import pytest
 import torch
 
