@@ -14,13 +14,14 @@ def _codec(args) -> None:
 
     from engine import load_mimi
     from engine.audio_io import read_audio, split_frames, write_audio
+    from engine.codec import CodecSession
     from engine.frame import SAMPLE_RATE
     from engine.hub import resolve
 
     pcm = read_audio(args.input)
-    mimi = load_mimi(resolve(args.model)[0], device=_device(args.device))
-    stream = mimi.stream()
-    out = [stream.decode_frame(stream.encode_frame(frame)) for frame in split_frames(pcm)]
+    codec = CodecSession(load_mimi(resolve(args.model)[0], device=_device(args.device)))
+    out = [codec.roundtrip(frame) for frame in split_frames(pcm)]
+    codec.close()
     write_audio(args.output, np.concatenate(out)[:len(pcm)])
     print(f"wrote {args.output} ({len(pcm) / SAMPLE_RATE:.2f} s)", file=sys.stderr)
 
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--model", required=True, help="checkpoint directory or file, or 'demo'")
     codec.add_argument("--input", required=True)
     codec.add_argument("--output", required=True)
-    codec.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    codec.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     codec.set_defaults(func=_codec)
 
     offline = sub.add_parser("offline", help="run a conversation file to file")

@@ -11,6 +11,7 @@ _EXPORTS = {
     "Mimi": ".mimi", "MimiStream": ".mimi", "load_mimi": ".mimi",
     "RuntimeOptions": ".options", "POLICIES": ".options", "TOGGLES": ".options",
     "DuplexSession": ".session", "FrameOutput": ".session", "Persona": ".session",
+    "CodecSession": ".codec",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -27,7 +27,7 @@ from .prompts import replay_prompts
 from .runtime.placement import DemandStore
 from .runtime.runner import FrameRunner
 from .runtime.timing import FrameTimer, SpeakMeter
-from .state import StateStore, Store
+from .state import Region, StateStore, Store
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,24 @@ def _has_cuda_bindings() -> bool:
         return importlib.util.find_spec("cuda.bindings") is not None
     except ModuleNotFoundError:  # no `cuda` namespace package at all
         return False
+
+
+def toggle_reasons(device: torch.device) -> dict[str, str | None]:
+    """Each runtime toggle: None if `device` can honour it, else why not."""
+    cuda = device.type == "cuda"
+    reasons = {name: None if cuda else reason for name, reason in _CPU_REASONS.items()}
+    if cuda and not _has_cuda_bindings():
+        reasons["demand_sized_state"] = ("demand-sized state needs the cuda-bindings package "
+                                         "(pip install 'duplexcadence[gpu]')")
+    return reasons
+
+
+def new_store(regions: list[Region], device: torch.device, options: RuntimeOptions) -> Store:
+    """The placement the options ask for: demand-sized where it can run (CUDA with the driver
+    bindings, or the CPU's emulation), else full retention."""
+    usable = device.type != "cuda" or toggle_reasons(device)["demand_sized_state"] is None
+    placement = DemandStore if options.demand_sized_state and usable else StateStore
+    return placement(regions, device)
 
 
 @dataclasses.dataclass
@@ -91,8 +109,8 @@ class DuplexSession:
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
         self._set_persona(persona)
-        self.runner = FrameRunner(model.lm, model.mimi, self._new_store(self.options), self.generator,
-                                  _sampling(self.options))
+        store = new_store(model.regions(), self.device, self.options)
+        self.runner = FrameRunner(model.lm, model.mimi, store, self.generator, _sampling(self.options))
         self.runner.configure(replay=self.options.graph_replay, sampling=_sampling(self.options))
         cuda = self.device.type == "cuda"
         self._timer = FrameTimer(self.device)
@@ -105,12 +123,7 @@ class DuplexSession:
 
     def capabilities(self) -> dict[str, str | None]:
         """Every option value that could be asked for: None if honoured here, else why not."""
-        cuda = self.device.type == "cuda"
-        toggles = {name: None if cuda else reason for name, reason in _CPU_REASONS.items()}
-        if cuda and not _has_cuda_bindings():
-            toggles["demand_sized_state"] = ("demand-sized state needs the cuda-bindings package "
-                                             "(pip install 'duplexcadence[gpu]')")
-        return {**toggles, "policy.ar": None, **_POLICY_REASONS}
+        return {**toggle_reasons(self.device), "policy.ar": None, **_POLICY_REASONS}
 
     @property
     def voices(self) -> list[str]:
@@ -161,11 +174,6 @@ class DuplexSession:
                 log.info("%s requested: %s", toggle, reasons[toggle])
         return options
 
-    def _new_store(self, options: RuntimeOptions) -> Store:
-        usable = self.device.type != "cuda" or self.capabilities()["demand_sized_state"] is None
-        placement = DemandStore if options.demand_sized_state and usable else StateStore
-        return placement(self.model.regions(), self.device)
-
     def _apply_pending(self) -> None:
         with self._pending_lock:
             new, self._pending = self._pending, None
@@ -173,7 +181,7 @@ class DuplexSession:
             return
         old, self.options = self.options, new
         if old.demand_sized_state != new.demand_sized_state:
-            self.runner.move_state(self._new_store(new))
+            self.runner.move_state(new_store(self.model.regions(), self.device, new))
         self.runner.configure(replay=new.graph_replay, sampling=_sampling(new))
 
     def close(self) -> None:

@@ -44,3 +44,22 @@ def test_empty_wav_prints_one_line_and_fails(tmp_path):
     result = _run_cli("codec", "--model", "demo", "--input", str(empty), "--output", str(tmp_path / "o.wav"))
     assert result.returncode != 0
     assert "Traceback" not in result.stderr and "empty.wav" in result.stderr
+
+
+def test_codec_session_matches_the_plain_stream_bit_for_bit():
+    """The command's path (the frame runner, fast path on by default) against Mimi's plain
+    stream: the same samples, with demand-sized state (the CPU's poisoned emulation) or not."""
+    from engine.audio_io import read_audio, split_frames
+    from engine.codec import CodecSession
+    from engine.mimi import load_mimi
+    from engine.options import RuntimeOptions
+    from engine.paths import DEMO_MODEL_DIR
+
+    mimi = load_mimi(DEMO_MODEL_DIR)
+    frames = split_frames(read_audio(SPEECH_SAMPLE))[:30]
+    stream = mimi.stream()
+    expected = np.stack([stream.decode_frame(stream.encode_frame(f)) for f in frames])
+    for options in (RuntimeOptions(), RuntimeOptions(graph_replay=False, demand_sized_state=False)):
+        codec = CodecSession(mimi, options)
+        np.testing.assert_array_equal(np.stack([codec.roundtrip(f) for f in frames]), expected)
+        codec.close()

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from ..frame import STAGES
 from ..runtime.timing import SpeakMeter
 
 CHECKPOINTS_S = (10, 30, 120)
@@ -67,7 +68,7 @@ def format_table(report: dict) -> str:
         st, mib = r["stages"], 1 << 20
         state = "/".join(f"{r['state_bytes'].get(f'{s}s', float('nan')) / mib:.0f}" for s in CHECKPOINTS_S)
         lines.append(f"| {r['name']} | {st['total']['p50_ms']:.2f} | {st['total']['p99_ms']:.2f} | "
-                     + " | ".join(f"{st[k]['p50_ms']:.2f}" for k in ("encode", "backbone", "depformer", "decode"))
+                     + " | ".join(f"{st[k]['p50_ms']:.2f}" for k in STAGES)
                      + f" | {r['speak_time']['mean_s']:.3f} | {state} | {r['peak_bytes'] / (1 << 30):.2f} |")
     f, q = report["floor"], report["ratios"]
     lines.append(f"weight-read floor: {f['ms_per_frame']:.2f} ms/frame ({f['lm_bytes'] / 1e9:.1f} GB of LM "

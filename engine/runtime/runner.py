@@ -58,7 +58,7 @@ class _Graphs:
     """Captured CUDA graphs by stage key, sharing one memory pool. The session's generator is
     registered with each, so a replay draws the same random numbers as the eager path."""
 
-    def __init__(self, device: torch.device, generator: torch.Generator):
+    def __init__(self, device: torch.device, generator: torch.Generator | None):
         self.device, self.generator = device, generator
         self.pool = None
         self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
@@ -66,7 +66,8 @@ class _Graphs:
     def run(self, key: Any, stage: Callable[[], Any]) -> Any:
         if key not in self.graphs:
             graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(self.generator)
+            if self.generator is not None:
+                graph.register_generator_state(self.generator)
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             torch.cuda.synchronize(self.device)
@@ -88,13 +89,13 @@ def _no_mark(stage: str) -> None:
 
 class FrameRunner:
     """Runs the frames of one conversation over one store. `mimi` may be None to run the LM
-    alone (prompts, reference tests)."""
+    alone (prompts, reference tests); `lm` may be None to run the codec alone (`codec_frame`)."""
 
-    def __init__(self, lm: MoshiLM, mimi: Mimi | None, store: Store, generator: torch.Generator,
-                 sampling: tuple[SamplingParams, SamplingParams]):
+    def __init__(self, lm: MoshiLM | None, mimi: Mimi | None, store: Store, generator: torch.Generator | None,
+                 sampling: tuple[SamplingParams, SamplingParams] | None = None):
         self.lm, self.mimi, self.store, self.generator = lm, mimi, store, generator
-        self.text_sampling, self.audio_sampling = sampling
-        self.device = lm.device
+        self.text_sampling, self.audio_sampling = sampling or (None, None)
+        self.device = lm.device if lm is not None else mimi.device
         self.replay = False
         self.frames = 0
         """LM frames run since the reset (host side): decides when output starts."""
@@ -114,11 +115,11 @@ class FrameRunner:
     def graph_count(self) -> int:
         return 0 if self._graphs is None else len(self._graphs.graphs)
 
-    def configure(self, *, replay: bool, sampling: tuple[SamplingParams, SamplingParams]) -> None:
+    def configure(self, *, replay: bool, sampling: tuple[SamplingParams, SamplingParams] | None = None) -> None:
         """Takes effect at the next frame. Sampling parameters are baked into captured graphs,
         so new ones drop them."""
         self.replay = replay and self.can_replay
-        if sampling != (self.text_sampling, self.audio_sampling):
+        if sampling is not None and sampling != (self.text_sampling, self.audio_sampling):
             self.text_sampling, self.audio_sampling = sampling
             self._invalidate()
 
@@ -165,6 +166,17 @@ class FrameRunner:
         mark("decode")
         self._warm = True
         return tokens, out
+
+    def codec_frame(self, pcm: torch.Tensor) -> torch.Tensor:
+        """Mimi alone: pcm float32 [frame_size] (host) -> encoded with every codebook, decoded
+        back -> pcm [1, 1, frame_size] on the device. Frame by frame as in a conversation."""
+        replay = self.replay and self._warm
+        self.pcm.view(-1).copy_(pcm, non_blocking=True)
+        self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
+        codes = self._run("encode", self._encode, replay)
+        out = self._run("codec_decode", lambda: self.mimi.decode_step(codes, self.store), replay)
+        self._warm = True
+        return out
 
     def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input

@@ -3,6 +3,7 @@ PCM with graph replay and demand-sized state on or off, switched at any frame; r
 really runs captured graphs, and demand-sized state never moves."""
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,3 +60,17 @@ def test_sampling_changes_recapture(model, audio):
     a = run(session, audio, {30: greedy})
     b = run(eager, audio, {30: greedy.replace(graph_replay=False)})
     assert_identical(a, b)
+
+
+def test_codec_replay_and_demand_sized_state_bit_identical(audio):
+    from engine.codec import CodecSession
+    from engine.mimi import load_mimi
+    from engine.paths import DEMO_MODEL_DIR
+
+    mimi = load_mimi(DEMO_MODEL_DIR, device="cuda")
+    plain, fast = CodecSession(mimi, RuntimeOptions(**PLAIN)), CodecSession(mimi)
+    for frame in audio:
+        np.testing.assert_array_equal(fast.roundtrip(frame), plain.roundtrip(frame))
+    assert fast.runner.graph_count == 2
+    plain.close()
+    fast.close()
