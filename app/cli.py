@@ -13,48 +13,32 @@ def _codec(args) -> None:
     import numpy as np
 
     from engine import load_mimi
-    from engine.audio_io import read_audio, split_frames, write_audio
+    from engine.audio_io import check_writable, output_format, read_audio, split_frames, write_audio
     from engine.codec import CodecSession
+    from engine.device import resolve_device
     from engine.frame import SAMPLE_RATE
     from engine.hub import resolve
 
+    check_writable(args.output)
+    output_format(args.output)
     pcm = read_audio(args.input)
-    codec = CodecSession(load_mimi(resolve(args.model)[0], device=_device(args.device)))
+    codec = CodecSession(load_mimi(resolve(args.model)[0], device=resolve_device(args.device)))
     out = [codec.roundtrip(frame) for frame in split_frames(pcm)]
     codec.close()
     write_audio(args.output, np.concatenate(out)[:len(pcm)])
     print(f"wrote {args.output} ({len(pcm) / SAMPLE_RATE:.2f} s)", file=sys.stderr)
 
 
-def _device(name: str | None) -> str:
-    """The torch device a subcommand runs on: `name` checked, or CUDA when there is one."""
-    import torch
-
-    if name is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return name
-    if name == "cuda" or name.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: no CUDA GPU is available")
-        index = name.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
-        return name
-    raise ValueError(f"--device {name}: use cpu, cuda or cuda:N")
-
-
 def _offline(args) -> None:
     from app.offline import run_offline
-    run_offline(args, _device(args.device))
+    run_offline(args)
 
 
 def _bench(args) -> None:
     from pathlib import Path
 
     from engine.bench.run import run_bench
-    from engine.paths import ASSETS_DIR
-    output = Path(args.output) if args.output else ASSETS_DIR / "benchmarks" / f"{args.model}.json"
+    output = Path(args.output or f"bench_{args.model}.json")
     run_bench(args.model, args.frames, args.plain_frames, args.seed, output)
 
 
@@ -63,25 +47,33 @@ def _gui(args) -> int:
     return run_app(model=args.model)
 
 
+MODELS = ("'demo' (the bundled untrained model), a checkpoint folder, a Hugging Face cache snapshot, or a "
+          "repository name in the local cache (kyutai/moshiko-pytorch-bf16, kyutai/moshika-pytorch-bf16, "
+          "nvidia/personaplex-7b-v1)")
+INPUT = "any audio file soundfile reads (WAV, FLAC, OGG...), any rate and channel count"
+OUTPUT = "mono 24 kHz, 16-bit PCM; the extension picks the format (WAV without one)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="duplexcadence", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model to preselect in the app")
+    parser.add_argument("--model", default=None, help=f"model to preselect in the app: {MODELS}")
     sub = parser.add_subparsers(dest="command")
 
-    codec = sub.add_parser("codec", help="encode then decode a WAV through Mimi, frame by frame")
-    codec.add_argument("--model", required=True, help="checkpoint directory or file, or 'demo'")
-    codec.add_argument("--input", required=True)
-    codec.add_argument("--output", required=True)
+    codec = sub.add_parser("codec", help="encode then decode an audio file through Mimi, frame by frame")
+    codec.add_argument("--model", required=True, help=MODELS)
+    codec.add_argument("--input", required=True, help=INPUT)
+    codec.add_argument("--output", required=True, help=OUTPUT)
     codec.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     codec.set_defaults(func=_codec)
 
     offline = sub.add_parser("offline", help="run a conversation file to file")
-    offline.add_argument("--model", required=True, help="directory, HF cache snapshot, repo name, or 'demo'")
-    offline.add_argument("--input", required=True)
-    offline.add_argument("--output", required=True)
-    offline.add_argument("--transcript", help="write the model's words with times as JSON")
-    offline.add_argument("--seed", type=int, default=0)
-    offline.add_argument("--greedy", action="store_true")
+    offline.add_argument("--model", required=True, help=MODELS)
+    offline.add_argument("--input", required=True, help="the user's side of the conversation: " + INPUT)
+    offline.add_argument("--output", required=True,
+                         help="the model's reply, as long as the input: " + OUTPUT)
+    offline.add_argument("--transcript", help="write the model's words with start and end times as JSON")
+    offline.add_argument("--seed", type=int, default=0, help="sampling seed (default 0): same seed, same reply")
+    offline.add_argument("--greedy", action="store_true", help="take the most likely token instead of sampling")
     offline.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     offline.add_argument("--voice", help="PersonaPlex voice prompt name")
     offline.add_argument("--role", help="PersonaPlex text role prompt")
@@ -89,13 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
 
-    bench = sub.add_parser("bench", help="ours against the stock runtime on the GPU (random full-size weights)")
+    bench = sub.add_parser("bench", help="ours against the stock runtime (needs a CUDA GPU and moshi==0.2.13; "
+                                         "random full-size weights)")
     bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko")
     bench.add_argument("--frames", type=int, default=1500, help="frames per run (1500 = 120 s)")
     bench.add_argument("--plain-frames", type=int, default=150,
                        help="frames for ours with the optimizations off (slow: fewer)")
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--output", help="JSON report (default assets/benchmarks/MODEL.json)")
+    bench.add_argument("--output", help="JSON report (default bench_MODEL.json in the working folder)")
     bench.set_defaults(func=_bench)
 
     return parser

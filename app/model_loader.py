@@ -4,7 +4,6 @@ and with it torch, is imported here, never on the GUI thread."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass
 
@@ -63,14 +62,10 @@ class ModelLoader(threading.Thread):
             self.previous = None
 
         from engine import DuplexSession, Persona, load_model
-        device = self.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device == "cpu":
-            # Leave a core to the GUI and the audio callbacks. When one of torch's OpenMP
-            # workers is descheduled every parallel region waits for it: the demo model ran
-            # 50x slower on a busy 2-core machine with 2 threads than with 1.
-            torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+        from engine.device import limit_cpu_threads, resolve_device
+
+        device = resolve_device(self.device)
+        limit_cpu_threads(device)
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
         model = load_model(self.source, device=device)

@@ -6,13 +6,14 @@ Full-Duplex-Bench expects of a model's reply channel.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from engine.audio_io import read_audio, split_frames, write_audio
+from engine.audio_io import check_writable, output_format, read_audio, split_frames, write_audio
 from engine.frame import FRAME_SECONDS, SAMPLE_RATE
 
 
@@ -36,10 +37,20 @@ def words_with_times(pieces: list[str]) -> list[dict]:
 
 
 class Progress:
-    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+    """A one-line progress bar on stderr, redrawn at most ten times a second; the line is
+    ended however the work ends (Ctrl-C included)."""
 
     def __init__(self, total: int, stream=sys.stderr):
         self.total, self.stream, self._last = total, stream, 0.0
+        self._open = False
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
 
     def update(self, done: int) -> None:
         now = time.monotonic()
@@ -49,20 +60,24 @@ class Progress:
         width = 30
         filled = width * done // max(self.total, 1)
         self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} frames")
-        if done >= self.total:
-            self.stream.write("\n")
+        self._open = True
         self.stream.flush()
 
 
-def run_offline(args, device: str) -> None:
-    """`device` is already checked (app.cli). The runtime's fast path is on: it never changes
-    the output."""
+def run_offline(args) -> None:
+    """The runtime's fast path is on: it never changes the output."""
     from engine import DuplexSession, Persona, RuntimeOptions, load_model
+    from engine.device import limit_cpu_threads, resolve_device
 
     # Everything the user can get wrong is checked before minutes of work, not after.
-    for path in filter(None, (args.output, args.transcript)):
-        if not Path(path).resolve().parent.is_dir():
-            raise ValueError(f"{path}: the folder to write it in does not exist")
+    outputs = [Path(p) for p in (args.output, args.transcript) if p]
+    for path in outputs:
+        check_writable(path)
+    output_format(args.output)
+    if len({p.resolve() for p in outputs}) < len(outputs):
+        raise ValueError(f"{args.output}: the transcript would overwrite the audio output")
+    device = resolve_device(args.device)
+    limit_cpu_threads(device)
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
     pcm = read_audio(args.input)
     model = load_model(args.model, device=device, download=args.download)
@@ -70,19 +85,39 @@ def run_offline(args, device: str) -> None:
     session = DuplexSession(model, options, persona)
 
     frames = split_frames(pcm)
-    progress = Progress(len(frames))
     out, pieces = [], []
-    for i, frame in enumerate(frames):
-        result = session.step(frame)
-        out.append(result.pcm)
-        pieces.append(result.text)
-        progress.update(i + 1)
-    write_audio(args.output, np.concatenate(out)[:len(pcm)])
-
-    if args.transcript:
-        with open(args.transcript, "w") as f:
-            json.dump({"model": model.name, "words": words_with_times(pieces)}, f, indent=2)
+    with Progress(len(frames)) as progress:
+        for i, frame in enumerate(frames):
+            result = session.step(frame)
+            out.append(result.pcm)
+            pieces.append(result.text)
+            progress.update(i + 1)
+    session.close()
+    transcript = {"model": model.name, "words": words_with_times(pieces)}
+    _write_all(args.output, np.concatenate(out)[:len(pcm)], args.transcript, transcript)
     _print_summary(session.speak_times, len(pcm) / SAMPLE_RATE)
+
+
+def _write_all(audio_path: str, pcm: np.ndarray, transcript_path: str | None, transcript: dict) -> None:
+    """Write each output beside its destination, then move them all into place: a failure
+    leaves no partial file and no output of a run that did not finish."""
+    written: list[tuple[Path, Path]] = []
+    try:
+        target = Path(audio_path)
+        part = target.with_name(f".{target.name}.part")
+        written.append((part, target))
+        write_audio(part, pcm, format_of=target)
+        if transcript_path:
+            target = Path(transcript_path)
+            part = target.with_name(f".{target.name}.part")
+            written.append((part, target))
+            part.write_text(json.dumps(transcript, indent=2))
+    except BaseException:
+        for part, _ in written:
+            part.unlink(missing_ok=True)
+        raise
+    for part, target in written:
+        os.replace(part, target)
 
 
 def _print_summary(speak_times: list[float], duration: float) -> None:

@@ -1,13 +1,14 @@
 """Reading and writing audio files at the models' rate (24 kHz mono float32)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import soxr
 
-from .errors import AudioInputError
+from .errors import AudioInputError, AudioOutputError
 from .frame import FRAME_SIZE, SAMPLE_RATE
 
 
@@ -31,8 +32,36 @@ def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 
-def write_audio(path: str | Path, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
-    sf.write(str(path), np.asarray(pcm, dtype=np.float32), sample_rate, subtype="PCM_16")
+def output_format(path: str | Path) -> tuple[str, str]:
+    """(format, subtype) soundfile writes `path` in: from its extension, WAV without one;
+    16-bit PCM where the format has it. An unknown extension raises AudioOutputError."""
+    suffix = Path(path).suffix.lstrip(".").upper()
+    if not suffix:
+        return "WAV", "PCM_16"
+    if suffix not in sf.available_formats():
+        known = ", ".join(f".{f.lower()}" for f in ("WAV", "FLAC", "OGG"))
+        raise AudioOutputError(f"{path}: unknown audio format .{suffix.lower()} (use {known}, or no extension for WAV)")
+    return suffix, "PCM_16" if sf.check_format(suffix, "PCM_16") else sf.default_subtype(suffix)
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise AudioOutputError naming `path` unless a file can be written there."""
+    path = Path(path)
+    if path.is_dir():
+        raise AudioOutputError(f"{path}: is a folder; give a file name")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise AudioOutputError(f"{path}: the folder to write it in does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise AudioOutputError(f"{path}: cannot write there (permission denied)")
+
+
+def write_audio(path: str | Path, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE,
+                format_of: str | Path | None = None) -> None:
+    """Mono float samples -> `path`, in the format the extension of `format_of` (default: of
+    `path`) names; 16-bit PCM WAV without one (see output_format)."""
+    fmt, subtype = output_format(format_of or path)
+    sf.write(str(path), np.asarray(pcm, dtype=np.float32), sample_rate, subtype=subtype, format=fmt)
 
 
 def split_frames(pcm: np.ndarray, frame_size: int = FRAME_SIZE) -> np.ndarray:

@@ -8,3 +8,7 @@ class CheckpointError(ValueError):
 
 class AudioInputError(ValueError):
     """An audio file could not be used as input (unreadable, empty, not audio)."""
+
+
+class AudioOutputError(ValueError):
+    """An output file cannot be written where asked (a folder, unknown format, no permission)."""

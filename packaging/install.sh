@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs DuplexCadence (editable, from this checkout) and what it needs to run.
+# Installs DuplexCadence from this checkout into a virtual environment (.venv in the checkout,
+# or $DUPLEXCADENCE_VENV), with the Debian packages and the torch build this machine needs
+# (packaging/system_packages.sh). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
 source packaging/system_packages.sh
 install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}"
+ensure_venv
 install_torch
 "$PYTHON" -m pip install -q -e .
+# The command on the user's PATH where the desktop's usual ~/.local/bin is on it.
+mkdir -p "$HOME/.local/bin"
+ln -sf "$VENV/bin/duplexcadence" "$HOME/.local/bin/duplexcadence"
+echo "installed. Start the app with: $VENV/bin/duplexcadence  (also linked as ~/.local/bin/duplexcadence)"

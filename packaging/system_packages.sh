@@ -1,26 +1,73 @@
-# Sourced by install.sh and test.sh: installs the Debian packages named in "$@" that are missing.
+# Sourced by install.sh and test.sh: Debian packages, the virtual environment, torch.
+
+# The virtual environment everything goes into: a system Python refuses pip installs (PEP 668).
+VENV=${DUPLEXCADENCE_VENV:-$PWD/.venv}
+BASE_PYTHON=${PYTHON:-python3}
+PYTHON="$VENV/bin/python"
+
+# Runtime needs: PortAudio for sounddevice, the X/EGL libraries Qt's platform plugins load.
+RUNTIME_DEBIAN_PACKAGES=(libportaudio2 libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1
+    fonts-dejavu-core libdbus-1-3 libglib2.0-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
+    libxcb-xinerama0)
+
+# Installs the Debian packages named in "$@" that are missing.
 install_debian_packages() {
     command -v apt-get >/dev/null || { echo "no apt-get: install $* yourself" >&2; return 0; }
     local missing=()
     for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
     ((${#missing[@]})) || return 0
     local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    echo "installing Debian packages: ${missing[*]}"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# torch first, on its own: CPU machines here take the 2.13.0 CPU build from local disk, while
-# an unpinned install would download a multi-GB CUDA build. An installed torch in our range stays.
+# Creates the virtual environment (or reuses it). Debian and Ubuntu ship venv and pip for the
+# system Python in a separate package.
+ensure_venv() {
+    if [ ! -x "$PYTHON" ]; then
+        "$BASE_PYTHON" -c "import ensurepip, venv" 2>/dev/null || install_debian_packages python3-venv
+        echo "creating the virtual environment $VENV"
+        "$BASE_PYTHON" -m venv "$VENV"
+    fi
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || { echo "$VENV: Python >= 3.10 is needed" >&2; return 1; }
+}
+
+# torch, on its own and first: the CPU build (about 190 MB to download, 750 MB installed) where
+# no NVIDIA GPU is present, the CUDA build (about 530 MB plus about 3 GB of NVIDIA libraries)
+# where one is. DUPLEXCADENCE_TORCH=cpu or =cuda forces either. A torch already in the
+# environment and in our range stays.
+TORCH_RANGE="torch>=2.11,<2.14"
+CPU_INDEX=https://download.pytorch.org/whl/cpu
 install_torch() {
     "$PYTHON" - <<'PY' 2>/dev/null && return 0
 import sys, torch
 major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 sys.exit(0 if (2, 11) <= (major, minor) < (2, 14) else 1)
 PY
-    "$PYTHON" -m pip install -q torch==2.13.0
+    local build=${DUPLEXCADENCE_TORCH:-auto}
+    if [ "$build" = auto ]; then
+        build=cpu
+        nvidia-smi -L >/dev/null 2>&1 && build=cuda
+    fi
+    case "$build" in
+    cuda)
+        echo "installing torch, CUDA build: about 530 MB plus about 3 GB of NVIDIA libraries"
+        "$PYTHON" -m pip install -q "$TORCH_RANGE" ;;
+    cpu)
+        echo "installing torch, CPU build: about 190 MB"
+        if "$PYTHON" -c "import urllib.request; urllib.request.urlopen('$CPU_INDEX/torch/', timeout=10)" 2>/dev/null; then
+            "$PYTHON" -m pip install -q "$TORCH_RANGE" --index-url "$CPU_INDEX" --extra-index-url https://pypi.org/simple
+        else
+            # No route to PyTorch's index: a machine with its own package mirror (such as our
+            # build machines, which hold the 2.13.0 CPU build).
+            "$PYTHON" -m pip install -q torch==2.13.0
+        fi
+        "$PYTHON" -c "import sys, torch; sys.exit(torch.version.cuda is not None)" \
+            || echo "warning: the torch installed is a CUDA build (set DUPLEXCADENCE_TORCH=cpu and install from $CPU_INDEX)" >&2 ;;
+    *)
+        echo "DUPLEXCADENCE_TORCH=$build: use cpu or cuda" >&2
+        return 1 ;;
+    esac
 }
-
-# Runtime needs: PortAudio for sounddevice, the X/EGL libraries Qt's platform plugins load.
-RUNTIME_DEBIAN_PACKAGES=(libportaudio2 libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1
-    fonts-dejavu-core libdbus-1-3 libglib2.0-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
-    libxcb-xinerama0)

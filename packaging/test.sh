@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs everything the tests need (Debian and Python packages) and runs the test suite.
+# Installs everything the tests need (Debian packages, and the Python packages into the same
+# virtual environment as install.sh) and runs the linter and the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
 source packaging/system_packages.sh
 # The audio tests play through real PortAudio streams into a private PulseAudio null sink.
 install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio pulseaudio-utils libasound2-plugins
+ensure_venv
 install_torch
 "$PYTHON" -m pip install -q -e ".[test]"
 # The reference runtime, for parity tests only; --no-deps keeps its pinned torch out.
