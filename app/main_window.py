@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import soundfile as sf
 from PyQt6.QtCore import Qt, QUrl
@@ -56,6 +57,7 @@ class MainWindow(QMainWindow):
         self._start_when_loaded = False
         self._pending_feed = None
         self._backlog_cap: float | None = None
+        self._recording_path = str(self.settings.recordings_dir)
         self._build()
         self._connect()
         geometry = self.settings.geometry()
@@ -80,6 +82,10 @@ class MainWindow(QMainWindow):
         self.record_box = QCheckBox("Record (stereo WAV + transcript)")
         self.record_box.setChecked(self.settings.record)
         self.recordings_button = QPushButton("Open recordings folder")
+        # The path is always shown (and can be copied): a desktop may have no file manager.
+        self.recording_label = QLabel(f"Recordings: {self.settings.recordings_dir}")
+        self.recording_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.copy_path_button = QPushButton("Copy path")
         self.clock = QLabel("0:00")
         self.transcript = QPlainTextEdit()
         self.transcript.setReadOnly(True)
@@ -97,6 +103,9 @@ class MainWindow(QMainWindow):
         buttons.addStretch(1)
         buttons.addWidget(self.record_box)
         buttons.addWidget(self.recordings_button)
+        buttons.addWidget(self.copy_path_button)
+        recording_row = QHBoxLayout()
+        recording_row.addWidget(self.recording_label, 1)
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
@@ -112,6 +121,7 @@ class MainWindow(QMainWindow):
             layout.addWidget(item)
         layout.addLayout(pickers)
         layout.addLayout(buttons)
+        layout.addLayout(recording_row)
         layout.addWidget(splitter, 1)
         self.setCentralWidget(central)
 
@@ -133,6 +143,7 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(self.stop_conversation)
         self.record_box.toggled.connect(lambda on: setattr(self.settings, "record", on))
         self.recordings_button.clicked.connect(self.open_recordings)
+        self.copy_path_button.clicked.connect(self.copy_recording_path)
         self.device_picker.muted_changed.connect(self._on_muted)
         self.panel.controls.changed.connect(self._on_options)
         self.hint_bar.dismissed.connect(
@@ -146,6 +157,7 @@ class MainWindow(QMainWindow):
         self.settings.model_source = source
         previous, self.loaded = self.loaded, None  # freed first: two 7B models rarely fit
         self.compute_label.setText("Compute: loading…")
+        self.panel.controls.apply_capabilities(None)
         self.start_button.setEnabled(False)
         self.model_picker.set_loading(f"Loading {source}…")
         self.loader = ModelLoader(source, self.compute_device, self.loader_signals, previous)
@@ -165,6 +177,7 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, source: str, message: str) -> None:
         self._start_when_loaded = False
+        self.compute_label.setText("Compute: no model loaded")
         self.model_picker.set_done(f"Could not load {source}.")
         self.start_button.setEnabled(True)
         self.last_dialog = QMessageBox(QMessageBox.Icon.Critical, "Could not load the model",
@@ -203,7 +216,9 @@ class MainWindow(QMainWindow):
                 self.message_bar.show_message(f"Cannot write the recording: {exc}")
                 return
         self.panel.reset()
-        self.transcript.appendPlainText(f"— {self.loaded.name}, {link.description} —\n")
+        if recorder is not None:
+            self._show_recording_path(recorder.wav_path, "Recording to")
+        self.transcript.appendPlainText(f"[{self.loaded.name} · {link.description}]\n")
         self.worker = ConversationWorker(self.loaded.session, link, recorder, options, persona,
                                          self.conversation_signals)
         self.worker.set_muted(self.device_picker.mute.isChecked())
@@ -252,6 +267,7 @@ class MainWindow(QMainWindow):
         self.transcript.appendPlainText("")
         if end.recording is not None:
             self.statusBar().showMessage(f"Recording saved: {end.recording}")
+            self._show_recording_path(end.recording, "Last recording")
         else:
             self.statusBar().clearMessage()
 
@@ -265,7 +281,7 @@ class MainWindow(QMainWindow):
         self.device_picker.set_running(running)
 
     def _on_options(self, options) -> None:
-        self.settings.runtime_options = options
+        self.settings.runtime_options = self.panel.controls.chosen()
         if self.worker is not None:
             self.worker.set_options(options)
 
@@ -275,8 +291,23 @@ class MainWindow(QMainWindow):
 
     def open_recordings(self) -> None:
         folder = self.settings.recordings_dir
-        folder.mkdir(parents=True, exist_ok=True)
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.message_bar.show_message(f"Cannot create the recordings folder {folder}: {exc.strerror}")
+            return
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.copy_recording_path()
+            self.message_bar.show_message(f"No file manager opened the folder. It is {folder} "
+                                          "(its path is on the clipboard).", "info")
+
+    def copy_recording_path(self) -> None:
+        """The last recording's path once there is one, else the recordings folder's."""
+        QApplication.clipboard().setText(self._recording_path)
+
+    def _show_recording_path(self, path: Path, what: str) -> None:
+        self._recording_path = str(path)
+        self.recording_label.setText(f"{what}: {path}")
 
     def closeEvent(self, event) -> None:
         if self.worker is not None:

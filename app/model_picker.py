@@ -52,6 +52,11 @@ class ModelPicker(QGroupBox):
         layout.addWidget(self.persona_labels[1], 4, 0)
         layout.addWidget(self.role, 4, 1, 1, 3)
         layout.setColumnStretch(1, 1)
+        # Hidden rows keep their space: the window does not jump when a model loads.
+        for widget in (self.busy, self.voice, self.role, *self.persona_labels):
+            policy = widget.sizePolicy()
+            policy.setRetainSizeWhenHidden(True)
+            widget.setSizePolicy(policy)
         self.show_persona([])
         self.select(settings.model_source)
 

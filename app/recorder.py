@@ -1,5 +1,5 @@
-"""Recording of a conversation: a stereo WAV (user left, model right, as the engine heard
-and spoke them) and a transcript JSON beside it.
+"""Recording of a conversation: a stereo 32-bit float WAV (user left, model right, as the
+engine heard and spoke them) and a transcript JSON beside it.
 
 Both are written while the conversation runs and flushed about once a second, so a crash
 or a lost device keeps everything up to the last flush: libsndfile rewrites the WAV header
@@ -27,7 +27,9 @@ class ConversationRecorder:
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         self.wav_path = _unused_path(folder, f"conversation_{stamp}", ".wav")
         self.json_path = self.wav_path.with_suffix(".json")
-        self._wav = sf.SoundFile(str(self.wav_path), "w", ENGINE_RATE, 2, subtype="FLOAT")
+        # 32-bit float, exactly what the engine heard and spoke, in the extensible WAV header
+        # (WAVE_FORMAT_EXTENSIBLE) that tools expect for non-PCM samples.
+        self._wav = sf.SoundFile(str(self.wav_path), "w", ENGINE_RATE, 2, subtype="FLOAT", format="WAVEX")
         self._record = {
             "model": model_name,
             "started": datetime.now().isoformat(timespec="seconds"),

@@ -17,12 +17,15 @@ def _reason_label() -> QLabel:
     return label
 
 
+NO_MODEL_REASON = "load a model: what this machine can use shows here"
+
+
 class RuntimeControls(QWidget):
-    changed = pyqtSignal(object)  # RuntimeOptions: what the user chose
+    changed = pyqtSignal(object)  # RuntimeOptions: what will run, after the user changed a switch
 
     def __init__(self, options: RuntimeOptions, parent=None):
         super().__init__(parent)
-        self._base = options
+        self._chosen = options
         self.policy = QComboBox()
         for value, label in POLICIES.items():
             self.policy.addItem(label, value)
@@ -33,16 +36,14 @@ class RuntimeControls(QWidget):
         layout.addRow(self.policy_reason)
         self.toggles: dict[str, QCheckBox] = {}
         self.reasons: dict[str, QLabel] = {}
-        for name, (label, tip) in TOGGLES.items():
-            box = self.toggles[name] = QCheckBox(label)
-            box.setToolTip(tip)
+        for name, (label, _) in TOGGLES.items():
+            self.toggles[name] = QCheckBox(label)
             self.reasons[name] = _reason_label()
-            layout.addRow(box)
+            layout.addRow(self.toggles[name])
             layout.addRow(self.reasons[name])
-            box.toggled.connect(self._emit)
-        self._capabilities: dict[str, str | None] = {}
-        self.set_options(options)
-        self.policy.currentIndexChanged.connect(self._emit)
+            self.toggles[name].toggled.connect(lambda on, name=name: self._user_set(name, on))
+        self.policy.currentIndexChanged.connect(lambda _: self._user_set("policy", self.policy.currentData()))
+        self.apply_capabilities(None)
 
     @property
     def graph_replay(self) -> QCheckBox:
@@ -53,50 +54,49 @@ class RuntimeControls(QWidget):
         return self.toggles["demand_sized_state"]
 
     def options(self) -> RuntimeOptions:
-        return self._base.replace(policy=self.policy.currentData(),
-                                  **{name: box.isChecked() for name, box in self.toggles.items()})
+        """What will run: the user's choices where they can be honoured, off where not."""
+        return self._chosen.replace(policy=self.policy.currentData(),
+                                    **{name: box.isChecked() for name, box in self.toggles.items()})
 
-    def set_options(self, options: RuntimeOptions) -> None:
-        self._base = options
-        self.policy.setCurrentIndex(max(0, self.policy.findData(options.policy)))
-        for name, box in self.toggles.items():
-            box.setChecked(getattr(options, name))
+    def chosen(self) -> RuntimeOptions:
+        """What the user chose, whatever this model and machine can do."""
+        return self._chosen
 
-    def apply_capabilities(self, reasons: dict[str, str | None]) -> None:
-        """Disable what the engine says it cannot do here, and say why beside it. An unusable
-        choice falls back to the plain runtime (which always works), silently: that is not the
-        user changing their mind, so it is not remembered as such."""
-        self._capabilities = dict(reasons)
+    def apply_capabilities(self, reasons: dict[str, str | None] | None) -> None:
+        """Show what the loaded model can do (`session.capabilities()`), or, with None, that no
+        model is loaded: every switch disabled, showing the user's choice. A choice that cannot
+        be honoured shows off, with the reason beside it; the choice itself is kept, and comes
+        back with a model that can honour it. None of this is the user changing their mind, so
+        nothing is emitted."""
         self.blockSignals(True)
         for name, box in self.toggles.items():
-            reason = reasons.get(name)
-            box.setEnabled(reason is None)
+            reason = NO_MODEL_REASON if reasons is None else reasons.get(name)
+            box.setEnabled(reasons is not None and reason is None)
+            box.setChecked(getattr(self._chosen, name) and (reasons is None or reason is None))
             box.setToolTip(TOGGLES[name][1] if reason is None else f"Unavailable: {reason}")
-            self._show_reason(self.reasons[name], reason and f"Unavailable: {reason}")
-            if reason is not None:
-                box.setChecked(False)
+            self._show_reason(self.reasons[name], reason if reasons is None else reason and f"Unavailable: {reason}")
         model = self.policy.model()
         unavailable = []
         for row, (value, label) in enumerate(POLICIES.items()):
-            reason = self.reason_for_policy(value)
-            item = model.item(row)
-            item.setEnabled(reason is None)
-            item.setData(f"Unavailable: {reason}" if reason else None, Qt.ItemDataRole.ToolTipRole)
+            reason = None if reasons is None else reasons.get(f"policy.{value}")
+            model.item(row).setEnabled(reason is None)
+            model.item(row).setData(f"Unavailable: {reason}" if reason else None, Qt.ItemDataRole.ToolTipRole)
             if reason:
                 unavailable.append(f"{label}: unavailable: {reason}")
+        self.policy.setEnabled(reasons is not None)
         self.policy.setToolTip("\n".join(unavailable))
         self._show_reason(self.policy_reason, "\n".join(unavailable))
-        if self.reason_for_policy(self.policy.currentData()) is not None:
-            self.policy.setCurrentIndex(0)
+        row = self.policy.findData(self._chosen.policy)
+        self.policy.setCurrentIndex(row if row >= 0 and model.item(row).isEnabled() else 0)
         self.blockSignals(False)
-
-    def reason_for_policy(self, value: str) -> str | None:
-        return self._capabilities.get(f"policy.{value}")
 
     @staticmethod
     def _show_reason(label: QLabel, text: str | None) -> None:
         label.setText(text or "")
         label.setVisible(bool(text))
 
-    def _emit(self, *_):
+    def _user_set(self, name: str, value) -> None:
+        if self.signalsBlocked():
+            return
+        self._chosen = self._chosen.replace(**{name: value})
         self.changed.emit(self.options())

@@ -1,7 +1,10 @@
-"""Render the product screenshot (assets/screenshot.png): the main window in the middle of a
-conversation with the demo model, the bundled speech sample standing in for the microphone.
+"""Render the product screenshot (assets/screenshot.png): the main window of a first start, in
+the middle of a conversation with the demo model through real audio devices: the bundled
+speech played into a virtual microphone, the reply played to a virtual speaker (a private
+PulseAudio server, the one the tests use: tests/audio_fixture.py).
 
-Runs without a display (Qt's offscreen platform) and without touching the user's settings:
+Runs without a display (Qt's offscreen platform) and without touching the user's settings or
+sound server; needs what `bash packaging/test.sh` installs:
     python packaging/screenshot.py [--output assets/screenshot.png] [--seconds 8]
 """
 from __future__ import annotations
@@ -28,15 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     from PyQt6.QtWidgets import QApplication
 
     from app.app_settings import AppSettings
-    from app.file_feed import FileFeed
     from app.main_window import MainWindow
+    from tests.audio_fixture import VirtualAudio
 
     app = QApplication(sys.argv[:1])
     with tempfile.TemporaryDirectory() as scratch:
+        audio = VirtualAudio(Path(scratch) / "pulse")
+        audio.start()
         q = QSettings(str(Path(scratch) / "settings.ini"), QSettings.Format.IniFormat)
         q.setValue("recording/folder", str(Path(scratch) / "recordings"))
-        settings = AppSettings(q)
-        settings.headphones_hint_done = True
+        settings = AppSettings(q)  # a first start: the headphones tip shows
         window = MainWindow(settings, device="cpu")
         window.resize(1280, 800)
         window.show()
@@ -56,8 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         timer = QTimer()
         timer.timeout.connect(check)
         timer.start(100)
-        window.start_conversation(FileFeed(REPO / "assets" / "speech_sample.wav"))
+        window.model_picker.select("demo")
+        window.start_conversation()
+        player = audio.play_into_microphone(REPO / "assets" / "speech_sample.wav")
         app.exec()
+        player.terminate()
+        audio.stop()
     if failures:
         print(f"screenshot: {failures[0]}", file=sys.stderr)
         return 1

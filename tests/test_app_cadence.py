@@ -101,3 +101,20 @@ def test_switches_follow_what_the_engine_can_do(qtbot):
     assert emitted == []  # forced fallbacks are not the user's choices
     controls.demand_sized_state.click()
     assert emitted[-1].demand_sized_state is True
+
+
+def test_the_users_choice_is_kept_where_it_cannot_be_honoured(qtbot):
+    panel = CadencePanel(RuntimeOptions())
+    qtbot.addWidget(panel)
+    controls = panel.controls
+    # No model yet: nothing can be ticked, the choice shows, and the reason says why.
+    assert not controls.graph_replay.isEnabled() and controls.graph_replay.isChecked()
+    assert "load a model" in controls.reasons["graph_replay"].text()
+    on_cpu = {"graph_replay": "needs a CUDA GPU", "demand_sized_state": "needs CUDA virtual memory",
+              "policy.ar": None, "policy.listen": "not yet", "policy.speak": "not yet"}
+    controls.apply_capabilities(on_cpu)
+    assert not controls.options().graph_replay and not controls.options().demand_sized_state
+    assert controls.chosen() == RuntimeOptions()  # kept, and what the settings remember
+    on_gpu = dict.fromkeys(on_cpu)
+    controls.apply_capabilities(on_gpu)
+    assert controls.options() == RuntimeOptions()  # applied again where it can be honoured

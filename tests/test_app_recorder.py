@@ -50,3 +50,13 @@ def test_a_crash_keeps_everything_up_to_the_last_flush(tmp_path):
     record = json.loads(wav.with_suffix(".json").read_text())
     assert record["frames"] == 2 * FLUSH_EVERY_FRAMES
     assert len(record["transcript"]) == 2 * FLUSH_EVERY_FRAMES
+
+
+def test_the_recording_has_a_standard_float_wav_header(tmp_path):
+    recorder = ConversationRecorder(tmp_path, "tiny", {})
+    recorder.add_frame(np.zeros(1920, np.float32), np.zeros(1920, np.float32), "")
+    recorder.close()
+    header = recorder.wav_path.read_bytes()[:64]
+    assert header[12:16] == b"fmt " and int.from_bytes(header[16:20], "little") == 40  # extensible
+    assert int.from_bytes(header[20:22], "little") == 0xFFFE
+    assert sf.info(recorder.wav_path).subtype == "FLOAT"

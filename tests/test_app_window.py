@@ -217,3 +217,30 @@ def test_unhandled_exceptions_are_logged_and_reported(qtbot, tmp_path):
     finally:
         reporter.uninstall()
     assert os.path.getsize(log_path) > 0
+
+
+def test_the_recordings_path_is_shown_and_copied(qtbot, window, demo_model):
+    from PyQt6.QtWidgets import QApplication
+
+    folder = str(window.settings.recordings_dir)
+    assert folder in window.recording_label.text()
+    window.copy_path_button.click()
+    assert QApplication.clipboard().text() == folder
+    window.set_model(demo_model)
+    _run_file_conversation(qtbot, window, frames=3)
+    assert "Recording to" in window.recording_label.text()  # shown while it is being written
+    window.copy_path_button.click()
+    assert QApplication.clipboard().text().endswith(".wav")
+    _stop(qtbot, window)
+    assert str(window.last_end.recording) in window.recording_label.text()
+
+
+def test_a_failed_load_says_no_model_is_loaded(qtbot, window, tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    window.model_picker.select(str(folder))
+    with qtbot.waitSignal(window.loader_signals.failed, timeout=120_000):
+        window.load_model()
+    assert window.compute_label.text() == "Compute: no model loaded"
+    assert not window.panel.controls.graph_replay.isEnabled()
