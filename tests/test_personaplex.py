@@ -2,8 +2,9 @@
 teacher-forced from the microphone, voice and role prompts replayed before the conversation.
 
 Matched behaviour: NVIDIA/personaplex's `LMGen` (step, step_embeddings, step_system_prompts),
-restated on moshi 0.2.13 layers in tests/lm_reference.PersonaPlexReference, which was checked
-once against the fork itself (identical tokens, greedy and sampled, prompts included).
+restated on moshi 0.2.13 layers in tests/lm_reference.PersonaPlexReference, which reaches the
+corners a trace cannot (partial forcing, the context quirk). The fork itself is the reference
+of tests/test_personaplex_golden.py.
 """
 import pytest
 import torch
