@@ -15,16 +15,20 @@ def _codec(args) -> None:
     from engine import load_mimi
     from engine.audio_io import check_writable, output_format, read_audio, split_frames, write_audio
     from engine.codec import CodecSession
-    from engine.device import resolve_device
+    from engine.device import limit_cpu_threads, select_device
     from engine.frame import SAMPLE_RATE
-    from engine.hub import resolve
+    from engine.model import mimi_file
 
     check_writable(args.output)
     output_format(args.output)
+    device = select_device(args.device)
+    limit_cpu_threads(device)
     pcm = read_audio(args.input)
-    codec = CodecSession(load_mimi(resolve(args.model)[0], device=resolve_device(args.device)))
-    out = [codec.roundtrip(frame) for frame in split_frames(pcm)]
-    codec.close()
+    codec = CodecSession(load_mimi(mimi_file(args.model), device=device))
+    try:
+        out = [codec.roundtrip(frame) for frame in split_frames(pcm)]
+    finally:
+        codec.close()
     write_audio(args.output, np.concatenate(out)[:len(pcm)])
     print(f"wrote {args.output} ({len(pcm) / SAMPLE_RATE:.2f} s)", file=sys.stderr)
 
@@ -60,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     codec = sub.add_parser("codec", help="encode then decode an audio file through Mimi, frame by frame")
-    codec.add_argument("--model", required=True, help=MODELS)
+    codec.add_argument("--model", required=True, help="a Mimi checkpoint file, or " + MODELS)
     codec.add_argument("--input", required=True, help=INPUT)
     codec.add_argument("--output", required=True, help=OUTPUT)
     codec.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")

@@ -1,5 +1,6 @@
 """The engine thread of one conversation: microphone frames in, model frames out, results to
-the GUI through queued Qt signals. Torch and the engine are only touched on this thread."""
+the GUI through queued Qt signals. Torch only runs on this thread; the GUI thread only hands
+options to the session's mailbox (`set_options`), which checks them and touches no device."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,13 +51,13 @@ class ConversationWorker(threading.Thread):
     """`session` is an engine.DuplexSession; `link` an AudioLink (or FileFeed); `recorder` may
     be None (not recording); `persona` is (voice, role) for PersonaPlex models, else None."""
 
-    def __init__(self, session, link, recorder: ConversationRecorder | None, options,
+    def __init__(self, session, link, recorder: ConversationRecorder | None,
                  persona: tuple[str | None, str] | None, signals: ConversationSignals):
+        """The session's options are set before the thread starts (set_options)."""
         super().__init__(name="engine-conversation", daemon=True)
         self.session, self.link, self.recorder = session, link, recorder
         self.persona = persona
         self.signals = signals
-        self._options = options  # RuntimeOptions, applied as the conversation starts
         self._muted = False
         self._stopping = threading.Event()
 
@@ -98,7 +99,6 @@ class ConversationWorker(threading.Thread):
             self.signals.failed.emit(f"The recording could not be completed: {exc}")
 
     def _converse(self) -> None:
-        self.session.set_options(self._options)
         self._reset_session()
         if self._stopping.is_set():  # stopped while the prompts played
             return

@@ -176,7 +176,7 @@ class MainWindow(QMainWindow):
             self.start_conversation()
 
     def _on_load_failed(self, source: str, message: str) -> None:
-        self._start_when_loaded = False
+        self._start_when_loaded, self._pending_feed = False, None
         self.compute_label.setText("Compute: no model loaded")
         self.model_picker.set_done(f"Could not load {source}.")
         self.start_button.setEnabled(True)
@@ -219,8 +219,8 @@ class MainWindow(QMainWindow):
         if recorder is not None:
             self._show_recording_path(recorder.wav_path, "Recording to")
         self.transcript.appendPlainText(f"[{self.loaded.name} · {link.description}]\n")
-        self.worker = ConversationWorker(self.loaded.session, link, recorder, options, persona,
-                                         self.conversation_signals)
+        self.worker = ConversationWorker(self.loaded.session, link, recorder, persona, self.conversation_signals)
+        self.worker.set_options(options)  # before the thread starts: later switches come after it
         self.worker.set_muted(self.device_picker.mute.isChecked())
         self.worker.start()
         self._set_running(True)

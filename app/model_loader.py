@@ -62,9 +62,9 @@ class ModelLoader(threading.Thread):
             self.previous = None
 
         from engine import DuplexSession, Persona, load_model
-        from engine.device import limit_cpu_threads, resolve_device
+        from engine.device import limit_cpu_threads, select_device
 
-        device = resolve_device(self.device)
+        device = select_device(self.device)
         limit_cpu_threads(device)
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
         self.signals.progress.emit(f"Loading {self.source} on {label}…")

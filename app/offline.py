@@ -67,7 +67,7 @@ class Progress:
 def run_offline(args) -> None:
     """The runtime's fast path is on: it never changes the output."""
     from engine import DuplexSession, Persona, RuntimeOptions, load_model
-    from engine.device import limit_cpu_threads, resolve_device
+    from engine.device import limit_cpu_threads, select_device
 
     # Everything the user can get wrong is checked before minutes of work, not after.
     outputs = [Path(p) for p in (args.output, args.transcript) if p]
@@ -76,7 +76,7 @@ def run_offline(args) -> None:
     output_format(args.output)
     if len({p.resolve() for p in outputs}) < len(outputs):
         raise ValueError(f"{args.output}: the transcript would overwrite the audio output")
-    device = resolve_device(args.device)
+    device = select_device(args.device)
     limit_cpu_threads(device)
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
     pcm = read_audio(args.input)
@@ -86,13 +86,15 @@ def run_offline(args) -> None:
 
     frames = split_frames(pcm)
     out, pieces = [], []
-    with Progress(len(frames)) as progress:
-        for i, frame in enumerate(frames):
-            result = session.step(frame)
-            out.append(result.pcm)
-            pieces.append(result.text)
-            progress.update(i + 1)
-    session.close()
+    try:
+        with Progress(len(frames)) as progress:
+            for i, frame in enumerate(frames):
+                result = session.step(frame)
+                out.append(result.pcm)
+                pieces.append(result.text)
+                progress.update(i + 1)
+    finally:
+        session.close()
     transcript = {"model": model.name, "words": words_with_times(pieces)}
     _write_all(args.output, np.concatenate(out)[:len(pcm)], args.transcript, transcript)
     _print_summary(session.speak_times, len(pcm) / SAMPLE_RATE)
@@ -100,7 +102,7 @@ def run_offline(args) -> None:
 
 def _write_all(audio_path: str, pcm: np.ndarray, transcript_path: str | None, transcript: dict) -> None:
     """Write each output beside its destination, then move them all into place: a failure
-    leaves no partial file and no output of a run that did not finish."""
+    while writing leaves no partial file (the moves themselves are renames in one folder)."""
     written: list[tuple[Path, Path]] = []
     try:
         target = Path(audio_path)

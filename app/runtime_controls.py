@@ -74,7 +74,7 @@ class RuntimeControls(QWidget):
             box.setEnabled(reasons is not None and reason is None)
             box.setChecked(getattr(self._chosen, name) and (reasons is None or reason is None))
             box.setToolTip(TOGGLES[name][1] if reason is None else f"Unavailable: {reason}")
-            self._show_reason(self.reasons[name], reason if reasons is None else reason and f"Unavailable: {reason}")
+            self._show_reason(self.reasons[name], None if reasons is None else reason and f"Unavailable: {reason}")
         model = self.policy.model()
         unavailable = []
         for row, (value, label) in enumerate(POLICIES.items()):
@@ -85,7 +85,7 @@ class RuntimeControls(QWidget):
                 unavailable.append(f"{label}: unavailable: {reason}")
         self.policy.setEnabled(reasons is not None)
         self.policy.setToolTip("\n".join(unavailable))
-        self._show_reason(self.policy_reason, "\n".join(unavailable))
+        self._show_reason(self.policy_reason, NO_MODEL_REASON if reasons is None else "\n".join(unavailable))
         row = self.policy.findData(self._chosen.policy)
         self.policy.setCurrentIndex(row if row >= 0 and model.item(row).isEnabled() else 0)
         self.blockSignals(False)

@@ -7,8 +7,8 @@ import torch
 
 from .mimi import Mimi
 from .options import RuntimeOptions
+from .runtime.placement import new_store
 from .runtime.runner import FrameRunner
-from .session import new_store
 
 
 class CodecSession:

@@ -4,22 +4,25 @@ from __future__ import annotations
 import os
 
 
-def resolve_device(name: str | None) -> str:
+def select_device(name: str | None) -> str:
     """`name` ("cpu", "cuda", "cuda:N") checked against this machine, or CUDA when there is a
-    GPU and the CPU otherwise (None or "auto"). Raises ValueError naming the device."""
+    GPU and the CPU otherwise (None or "auto"). A GPU is made torch's current device: the
+    Triton kernels, graph capture and timing events run on the current device. Raises
+    ValueError naming the device."""
     import torch
 
     if name in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cpu":
         return name
     if name == "cuda" or name.startswith("cuda:"):
         if not torch.cuda.is_available():
             raise ValueError(f"device {name}: no CUDA GPU is available")
-        index = name.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        index = name.partition(":")[2] if ":" in name else "0"
+        if not index.isdigit() or int(index) >= torch.cuda.device_count():
             raise ValueError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
-        return name
+        torch.cuda.set_device(int(index))
+        return f"cuda:{index}"
     raise ValueError(f"device {name}: use cpu, cuda or cuda:N")
 
 

@@ -10,11 +10,7 @@ import re
 from pathlib import Path
 
 from .errors import CheckpointError
-from .paths import DEMO_MODEL_DIR
-
-LM_NAME = "model.safetensors"
-MIMI_NAME = "tokenizer-e351c8d8-checkpoint125.safetensors"
-TOKENIZER_NAME = "tokenizer_spm_32k_3.model"
+from .paths import DEMO_MODEL_DIR, LM_NAME, MIMI_NAME, TOKENIZER_NAME
 
 # Repositories we know the configuration of (used when a checkpoint has no config.json).
 KNOWN_REPOS = {

@@ -100,6 +100,14 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
     return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.is_personaplex else {})
 
 
+def mimi_file(path_or_name: str | Path) -> Path:
+    """The Mimi checkpoint of a model (anything `load_model` takes), or a Mimi file itself."""
+    if Path(path_or_name).is_file():
+        return Path(path_or_name)
+    root, _ = hub.resolve(path_or_name)
+    return root / _read_config(root).get("mimi_name", hub.MIMI_NAME)
+
+
 def _read_config(root: Path) -> dict:
     path = root / "config.json"
     return read_json(path) if path.exists() else {}

@@ -11,7 +11,6 @@ waits for the device except the final copy of the output to the host.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -24,49 +23,17 @@ from .lm.sampling import SamplingParams
 from .model import DuplexModel
 from .options import RuntimeOptions
 from .prompts import replay_prompts
-from .runtime.placement import DemandStore
+from .runtime.placement import new_store, placement_for, toggle_reasons
 from .runtime.runner import FrameRunner
 from .runtime.timing import FrameTimer, SpeakMeter
-from .state import Region, StateStore, Store
+from .state import Store
 
 log = logging.getLogger(__name__)
 
-# Why an option cannot be honoured here; options that do not apply are still accepted (the
-# output is the same either way) and logged.
-_CPU_REASONS = {
-    "graph_replay": "CUDA graph replay needs a CUDA GPU",
-    "demand_sized_state": "demand-sized state needs CUDA virtual memory (on the CPU it runs as "
-                          "an accounting emulation that saves no memory)",
-}
 _POLICY_REASONS = {
     "policy.listen": "the DiffuPlex LISTEN policy is not implemented yet",
     "policy.speak": "the DiffuPlex SPEAK policy is not implemented yet",
 }
-
-
-def _has_cuda_bindings() -> bool:
-    try:
-        return importlib.util.find_spec("cuda.bindings") is not None
-    except ModuleNotFoundError:  # no `cuda` namespace package at all
-        return False
-
-
-def toggle_reasons(device: torch.device) -> dict[str, str | None]:
-    """Each runtime toggle: None if `device` can honour it, else why not."""
-    cuda = device.type == "cuda"
-    reasons = {name: None if cuda else reason for name, reason in _CPU_REASONS.items()}
-    if cuda and not _has_cuda_bindings():
-        reasons["demand_sized_state"] = ("demand-sized state needs the cuda-bindings package "
-                                         "(pip install 'duplexcadence[gpu]')")
-    return reasons
-
-
-def new_store(regions: list[Region], device: torch.device, options: RuntimeOptions) -> Store:
-    """The placement the options ask for: demand-sized where it can run (CUDA with the driver
-    bindings, or the CPU's emulation), else full retention."""
-    usable = device.type != "cuda" or toggle_reasons(device)["demand_sized_state"] is None
-    placement = DemandStore if options.demand_sized_state and usable else StateStore
-    return placement(regions, device)
 
 
 @dataclasses.dataclass
@@ -111,7 +78,7 @@ class DuplexSession:
         self._set_persona(persona)
         store = new_store(model.regions(), self.device, self.options)
         self.runner = FrameRunner(model.lm, model.mimi, store, self.generator, _sampling(self.options))
-        self.runner.configure(replay=self.options.graph_replay, sampling=_sampling(self.options))
+        self.runner.configure(replay=self.options.graph_replay)
         cuda = self.device.type == "cuda"
         self._timer = FrameTimer(self.device)
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
@@ -179,10 +146,10 @@ class DuplexSession:
             new, self._pending = self._pending, None
         if new is None:
             return
-        old, self.options = self.options, new
-        if old.demand_sized_state != new.demand_sized_state:
+        if placement_for(self.device, new) is not type(self.store):
             self.runner.move_state(new_store(self.model.regions(), self.device, new))
         self.runner.configure(replay=new.graph_replay, sampling=_sampling(new))
+        self.options = new
 
     def close(self) -> None:
         """Give back what lives outside Python's reach: the graphs, then the memory mapped

@@ -8,7 +8,9 @@ source packaging/system_packages.sh
 install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}"
 ensure_venv
 install_torch
-"$PYTHON" -m pip install -q -e .
+# On a GPU, demand-sized state maps memory through the CUDA driver's bindings: the gpu extra.
+extras=""; [ "$TORCH_BUILD" = cuda ] && extras="[gpu]"
+"$PYTHON" -m pip install -q -e ".$extras"
 # The command on the user's PATH where the desktop's usual ~/.local/bin is on it.
 mkdir -p "$HOME/.local/bin"
 ln -sf "$VENV/bin/duplexcadence" "$HOME/.local/bin/duplexcadence"

@@ -1,7 +1,7 @@
 # Sourced by install.sh and test.sh: Debian packages, the virtual environment, torch.
 
 # The virtual environment everything goes into: a system Python refuses pip installs (PEP 668).
-VENV=${DUPLEXCADENCE_VENV:-$PWD/.venv}
+VENV=$(realpath -m "${DUPLEXCADENCE_VENV:-$PWD/.venv}")
 BASE_PYTHON=${PYTHON:-python3}
 PYTHON="$VENV/bin/python"
 
@@ -25,10 +25,10 @@ install_debian_packages() {
 # Creates the virtual environment (or reuses it). Debian and Ubuntu ship venv and pip for the
 # system Python in a separate package.
 ensure_venv() {
-    if [ ! -x "$PYTHON" ]; then
+    if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then  # absent, or left half made
         "$BASE_PYTHON" -c "import ensurepip, venv" 2>/dev/null || install_debian_packages python3-venv
         echo "creating the virtual environment $VENV"
-        "$BASE_PYTHON" -m venv "$VENV"
+        "$BASE_PYTHON" -m venv --clear "$VENV"
     fi
     "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
         || { echo "$VENV: Python >= 3.10 is needed" >&2; return 1; }
@@ -37,26 +37,30 @@ ensure_venv() {
 # torch, on its own and first: the CPU build (about 190 MB to download, 750 MB installed) where
 # no NVIDIA GPU is present, the CUDA build (about 530 MB plus about 3 GB of NVIDIA libraries)
 # where one is. DUPLEXCADENCE_TORCH=cpu or =cuda forces either. A torch already in the
-# environment and in our range stays.
+# environment, in our range and of the wanted build, stays. Sets TORCH_BUILD (cpu or cuda).
 TORCH_RANGE="torch>=2.11,<2.14"
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 install_torch() {
-    "$PYTHON" - <<'PY' 2>/dev/null && return 0
-import sys, torch
-major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-sys.exit(0 if (2, 11) <= (major, minor) < (2, 14) else 1)
-PY
     local build=${DUPLEXCADENCE_TORCH:-auto}
     if [ "$build" = auto ]; then
         build=cpu
-        nvidia-smi -L >/dev/null 2>&1 && build=cuda
+        if nvidia-smi -L >/dev/null 2>&1; then build=cuda; fi
     fi
+    TORCH_BUILD=$build
+    WANT=$build "$PYTHON" - <<'PY' 2>/dev/null && return 0
+import os, sys, torch
+major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+same_build = (torch.version.cuda is not None) == (os.environ["WANT"] == "cuda")
+sys.exit(0 if (2, 11) <= (major, minor) < (2, 14) and same_build else 1)
+PY
     case "$build" in
     cuda)
         echo "installing torch, CUDA build: about 530 MB plus about 3 GB of NVIDIA libraries"
+        "$PYTHON" -m pip uninstall -q -y torch 2>/dev/null || true
         "$PYTHON" -m pip install -q "$TORCH_RANGE" ;;
     cpu)
         echo "installing torch, CPU build: about 190 MB"
+        "$PYTHON" -m pip uninstall -q -y torch 2>/dev/null || true
         if "$PYTHON" -c "import urllib.request; urllib.request.urlopen('$CPU_INDEX/torch/', timeout=10)" 2>/dev/null; then
             "$PYTHON" -m pip install -q "$TORCH_RANGE" --index-url "$CPU_INDEX" --extra-index-url https://pypi.org/simple
         else
@@ -65,7 +69,7 @@ PY
             "$PYTHON" -m pip install -q torch==2.13.0
         fi
         "$PYTHON" -c "import sys, torch; sys.exit(torch.version.cuda is not None)" \
-            || echo "warning: the torch installed is a CUDA build (set DUPLEXCADENCE_TORCH=cpu and install from $CPU_INDEX)" >&2 ;;
+            || echo "warning: this machine's package index gave a CUDA build of torch; the CPU build is at $CPU_INDEX" >&2 ;;
     *)
         echo "DUPLEXCADENCE_TORCH=$build: use cpu or cuda" >&2
         return 1 ;;

@@ -8,7 +8,8 @@ source packaging/system_packages.sh
 install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio pulseaudio-utils libasound2-plugins
 ensure_venv
 install_torch
-"$PYTHON" -m pip install -q -e ".[test]"
+extras="test"; [ "$TORCH_BUILD" = cuda ] && extras="test,gpu"
+"$PYTHON" -m pip install -q -e ".[$extras]"
 # The reference runtime, for parity tests only; --no-deps keeps its pinned torch out.
 "$PYTHON" -m pip install -q --no-deps moshi==0.2.13
 

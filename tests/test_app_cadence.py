@@ -109,7 +109,7 @@ def test_the_users_choice_is_kept_where_it_cannot_be_honoured(qtbot):
     controls = panel.controls
     # No model yet: nothing can be ticked, the choice shows, and the reason says why.
     assert not controls.graph_replay.isEnabled() and controls.graph_replay.isChecked()
-    assert "load a model" in controls.reasons["graph_replay"].text()
+    assert "load a model" in controls.policy_reason.text()
     on_cpu = {"graph_replay": "needs a CUDA GPU", "demand_sized_state": "needs CUDA virtual memory",
               "policy.ar": None, "policy.listen": "not yet", "policy.speak": "not yet"}
     controls.apply_capabilities(on_cpu)

@@ -63,3 +63,17 @@ def test_codec_session_matches_the_plain_stream_bit_for_bit():
         codec = CodecSession(mimi, options)
         np.testing.assert_array_equal(np.stack([codec.roundtrip(f) for f in frames]), expected)
         codec.close()
+
+
+def test_codec_takes_a_mimi_file_too(tmp_path):
+    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+
+    renamed = tmp_path / "my_mimi.safetensors"
+    renamed.write_bytes((DEMO_MODEL_DIR / MIMI_NAME).read_bytes())
+    (tmp_path / "mimi_config.json").write_bytes((DEMO_MODEL_DIR / "mimi_config.json").read_bytes())
+    short = tmp_path / "short.wav"
+    speech, rate = sf.read(SPEECH_SAMPLE, dtype="float32")
+    sf.write(short, speech[:rate], rate)
+    out = tmp_path / "out.wav"
+    assert main(["codec", "--model", str(renamed), "--input", str(short), "--output", str(out)]) == 0
+    assert sf.info(out).frames == rate

@@ -92,7 +92,7 @@ def test_a_missing_transcript_folder_is_refused_before_the_audio_is_written(tmp_
     assert code == 2 and "gone" in err and not (tmp_path / "reply.wav").exists()
 
 
-@pytest.mark.parametrize("device", ["tpu", "cuda:x"] + ([] if torch.cuda.is_available() else ["cuda"]))
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "cuda:"] + ([] if torch.cuda.is_available() else ["cuda"]))
 def test_a_bad_device_is_one_line(tmp_path, device):
     code, err = _offline(tmp_path, tmp_path / "reply.wav", "--device", device)
     assert code == 2 and f"device {device}" in err and len(err.strip().splitlines()) == 1

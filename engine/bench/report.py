@@ -61,9 +61,9 @@ def ratios(stock: RunResult, ours: RunResult, plain: RunResult) -> dict:
 
 def format_table(report: dict) -> str:
     lines = [f"{report['shape']} on {report['gpu']}, {report['frames']} frames, torch {report['torch']}",
-             "| runtime | frame p50 ms | frame p99 ms | encode | backbone | depformer | decode | "
-             "SPEAK s/s mean | state 10s/30s/120s MiB | peak GiB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| runtime | frame p50 ms | frame p99 ms | " + " | ".join(STAGES)
+             + " | SPEAK s/s mean | state 10s/30s/120s MiB | peak GiB |",
+             "|---" * (len(STAGES) + 6) + "|"]
     for r in report["runs"]:
         st, mib = r["stages"], 1 << 20
         state = "/".join(f"{r['state_bytes'].get(f'{s}s', float('nan')) / mib:.0f}" for s in CHECKPOINTS_S)

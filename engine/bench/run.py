@@ -114,6 +114,9 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
         raise SystemExit("duplexcadence bench needs a CUDA GPU")
     if frames < round(30 * FRAME_RATE):
         raise SystemExit("--frames must cover at least 30 s (375 frames): the report compares state at 30 s")
+    if plain_frames < WARMUP_FRAMES + round(2 * FRAME_RATE):
+        raise SystemExit(f"--plain-frames must cover the {WARMUP_FRAMES} warm-up frames and 2 s more "
+                         f"({WARMUP_FRAMES + round(2 * FRAME_RATE)} frames)")
     pcm = input_frames(frames)
     report: dict = {"shape": shape, "frames": frames, "gpu": torch.cuda.get_device_name(),
                     "torch": torch.__version__, "python": platform.python_version()}

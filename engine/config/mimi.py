@@ -1,7 +1,7 @@
 """Mimi configuration as data, and the official Mimi's values.
 
 `OFFICIAL` is the released codec's configuration in the reference runtime's format (the
-`_mimi_config` dict of moshi/models/loaders.py); config_json.py turns that format into a
+`_mimi_config` dict of moshi/models/loaders.py); mimi_json.py turns that format into a
 validated `MimiConfig`.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ import torch
 from ..checkpoint import load_into, read_safetensors
 from ..config.mimi_json import load_config, official_config
 from ..errors import CheckpointError
-from ..hub import MIMI_NAME as CHECKPOINT_NAME
+from ..paths import MIMI_NAME as CHECKPOINT_NAME
 from .model import Mimi
 
 CONFIG_NAME = "mimi_config.json"

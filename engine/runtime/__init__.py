@@ -1,4 +1,4 @@
-"""The DuplexCadence runtime, which only the session uses: placement of declared state
+"""The DuplexCadence runtime, used by the session layer and the benchmark: placement of declared state
 (demand-sized at stable addresses through CUDA virtual memory), the frame runner (stages,
 clock ticks, CUDA graph capture and replay) and frame timing.
 

@@ -15,8 +15,8 @@ initialisation), and drops the graphs when they stop being valid (state moved to
 placement, or sampling parameters that are baked into them changed). The models stay plain
 modules that read and write declared state; see docs/architecture.md, "The life of a frame".
 
-A wake covers N positions so that a multi-frame backbone wake can reuse this path; the
-Moshi-family frame today wakes over one position (N = 1), and graphs are keyed by N.
+The backbone stage is a wake over N positions, and its graph is keyed by N, so that a
+multi-frame wake can reuse this path; every wake today covers one position (N = 1).
 """
 from __future__ import annotations
 
@@ -126,7 +126,11 @@ class FrameRunner:
     def move_state(self, store: Store) -> None:
         """Continue the conversation in another placement: the state is copied and moves, so
         captured graphs (which point into the old one) go."""
-        copy_state(self.store, store)
+        try:
+            copy_state(self.store, store)
+        except BaseException:
+            store.close()  # the conversation goes on in the old placement
+            raise
         self._invalidate()
         old, self.store = self.store, store
         old.close()
@@ -150,7 +154,7 @@ class FrameRunner:
 
     def frame(self, pcm: torch.Tensor, mark: Callable[[str], None] = _no_mark
               ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """pcm float32 [frame_size] (host, pinned on CUDA) -> (tokens [1 + dep_q], pcm
+        """pcm float32 [frame_size] (a pinned host buffer, or on the device) -> (tokens [1 + dep_q], pcm
         [1, 1, frame_size] on the device), or (None, None) during start-up. `mark(stage)` is
         called as each stage is queued."""
         replay = self.replay and self._warm and self.started
@@ -168,7 +172,7 @@ class FrameRunner:
         return tokens, out
 
     def codec_frame(self, pcm: torch.Tensor) -> torch.Tensor:
-        """Mimi alone: pcm float32 [frame_size] (host) -> encoded with every codebook, decoded
+        """Mimi alone: pcm float32 [frame_size] (host or device) -> encoded with every codebook, decoded
         back -> pcm [1, 1, frame_size] on the device. Frame by frame as in a conversation."""
         replay = self.replay and self._warm
         self.pcm.view(-1).copy_(pcm, non_blocking=True)
