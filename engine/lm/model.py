@@ -65,8 +65,9 @@ class MoshiLM(nn.Module):
         return (x + embed(self.text_emb, tokens[:1])).view(1, 1, -1)
 
     def backbone(self, x: torch.Tensor, store: Store) -> tuple[torch.Tensor, torch.Tensor]:
-        """One frame of the temporal transformer: x [1, 1, dim] -> (h [1, 1, dim], text logits [1, text_card])."""
-        h = self.out_norm(self.transformer(x, store))
+        """A wake of the temporal transformer over N positions: x [1, N, dim] -> (h of the last
+        position [1, 1, dim], its text logits [1, text_card])."""
+        h = self.out_norm(self.transformer(x, store))[:, -1:]
         return h, self.text_linear(h).view(1, -1)
 
     def restart_depformer(self, store: Store) -> None:

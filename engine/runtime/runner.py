@@ -43,12 +43,15 @@ class LMInputs:
     """[1] force the text token (prompts)."""
     embedding: torch.Tensor | None = None
     """[1, 1, dim] replaces the summed input embeddings (a replayed voice prompt)."""
+    generated: torch.Tensor | None = None
+    """[1 + dep_q] what this frame generates, known already (a frame consumed from a
+    prediction): in a multi-position wake such a frame only writes history."""
 
 
 class Wake(NamedTuple):
     """The backbone stage's outputs: what the depformer takes, and the wake's input."""
     embedding: torch.Tensor  # [1, N, dim]: the input embeddings (what a voice prompt saves)
-    hidden: torch.Tensor  # [1, N, dim]: the temporal transformer's output
+    hidden: torch.Tensor  # [1, 1, dim]: the temporal transformer's output at the last position
     text_token: torch.Tensor  # [1]
     target: torch.Tensor  # [n_q + 1]: tokens already in the slot this frame generates
     forced: torch.Tensor  # [n_q + 1]: which of them came from outside (teacher forcing)
@@ -162,7 +165,7 @@ class FrameRunner:
         self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
         codes = self._run("encode", self._encode, replay)
         mark("encode")
-        _, tokens = self._lm_frame(LMInputs(codes[0, :self.lm.cfg.user_q, 0]), mark, replay)
+        _, tokens = self._lm_frame([LMInputs(codes[0, :self.lm.cfg.user_q, 0])], mark, replay)
         if tokens is None:
             return None, None
         q = self.lm.cfg.model_q
@@ -185,24 +188,38 @@ class FrameRunner:
     def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input
         embedding or None when no wake ran, the output tokens or None during start-up)."""
-        wake, tokens = self._lm_frame(inputs, _no_mark, replay=False)
+        return self.lm_wake([inputs])
+
+    def lm_wake(self, frames: list[LMInputs]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One backbone wake over several frames of the LM alone, eagerly: every frame but the
+        last carries `generated` (it only writes history, as the single step that generated it
+        did); the last is generated as `lm_frame` would. Returns as `lm_frame` does."""
+        wake, tokens = self._lm_frame(frames, _no_mark, replay=False)
         return (None if wake is None else wake.embedding), tokens
 
     # --- stages ------------------------------------------------------------------------
 
-    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool
+    def _lm_frame(self, frames: list[LMInputs], mark: Callable[[str], None], replay: bool
                   ) -> tuple[Wake | None, torch.Tensor | None]:
-        if inputs.user is None and not self.lm.cfg.is_personaplex:
+        cfg = self.lm.cfg
+        if any(f.user is None for f in frames) and not cfg.is_personaplex:
             raise ValueError("Moshi needs the user's codes every frame")
         if self.lm.lines.lead and self.frames == 0:
             # PersonaPlex's first step only primes its cache: this frame's tokens are dropped.
             # A replayed embedding is not consumed: the reference retries it on the next step.
             self.frames = 1
-            if inputs.embedding is None:
-                return None, None
-        positions = 1
+            if frames[0].embedding is None:
+                frames = frames[1:]
+                if not frames:
+                    return None, None
+        positions = len(frames)
+        if positions > 1:
+            if positions > cfg.wake_positions:
+                raise ValueError(f"a wake over {positions} positions; this LM keeps KV for {cfg.wake_positions}")
+            if replay or any(f.generated is None or f.embedding is not None for f in frames[:-1]):
+                raise ValueError("a multi-position wake runs eagerly, on frames with known generated tokens")
         self.store.advance("frame", positions)
-        wake = self._run(("backbone", positions), lambda: self._backbone(inputs), replay)
+        wake = self._run(("backbone", positions), lambda: self._backbone(frames), replay)
         mark("backbone")
         tokens = self._run("depformer", lambda: self._depformer(wake), replay)
         mark("depformer")
@@ -219,18 +236,24 @@ class FrameRunner:
     def _encode(self) -> torch.Tensor:
         return self.mimi.encode_step(self.pcm, self.store)
 
-    def _backbone(self, inputs: LMInputs) -> Wake:
-        """Outside tokens into the delay lines, this frame's input embedding, the temporal
-        transformer, the text token."""
+    def _backbone(self, frames: list[LMInputs]) -> Wake:
+        """Outside tokens into the delay lines and each frame's input embedding (frames already
+        generated are committed as they were), the temporal transformer over all of them, the
+        last frame's text token."""
         lm, store, cfg, lines = self.lm, self.store, self.lm.cfg, self.lm.lines
-        if inputs.user is not None:
-            lines.force(store, 1 + cfg.model_q, inputs.user)
-        if inputs.model is not None:
-            lines.force(store, 1, inputs.model)
-        if inputs.text is not None:
-            lines.force(store, 0, inputs.text)
-        tokens, target, forced = lines.begin_frame(store)
-        x = lm.embed_streams(tokens) if inputs.embedding is None else inputs.embedding
+        rows = []
+        for i, inputs in enumerate(frames):
+            if inputs.user is not None:
+                lines.force(store, 1 + cfg.model_q, inputs.user)
+            if inputs.model is not None:
+                lines.force(store, 1, inputs.model)
+            if inputs.text is not None:
+                lines.force(store, 0, inputs.text)
+            tokens, target, forced = lines.begin_frame(store)
+            rows.append(lm.embed_streams(tokens) if inputs.embedding is None else inputs.embedding)
+            if i < len(frames) - 1:
+                lines.commit(store, inputs.generated)
+        x = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
         h, text_logits = lm.backbone(x, store)
         return Wake(x, h, sample(text_logits, self.text_sampling, self.generator), target, forced)
 
