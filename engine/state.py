@@ -40,6 +40,9 @@ class Region:
     retain: int | None = None
     """Ring capacity in entries (None for fixed regions)."""
     per_tick: int = 1
+    ahead: int = 0
+    """Entries written ahead of the clock and not kept (a wake's predicted positions): backed,
+    never counted as live."""
 
     def __post_init__(self):
         if self.clock not in CLOCKS:
@@ -58,6 +61,10 @@ class Region:
         if not self.is_ring:
             return 1
         return min(ticks * self.per_tick, self.retain)
+
+    def backed_at(self, ticks: int) -> int:
+        """Entries a demand-sized store backs after `ticks` ticks: the live ones and those ahead."""
+        return min(self.entries_at(ticks) + self.ahead, self.retain)
 
     def full_shape(self, entries: int | None = None) -> tuple[int, ...]:
         if not self.is_ring:

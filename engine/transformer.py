@@ -14,7 +14,7 @@ behaviour and we keep it.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -55,10 +55,11 @@ class GatedFFN(nn.Module):
         self.linear_in = nn.Linear(dim, 2 * hidden, bias=False)
         self.linear_out = nn.Linear(hidden, dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.linear_in(x)
+    def forward(self, x: torch.Tensor, adapter: Adapter | None = None, layer: int = 0) -> torch.Tensor:
+        h = _adapted(self.linear_in(x), x, adapter, "ffn_in", layer)
         h = h.view(*h.shape[:-1], 2, -1)
-        return self.linear_out(F.silu(h[..., 0, :]) * h[..., 1, :])
+        gated = F.silu(h[..., 0, :]) * h[..., 1, :]
+        return _adapted(self.linear_out(gated), gated, adapter, "ffn_out", layer)
 
 
 class _Weight(nn.Module):
@@ -114,6 +115,23 @@ def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
 
+class Adapter(Protocol):
+    """Low-rank corrections to the projections of the last `rows` positions of a step (a
+    DiffuPlex predictor's LoRA, which acts at masked future positions only)."""
+    rows: int
+
+    def delta(self, target: str, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """x [1, rows, in] of projection `target` ("qkv", "out", "ffn_in", "ffn_out") of
+        layer `layer` -> the correction to add to its output [1, rows, out]."""
+
+
+def _adapted(y: torch.Tensor, x: torch.Tensor, adapter: Adapter | None, target: str, layer: int) -> torch.Tensor:
+    """y = a projection of x; the adapter's rows corrected. Rows before them are untouched."""
+    if adapter is not None:
+        y[:, -adapter.rows:] += adapter.delta(target, layer, x[:, -adapter.rows:])
+    return y
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: TransformerConfig, kv_region: str, index: int):
         super().__init__()
@@ -123,12 +141,13 @@ class Attention(nn.Module):
         self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor, pos: StepPositions, store: Store | None,
-                step: int) -> torch.Tensor:
+                step: int, adapter: Adapter | None = None) -> torch.Tensor:
         c = self.cfg
         B, T, _ = x.shape
         w_in = self.in_proj_weight.view(-1, 3 * c.d_model, c.d_model)[step]
         w_out = self.out_proj.weight.view(-1, c.d_model, c.d_model)[step]
-        qkv = F.linear(x, w_in).view(B, T, 3, c.num_heads, c.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = _adapted(F.linear(x, w_in), x, adapter, "qkv", self.index)
+        qkv = qkv.view(B, T, 3, c.num_heads, c.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # [B, H, T, D]
         if pos.rope is not None:
             q, k = apply_rope(q, pos.rope), apply_rope(k, pos.rope)
@@ -140,7 +159,8 @@ class Attention(nn.Module):
             # Reads only live entries, with their count taken from `pos` on the device: the
             # same code eager and graph-replayed, over plain or demand-sized placement.
             out = ring_attention(q, kv, pos.first, T, c.context)
-        return F.linear(out.transpose(1, 2).reshape(B, T, c.d_model), w_out)
+        out = out.transpose(1, 2).reshape(B, T, c.d_model)
+        return _adapted(F.linear(out, w_out), out, adapter, "out", self.index)
 
 
 class Layer(nn.Module):
@@ -168,16 +188,16 @@ class Layer(nn.Module):
             return x
         return getattr(self, f"layer_scale_{which}")(x)
 
-    def _ffn(self, x: torch.Tensor, step: int) -> torch.Tensor:
+    def _ffn(self, x: torch.Tensor, step: int, adapter: Adapter | None) -> torch.Tensor:
         if self.cfg.gating == "none":
             return self.linear2(F.gelu(self.linear1(x)))
         if self.cfg.weights_per_step:
             return self.gating[step](x)
-        return self.gating(x)
+        return self.gating(x, adapter, self.self_attn.index)
 
-    def forward(self, x, pos, store, step):
-        x = x + self._scaled(1, self.self_attn(self.norm1(x), pos, store, step))
-        return x + self._scaled(2, self._ffn(self.norm2(x), step))
+    def forward(self, x, pos, store, step, adapter=None):
+        x = x + self._scaled(1, self.self_attn(self.norm1(x), pos, store, step, adapter))
+        return x + self._scaled(2, self._ffn(self.norm2(x), step, adapter))
 
 
 class StreamingTransformer(nn.Module):
@@ -194,17 +214,20 @@ class StreamingTransformer(nn.Module):
         dtype = self.layers[0].self_attn.in_proj_weight.dtype
         entry = (c.num_layers, 2, c.num_heads, c.head_dim)
         kv = (Region(self.kv_region, (c.ring, *entry), dtype) if c.clock == "fixed"
-              else Region(self.kv_region, entry, dtype, c.clock, c.ring))
+              else Region(self.kv_region, entry, dtype, c.clock, c.ring, ahead=c.ring_extra))
         return [Region(self.pos_region, (1,), torch.int64), kv]
 
-    def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0) -> torch.Tensor:
-        """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1)."""
+    def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0,
+                adapter: Adapter | None = None, keep: int | None = None) -> torch.Tensor:
+        """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1).
+        Streaming, the first `keep` positions (default all) become history; the KV of the rest
+        is written past the position counter, where later steps overwrite it unread."""
         if self.cfg.weights_per_step and x.shape[1] != 1:
             raise ValueError("per-step weights take one step at a time")
         first = torch.zeros(1, dtype=torch.long, device=x.device) if store is None else store[self.pos_region]
         pos = StepPositions.at(first, x.shape[1], self.cfg, streaming=store is not None)
         for layer in self.layers:
-            x = layer(x, pos, store, step)
+            x = layer(x, pos, store, step, adapter)
         if store is not None:
-            first.add_(x.shape[1])
+            first.add_(x.shape[1] if keep is None else keep)
         return x

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from ..config.lm import LMConfig
 from ..state import Region, Store
-from ..transformer import RMSNormF32, StreamingTransformer
+from ..transformer import Adapter, RMSNormF32, StreamingTransformer
 from .delays import DelayLines
 
 ZERO_TOKEN = -1
@@ -64,11 +64,26 @@ class MoshiLM(nn.Module):
             x = x + embed(self.emb[i], tokens[i + 1:i + 2])
         return (x + embed(self.text_emb, tokens[:1])).view(1, 1, -1)
 
-    def backbone(self, x: torch.Tensor, store: Store) -> tuple[torch.Tensor, torch.Tensor]:
-        """A wake of the temporal transformer over N positions: x [1, N, dim] -> (h of the last
-        position [1, 1, dim], its text logits [1, text_card])."""
-        h = self.out_norm(self.transformer(x, store))[:, -1:]
-        return h, self.text_linear(h).view(1, -1)
+    def embed_known(self, tokens: torch.Tensor, known: list[bool], mask: torch.Tensor) -> torch.Tensor:
+        """As embed_streams, with mask[i] [dim] in place of the embedding of each stream i that
+        is not `known` (a future position's input)."""
+        parts = [embed(self.emb[i - 1], tokens[i:i + 1]).view(-1) if known[i] else mask[i]
+                 for i in range(1, self.cfg.n_q + 1)]
+        parts.append(embed(self.text_emb, tokens[:1]).view(-1) if known[0] else mask[0])
+        x = parts[0]
+        for part in parts[1:]:
+            x = x + part
+        return x.view(1, 1, -1)
+
+    def backbone(self, x: torch.Tensor, store: Store, adapter: Adapter | None = None,
+                 future: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """A wake of the temporal transformer over N positions, the last `future` of them
+        masked future positions (corrected by `adapter`, not kept as history): x [1, N, dim] ->
+        (h [1, 1 + future, dim] from the last real position on, their text logits
+        [1 + future, text_card])."""
+        keep = x.shape[1] - future
+        h = self.out_norm(self.transformer(x, store, adapter=adapter, keep=keep))[:, keep - 1:]
+        return h, self.text_linear(h).view(1 + future, -1)
 
     def restart_depformer(self, store: Store) -> None:
         """The depformer's position restarts every frame; its stale KV entries are then masked."""

@@ -93,6 +93,7 @@ class DemandStore:
         for name, r in self.regions.items():
             if r.is_ring:
                 self._rings[name] = ring_kind(r, self.device)
+                self._rings[name].back(r.backed_at(0))
             else:
                 self._whole[name] = torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
         self._ticks = dict.fromkeys(CLOCKS, 0)
@@ -146,7 +147,7 @@ class DemandStore:
         for name, ring in self._rings.items():
             region = self.regions[name]
             if region.clock == clock:
-                ring.back(region.entries_at(self._ticks[clock]))
+                ring.back(region.backed_at(self._ticks[clock]))
 
 
 # Why an option cannot be honoured here; options that do not apply are still accepted (the

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..lm.model import MoshiLM
+from ..lm.predictor import Predictor
 from ..lm.sampling import SamplingParams, sample
 from ..mimi import Mimi
 from ..state import Store, copy_state
@@ -55,6 +56,20 @@ class Wake(NamedTuple):
     text_token: torch.Tensor  # [1]
     target: torch.Tensor  # [n_q + 1]: tokens already in the slot this frame generates
     forced: torch.Tensor  # [n_q + 1]: which of them came from outside (teacher forcing)
+
+
+class Future(NamedTuple):
+    """What a predicting wake leaves for the future positions' codebooks."""
+    hidden: torch.Tensor  # [1, k, dim]
+    text_logits: torch.Tensor  # [k, text_card]
+    target: torch.Tensor  # [k, n_q + 1]: target tokens known already (the user's, by delay)
+    forced: torch.Tensor  # [k, n_q + 1]: which
+
+
+class Prediction(NamedTuple):
+    """The k frames after the current one, as one wake predicted them."""
+    generated: torch.Tensor  # [k, 1 + dep_q]: each frame's text token and codebooks (model, then user)
+    confidence: torch.Tensor  # [k]: the lower of the text token's and the first codebook's top probability
 
 
 class _Graphs:
@@ -236,10 +251,11 @@ class FrameRunner:
     def _encode(self) -> torch.Tensor:
         return self.mimi.encode_step(self.pcm, self.store)
 
-    def _backbone(self, frames: list[LMInputs]) -> Wake:
+    def _backbone(self, frames: list[LMInputs], predictor: Predictor | None = None, k: int = 0):
         """Outside tokens into the delay lines and each frame's input embedding (frames already
-        generated are committed as they were), the temporal transformer over all of them, the
-        last frame's text token."""
+        generated are committed as they were), the temporal transformer over all of them (and
+        k masked future positions after them), the last frame's text token. Returns the Wake,
+        and with k > 0 also the Future."""
         lm, store, cfg, lines = self.lm, self.store, self.lm.cfg, self.lm.lines
         rows = []
         for i, inputs in enumerate(frames):
@@ -253,20 +269,91 @@ class FrameRunner:
             rows.append(lm.embed_streams(tokens) if inputs.embedding is None else inputs.embedding)
             if i < len(frames) - 1:
                 lines.commit(store, inputs.generated)
+        if k:
+            masked, future_target, future_forced = self._masked_rows(predictor, k)
+            rows.extend(masked)
         x = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
-        h, text_logits = lm.backbone(x, store)
-        return Wake(x, h, sample(text_logits, self.text_sampling, self.generator), target, forced)
+        h, text_logits = lm.backbone(x, store, predictor.at_last(k) if k else None, future=k)
+        text_token = sample(text_logits[:1], self.text_sampling, self.generator)
+        wake = Wake(x[:, :len(frames)], h[:, :1], text_token, target, forced)
+        if not k:
+            return wake
+        return wake, Future(h[:, 1:], text_logits[1:], future_target, future_forced)
 
     def _depformer(self, wake: Wake) -> torch.Tensor:
+        """The frame's codebooks, then commit the frame to the delay lines."""
+        generated, _ = self._codebooks(wake.hidden, wake.text_token, wake.target, wake.forced)
+        return self.lm.lines.commit(self.store, generated)
+
+    def _codebooks(self, hidden: torch.Tensor, text_token: torch.Tensor, target: torch.Tensor,
+                   forced: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebook by codebook, each step fed the previous token (teacher-forced where the
-        token came from outside); then commit the frame to the delay lines."""
+        token came from outside). Returns (text token + codebooks [1 + dep_q], the first
+        codebook's logits [1, card])."""
         lm, store, cfg = self.lm, self.store, self.lm.cfg
-        target, forced = wake.target, wake.forced
-        prev = torch.where(forced[:1], target[:1], wake.text_token)
+        prev = torch.where(forced[:1], target[:1], text_token)
         lm.restart_depformer(store)
-        generated = [wake.text_token]
+        generated, first = [text_token], None
         for k in range(cfg.dep_q):
-            token = sample(lm.depformer_step(k, prev, wake.hidden, store), self.audio_sampling, self.generator)
+            logits = lm.depformer_step(k, prev, hidden, store)
+            first = logits if first is None else first
+            token = sample(logits, self.audio_sampling, self.generator)
             generated.append(token)
             prev = torch.where(forced[k + 1:k + 2], target[k + 1:k + 2], token)
-        return lm.lines.commit(store, torch.cat(generated))
+        return torch.cat(generated), first
+
+    # --- DiffuPlex: a wake that also predicts ----------------------------------------------
+
+    def predict(self, frames: list[LMInputs], predictor: Predictor, k: int
+                ) -> tuple[torch.Tensor | None, Prediction]:
+        """One wake over the frames consumed since the last one (all but the last carry
+        `generated`), the current frame (generated as a single step would) and `k` masked
+        future positions. Returns the current frame's output tokens (None during start-up) and
+        the prediction for the k frames after it. Eager; the future positions leave nothing a
+        later step reads as history."""
+        cfg = self.lm.cfg
+        if not 1 <= k <= predictor.spec.block:
+            raise ValueError(f"k = {k}: the predictor was trained for blocks of 1..{predictor.spec.block}")
+        if len(frames) + k > cfg.wake_positions:
+            raise ValueError(f"a wake over {len(frames) + k} positions; this LM keeps KV for {cfg.wake_positions}")
+        if self.frames < self.lm.lines.lead or any(f.generated is None for f in frames[:-1]):
+            raise ValueError("prediction starts after the start-up frame, from frames with known tokens")
+        self.store.advance("frame", len(frames))
+        wake, future = self._backbone(frames, predictor, k)
+        tokens = self._depformer(wake)
+        self.frames += len(frames)
+        return (tokens if self.started else None), self._future(future)
+
+    def _future(self, future: Future) -> Prediction:
+        rows, confidence = [], []
+        for f in range(future.hidden.shape[1]):
+            logits = future.text_logits[f:f + 1]
+            text = sample(logits, self.text_sampling, self.generator)
+            row, first = self._codebooks(future.hidden[:, f:f + 1], text, future.target[f], future.forced[f])
+            rows.append(row)
+            top = [torch.softmax(x.float(), dim=-1).amax() for x in (logits, first)]
+            confidence.append(torch.minimum(*top))
+        return Prediction(torch.stack(rows), torch.stack(confidence))
+
+    def _masked_rows(self, predictor: Predictor, k: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """The k future positions' input embeddings (a stream's token where it is known, its
+        MASK embedding where not) and, for each, the target tokens known already and which.
+        Known: the user's codes of the current frame, which land `lead + delay` slots ahead
+        (the staircase: each stream becomes unknown at its own delay); nothing the model
+        generates is known past the current frame."""
+        lm, lines, store = self.lm, self.lm.lines, self.store
+        o = store[lines.slot_region]
+        user = [False] + [False] * self.lm.cfg.model_q + [True] * self.lm.cfg.user_q
+        delays = self.lm.cfg.delays
+
+        def known(ahead: int) -> list[bool]:
+            return [u and ahead <= lines.lead + d for u, d in zip(user, delays)]
+
+        tokens = store[lines.tokens_region]
+        rows, targets, forced = [], [], []
+        for f in range(1, k + 1):
+            rows.append(lm.embed_known(tokens.index_select(0, (o + f) % lines.slots)[0], known(f),
+                                       predictor.mask_embeddings))
+            targets.append(tokens.index_select(0, (o + f + 1) % lines.slots)[0])
+            forced.append(torch.tensor(known(f + 1), device=tokens.device))
+        return rows, torch.stack(targets), torch.stack(forced)

@@ -1,0 +1,176 @@
+"""The DiffuPlex predictor: what lets one backbone wake predict a block of future frames.
+
+Frozen base weights, plus
+- one learned MASK embedding per stream (text, model codebooks, user codebooks), fed where a
+  future position's input token is not known yet;
+- LoRA adapters on the temporal transformer's projections (rank and targets configurable),
+  applied only at the masked future positions, so real history is computed exactly as the AR
+  model computes it.
+
+Stored as one safetensors file: `mask_embeddings` [n_q + 1, dim], `lora.<target>.a`
+[layers, rank, in] and `lora.<target>.b` [layers, out, rank], and the JSON metadata under the
+key "diffuplex": format, the base model's identity and shape, rank, alpha, targets, block size
+K, masking scheme, and the training settings. A file for another model is refused, naming it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from ..config.lm import LMConfig
+from ..errors import CheckpointError
+
+FORMAT = 1
+TARGETS = ("qkv", "out", "ffn_in", "ffn_out")
+MASKING = ("staircase",)
+
+
+def base_identity(cfg: LMConfig) -> dict[str, Any]:
+    """What an adapter must match: the shape of the base LM it was trained on."""
+    keys = ("dim", "num_heads", "num_layers", "hidden_scale", "text_card", "card", "n_q", "dep_q", "delays")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in ((k, getattr(cfg, k)) for k in keys)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictorSpec:
+    base: dict[str, Any]
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+    block: int
+    """K: future positions one wake predicts."""
+    masking: str = "staircase"
+    training: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.rank < 1 or self.block < 1 or not self.targets:
+            raise ValueError("rank and block must be >= 1, with at least one target")
+        unknown = set(self.targets) - set(TARGETS)
+        if unknown:
+            raise ValueError(f"unknown LoRA target {sorted(unknown)[0]!r}; choose from {', '.join(TARGETS)}")
+        if self.masking not in MASKING:
+            raise ValueError(f"unknown masking {self.masking!r}; choose from {', '.join(MASKING)}")
+
+    def metadata(self) -> str:
+        return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
+
+
+def _shapes(cfg: LMConfig) -> dict[str, tuple[int, int]]:
+    """(in, out) of each target projection of a temporal layer."""
+    d, hidden = cfg.dim, cfg.temporal().gated_hidden
+    return {"qkv": (d, 3 * d), "out": (d, d), "ffn_in": (d, 2 * hidden), "ffn_out": (hidden, d)}
+
+
+class _Rows:
+    """The adapter bound to the last `rows` positions of one step (engine.transformer.Adapter)."""
+
+    def __init__(self, predictor: Predictor, rows: int):
+        self.predictor, self.rows = predictor, rows
+
+    def delta(self, target: str, layer: int, x: torch.Tensor) -> torch.Tensor:
+        p = self.predictor
+        if target not in p.spec.targets:
+            return torch.zeros((), dtype=x.dtype, device=x.device)
+        a, b = p.lora_a[target][layer], p.lora_b[target][layer]
+        return (x @ a.T) @ b.T * p.scale
+
+
+class Predictor(nn.Module):
+    def __init__(self, spec: PredictorSpec, cfg: LMConfig):
+        super().__init__()
+        if spec.base != base_identity(cfg):
+            raise ValueError(f"the predictor was made for another base model: {_first_difference(spec.base, cfg)}")
+        self.spec, self.scale = spec, spec.alpha / spec.rank
+        self.mask_embeddings = nn.Parameter(torch.zeros(cfg.n_q + 1, cfg.dim))
+        shapes = _shapes(cfg)
+        self.lora_a = nn.ParameterDict({t: nn.Parameter(torch.zeros(cfg.num_layers, spec.rank, shapes[t][0]))
+                                        for t in spec.targets})
+        self.lora_b = nn.ParameterDict({t: nn.Parameter(torch.zeros(cfg.num_layers, shapes[t][1], spec.rank))
+                                        for t in spec.targets})
+
+    def at_last(self, rows: int) -> _Rows:
+        """The LoRA acting on the last `rows` positions of a step: the masked future ones."""
+        return _Rows(self, rows)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        out = {"mask_embeddings": self.mask_embeddings}
+        for t in self.spec.targets:
+            out[f"lora.{t}.a"], out[f"lora.{t}.b"] = self.lora_a[t], self.lora_b[t]
+        return {k: v.detach().contiguous().cpu() for k, v in out.items()}
+
+
+def new_predictor(cfg: LMConfig, rank: int = 8, block: int = 4, targets: tuple[str, ...] = TARGETS,
+                  alpha: float | None = None, seed: int = 0, training: dict | None = None) -> Predictor:
+    """An untrained predictor: MASK embeddings and LoRA A drawn small, LoRA B zero (so it starts
+    as the base model with MASK inputs, as LoRA training does)."""
+    spec = PredictorSpec(base_identity(cfg), rank, float(alpha or rank), tuple(targets), block,
+                         training=training or {})
+    predictor = Predictor(spec, cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        predictor.mask_embeddings.normal_(0, 0.02, generator=gen)
+        for a in predictor.lora_a.values():
+            a.normal_(0, a.shape[-1] ** -0.5, generator=gen)
+    return predictor
+
+
+def save_predictor(predictor: Predictor, path: str | Path) -> None:
+    save_file(predictor.state(), str(path), metadata={"diffuplex": predictor.spec.metadata()})
+
+
+def load_predictor(path: str | Path, cfg: LMConfig, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32) -> Predictor:
+    """A predictor file checked against the LM it will run on; any problem raises
+    CheckpointError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    try:
+        with safe_open(str(path), "pt") as f:
+            raw = (f.metadata() or {}).get("diffuplex")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not iterable)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+    if raw is None:
+        raise CheckpointError(f"{path}: no DiffuPlex metadata (not a predictor file)")
+    try:
+        meta = json.loads(raw)
+        if meta.pop("format", None) != FORMAT:
+            raise ValueError(f"unsupported format (this build reads format {FORMAT})")
+        spec = PredictorSpec(**{**meta, "targets": tuple(meta.get("targets", ()))})
+        predictor = Predictor(spec, cfg)
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    own = predictor.state()
+    for key, value in own.items():
+        if key not in tensors:
+            raise CheckpointError(f"{path}: missing key {key}")
+        if tuple(tensors[key].shape) != tuple(value.shape):
+            raise CheckpointError(f"{path}: key {key} has shape {list(tensors[key].shape)}, "
+                                  f"expected {list(value.shape)}")
+        if not torch.isfinite(tensors[key]).all():
+            raise CheckpointError(f"{path}: key {key} holds NaN or infinite values")
+    extra = sorted(tensors.keys() - own.keys())
+    if extra:
+        raise CheckpointError(f"{path}: unexpected key {extra[0]}")
+    with torch.no_grad():
+        predictor.mask_embeddings.copy_(tensors["mask_embeddings"])
+        for t in spec.targets:
+            predictor.lora_a[t].copy_(tensors[f"lora.{t}.a"])
+            predictor.lora_b[t].copy_(tensors[f"lora.{t}.b"])
+    return predictor.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def _first_difference(base: dict, cfg: LMConfig) -> str:
+    ours = base_identity(cfg)
+    for key in sorted(set(base) | set(ours)):
+        if base.get(key) != ours.get(key):
+            return f"{key} {base.get(key)!r}, this model has {ours.get(key)!r}"
+    return "no difference"
