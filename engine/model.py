@@ -54,8 +54,8 @@ class DuplexModel:
     def sample_rate(self) -> int:
         return self.mimi.sample_rate
 
-    def regions(self) -> list[Region]:
-        return self.lm.regions() + self.mimi.regions()
+    def regions(self, wake: int = 1) -> list[Region]:
+        return self.lm.regions(wake) + self.mimi.regions()
 
     def load_voice(self, name: str) -> VoicePrompt:
         if name not in self.voices:

@@ -79,7 +79,7 @@ class StepPositions(NamedTuple):
     slots: torch.Tensor | None  # int64 [T]: ring slots the entries go to (streaming only)
 
     @staticmethod
-    def at(first: torch.Tensor, T: int, cfg: TransformerConfig, streaming: bool) -> StepPositions:
+    def at(first: torch.Tensor, T: int, cfg: TransformerConfig, ring: int | None) -> StepPositions:
         each = first + torch.arange(T, device=first.device)
         rope = None
         if cfg.rope:
@@ -88,7 +88,7 @@ class StepPositions(NamedTuple):
                               * (-math.log(cfg.max_period) * 2 / cfg.head_dim))
             angle = freqs * each.float().view(1, 1, T, 1)
             rope = torch.cos(angle), torch.sin(angle)
-        return StepPositions(first, each, rope, each % cfg.ring if streaming else None)
+        return StepPositions(first, each, rope, None if ring is None else each % ring)
 
 
 def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -207,14 +207,17 @@ class StreamingTransformer(nn.Module):
         self.pos_region, self.kv_region = f"{name}.pos", f"{name}.kv"
         self.layers = nn.ModuleList(Layer(cfg, self.kv_region, i) for i in range(cfg.num_layers))
 
-    def regions(self) -> list[Region]:
+    def regions(self, wake: int = 1) -> list[Region]:
         """A position counter and one KV ring whose entry holds every layer's K and V for one
-        step: a step's state is then contiguous, so demand-sized backing grows in fine steps."""
+        step: a step's state is then contiguous, so demand-sized backing grows in fine steps.
+        `wake`: the most positions one step covers. A step writes its entries before it
+        attends, so the ring keeps wake - 1 entries beyond the attention window for the first
+        queries still to see the whole window, as single steps would."""
         c = self.cfg
         dtype = self.layers[0].self_attn.in_proj_weight.dtype
         entry = (c.num_layers, 2, c.num_heads, c.head_dim)
         kv = (Region(self.kv_region, (c.ring, *entry), dtype) if c.clock == "fixed"
-              else Region(self.kv_region, entry, dtype, c.clock, c.ring, ahead=c.ring_extra))
+              else Region(self.kv_region, entry, dtype, c.clock, c.ring + wake - 1, ahead=wake - 1))
         return [Region(self.pos_region, (1,), torch.int64), kv]
 
     def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0,
@@ -224,8 +227,11 @@ class StreamingTransformer(nn.Module):
         is written past the position counter, where later steps overwrite it unread."""
         if self.cfg.weights_per_step and x.shape[1] != 1:
             raise ValueError("per-step weights take one step at a time")
-        first = torch.zeros(1, dtype=torch.long, device=x.device) if store is None else store[self.pos_region]
-        pos = StepPositions.at(first, x.shape[1], self.cfg, streaming=store is not None)
+        if store is None:
+            first, ring = torch.zeros(1, dtype=torch.long, device=x.device), None
+        else:
+            first, ring = store[self.pos_region], store[self.kv_region].shape[0]
+        pos = StepPositions.at(first, x.shape[1], self.cfg, ring)
         for layer in self.layers:
             x = layer(x, pos, store, step, adapter)
         if store is not None:

@@ -174,13 +174,14 @@ class PersonaPlexReference:
             self.step(sine, model=silence, text=pad if token is None else token)
 
 
-def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250)):
-    """Our frame runner over the LM alone (no Mimi), as the reference tests drive it."""
+def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250), wake: int = 1):
+    """Our frame runner over the LM alone (no Mimi), as the reference tests drive it; its state
+    sized for backbone wakes of up to `wake` frames."""
     from engine.lm import SamplingParams
     from engine.runtime.runner import FrameRunner
     from engine.state import StateStore
 
-    return FrameRunner(lm, None, StateStore(lm.regions()), torch.Generator().manual_seed(seed),
+    return FrameRunner(lm, None, StateStore(lm.regions(wake)), torch.Generator().manual_seed(seed),
                        (SamplingParams(*text, greedy), SamplingParams(*audio, greedy)))
 
 

@@ -24,7 +24,7 @@ WAKE = 6  # catch-up frames + the current one + K
 def lm():
     kwargs = json.loads((DEMO_MODEL_DIR / "config.json").read_text())
     cfg = from_lm_kwargs({**kwargs, "context": 12}, "demo", "demo")
-    return load_lm(DEMO_MODEL_DIR / LM_NAME, dataclasses.replace(cfg, wake_positions=WAKE))
+    return load_lm(DEMO_MODEL_DIR / LM_NAME, cfg)
 
 
 def _trained_looking(lm, seed=1):
@@ -38,7 +38,7 @@ def _trained_looking(lm, seed=1):
 
 @torch.no_grad()
 def test_a_predicting_wake_leaves_history_as_single_steps(lm):
-    single, woken = our_lm_runner(lm, True, 0), our_lm_runner(lm, True, 0)
+    single, woken = our_lm_runner(lm, True, 0, wake=WAKE), our_lm_runner(lm, True, 0, wake=WAKE)
     predictor = _trained_looking(lm)
     tokens, generated = [], []
     for i in range(36):
@@ -66,7 +66,7 @@ def test_a_predicting_wake_leaves_history_as_single_steps(lm):
 @torch.no_grad()
 def test_the_adapter_and_the_mask_act_only_where_inputs_are_unknown(lm):
     def predict(predictor):
-        runner = our_lm_runner(lm, True, 0)
+        runner = our_lm_runner(lm, True, 0, wake=WAKE)
         for i in range(8):
             runner.lm_frame(LMInputs(_user(i)))
         return runner.predict([LMInputs(_user(8))], predictor, K)
@@ -115,7 +115,7 @@ def test_predictor_files_round_trip_and_name_their_problems(lm, tmp_path):
     save_file(state, str(tmp_path / "cut.safetensors"), metadata={"diffuplex": predictor.spec.metadata()})
     with pytest.raises(CheckpointError, match=r"cut\.safetensors: key lora\.qkv\.a has shape"):
         load_predictor(tmp_path / "cut.safetensors", lm.cfg)
-    runner = our_lm_runner(lm, True, 0)
+    runner = our_lm_runner(lm, True, 0, wake=WAKE)
     runner.lm_frame(LMInputs(_user(0)))
     runner.lm_frame(LMInputs(_user(1)))
     with pytest.raises(ValueError, match="blocks of 1..3"):

@@ -1,7 +1,6 @@
 """A backbone wake over several frames (the unit DiffuPlex's catch-up builds on): frames whose
 tokens are already known only write history, in one temporal-transformer call, and leave it as
 single steps would. The demo LM with a 12-frame context, so the KV ring wraps."""
-import dataclasses
 import json
 
 import pytest
@@ -21,7 +20,7 @@ WAKE = 4
 def lm():
     kwargs = json.loads((DEMO_MODEL_DIR / "config.json").read_text())
     cfg = from_lm_kwargs({**kwargs, "context": 12}, "demo", "demo")
-    return load_lm(DEMO_MODEL_DIR / LM_NAME, dataclasses.replace(cfg, wake_positions=WAKE))
+    return load_lm(DEMO_MODEL_DIR / LM_NAME, cfg)
 
 
 def _user(i: int) -> torch.Tensor:
@@ -38,7 +37,7 @@ def _generated_row(runner) -> torch.Tensor:
 
 @torch.no_grad()
 def test_a_catch_up_wake_leaves_the_history_single_steps_leave(lm):
-    single, woken = our_lm_runner(lm, True, 0), our_lm_runner(lm, True, 0)
+    single, woken = our_lm_runner(lm, True, 0, wake=WAKE), our_lm_runner(lm, True, 0, wake=WAKE)
     tokens, generated = [], []
     for i in range(FRAMES):
         tokens.append(single.lm_frame(LMInputs(_user(i)))[1])
@@ -63,10 +62,10 @@ def test_a_catch_up_wake_leaves_the_history_single_steps_leave(lm):
 
 
 def test_a_wake_is_refused_beyond_the_kv_it_keeps(lm):
-    runner = our_lm_runner(lm, True, 0)
+    runner = our_lm_runner(lm, True, 0, wake=WAKE)
     known = torch.zeros(1 + lm.cfg.dep_q, dtype=torch.long)
     runner.lm_frame(LMInputs(_user(0)))
-    with pytest.raises(ValueError, match="keeps KV for 4"):
+    with pytest.raises(ValueError, match="sized for 4"):
         runner.lm_wake([LMInputs(_user(1), generated=known)] * WAKE + [LMInputs(_user(2))])
     with pytest.raises(ValueError, match="known generated tokens"):
         runner.lm_wake([LMInputs(_user(1)), LMInputs(_user(2))])

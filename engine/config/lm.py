@@ -52,18 +52,12 @@ class LMConfig:
     silence_tokens: tuple[int, ...] = SILENCE_TOKENS
     """PersonaPlex prompts: the model stream's codes during prompts, and the user stream's."""
     sine_tokens: tuple[int, ...] = SINE_TOKENS
-    wake_positions: int = 1
-    """The most positions one backbone wake covers (catch-up frames plus the frame to
-    generate). A runtime property, not in config.json: the KV ring keeps that many - 1 more
-    entries, so a multi-position wake leaves the history single steps would."""
 
     def __post_init__(self):
         if len(self.delays) != self.n_q + 1:
             raise ValueError(f"{self.name}: {len(self.delays)} delays for {self.n_q + 1} streams")
         if min(self.delays) < 0:
             raise ValueError(f"{self.name}: delays must be >= 0")
-        if self.wake_positions < 1:
-            raise ValueError(f"{self.name}: wake_positions must be >= 1")
         if self.dep_q not in (self.model_q, self.n_q) or self.n_q % 2:
             raise ValueError(f"{self.name}: dep_q {self.dep_q} must be n_q/2 (Moshi) or n_q (PersonaPlex)")
         for what, toks in (("silence_tokens", self.silence_tokens), ("sine_tokens", self.sine_tokens)):
@@ -100,8 +94,7 @@ class LMConfig:
         return TransformerConfig(
             d_model=self.dim, num_heads=self.num_heads, num_layers=self.num_layers,
             dim_feedforward=int(self.hidden_scale * self.dim), context=self.attention_window,
-            norm="rms_norm_f32", gating="silu", rope=True, max_period=self.max_period, clock="frame",
-            ring_extra=self.wake_positions - 1)
+            norm="rms_norm_f32", gating="silu", rope=True, max_period=self.max_period, clock="frame")
 
     def depformer(self) -> TransformerConfig:
         return TransformerConfig(

@@ -17,9 +17,6 @@ class TransformerConfig:
     rope: bool = True
     max_period: float = 10000.0
     weights_per_step: int = 0  # >0: one attention/FFN weight set per step (depformer)
-    ring_extra: int = 0
-    """KV entries kept beyond the context: a step over T positions writes its T entries before
-    attending, so exactness with T single steps needs T - 1 more (see ring_attention)."""
     clock: str = "frame"
     """The KV ring's clock (engine.state): "frame" for the LM, "mimi_step" for Mimi; "fixed" for
     the depformer, whose position restarts every frame so its KV never outgrows one frame."""
@@ -49,7 +46,7 @@ class TransformerConfig:
     def ring(self) -> int:
         """KV ring capacity: the context, or one entry per step for per-step weights."""
         if self.context is not None:
-            return self.context + self.ring_extra
+            return self.context
         if self.weights_per_step:
             return self.weights_per_step
         raise ValueError("a streaming transformer needs a context")

@@ -53,8 +53,9 @@ class MoshiLM(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.text_emb.weight.dtype
 
-    def regions(self) -> list[Region]:
-        return self.transformer.regions() + self.depformer.regions() + self.lines.regions()
+    def regions(self, wake: int = 1) -> list[Region]:
+        """`wake`: the most frames one backbone wake covers (engine.transformer)."""
+        return self.transformer.regions(wake) + self.depformer.regions() + self.lines.regions()
 
     def embed_streams(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [n_q + 1] (text first) -> [1, 1, dim]. Summed in the reference's order

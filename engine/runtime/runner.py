@@ -228,11 +228,9 @@ class FrameRunner:
                 if not frames:
                     return None, None
         positions = len(frames)
-        if positions > 1:
-            if positions > cfg.wake_positions:
-                raise ValueError(f"a wake over {positions} positions; this LM keeps KV for {cfg.wake_positions}")
-            if replay or any(f.generated is None or f.embedding is not None for f in frames[:-1]):
-                raise ValueError("a multi-position wake runs eagerly, on frames with known generated tokens")
+        self._check_reach(positions)
+        if positions > 1 and (replay or any(f.generated is None or f.embedding is not None for f in frames[:-1])):
+            raise ValueError("a multi-position wake runs eagerly, on frames with known generated tokens")
         self.store.advance("frame", positions)
         wake = self._run(("backbone", positions), lambda: self._backbone(frames), replay)
         mark("backbone")
@@ -240,6 +238,13 @@ class FrameRunner:
         mark("depformer")
         self.frames += positions
         return wake, (tokens if self.started else None)
+
+    def _check_reach(self, positions: int) -> None:
+        """A wake may cover as many positions as the state was sized for (MoshiLM.regions)."""
+        transformer = self.lm.transformer
+        reach = self.store[transformer.kv_region].shape[0] - transformer.cfg.ring + 1
+        if positions > reach:
+            raise ValueError(f"a wake over {positions} positions; the state was sized for {reach}")
 
     def _run(self, key: Any, stage: Callable[[], Any], replay: bool) -> Any:
         return self._graphs.run(key, stage) if replay else stage()
@@ -311,11 +316,9 @@ class FrameRunner:
         future positions. Returns the current frame's output tokens (None during start-up) and
         the prediction for the k frames after it. Eager; the future positions leave nothing a
         later step reads as history."""
-        cfg = self.lm.cfg
         if not 1 <= k <= predictor.spec.block:
             raise ValueError(f"k = {k}: the predictor was trained for blocks of 1..{predictor.spec.block}")
-        if len(frames) + k > cfg.wake_positions:
-            raise ValueError(f"a wake over {len(frames) + k} positions; this LM keeps KV for {cfg.wake_positions}")
+        self._check_reach(len(frames) + k)
         if self.frames < self.lm.lines.lead or any(f.generated is None for f in frames[:-1]):
             raise ValueError("prediction starts after the start-up frame, from frames with known tokens")
         self.store.advance("frame", len(frames))
