@@ -28,6 +28,8 @@ TOGGLES = {
                            "at a stable address."),
 }
 """Runtime toggle -> (label, what it does)."""
+VERIFY = ("semantic", "off")
+MAX_BLOCK = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,13 @@ class RuntimeOptions:
     seed: int = 0
     graph_replay: bool = True
     demand_sized_state: bool = True
+    tau: float = 0.5
+    """DiffuPlex: consume a predicted frame only with confidence >= tau."""
+    block: int = 4
+    """DiffuPlex: K, future frames one wake predicts (at most the predictor's block)."""
+    verify: str = "semantic"
+    """DiffuPlex: compare each predicted frame with the user's real audio ("semantic": the
+    user's semantic code; "off": never), a divergence waking the backbone early."""
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -55,6 +64,12 @@ class RuntimeOptions:
                 raise ValueError(f"{name} must be an integer >= 0 (0 = no top-k), got {value!r}")
         if not is_int(self.seed) or not 0 <= self.seed < 2 ** 63:
             raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
+        if not is_number(self.tau) or not 0 <= self.tau <= 1:
+            raise ValueError(f"tau must be a number in [0, 1], got {self.tau!r}")
+        if not is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
+            raise ValueError(f"block must be an integer in [1, {MAX_BLOCK}], got {self.block!r}")
+        if self.verify not in VERIFY:
+            raise ValueError(f"unknown verify {self.verify!r}; choose one of {', '.join(VERIFY)}")
         for name in ("greedy", *TOGGLES):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

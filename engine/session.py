@@ -14,11 +14,14 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from .diffuplex import DiffuPlexLoop, WakeReport
 from .lm.personaplex import DEFAULT_ROLE, wrap_role
+from .lm.predictor import Predictor, load_predictor
 from .lm.sampling import SamplingParams
 from .model import DuplexModel
 from .options import RuntimeOptions
@@ -30,10 +33,6 @@ from .state import Store
 
 log = logging.getLogger(__name__)
 
-_POLICY_REASONS = {
-    "policy.listen": "the DiffuPlex LISTEN policy is not implemented yet",
-    "policy.speak": "the DiffuPlex SPEAK policy is not implemented yet",
-}
 
 
 @dataclasses.dataclass
@@ -52,6 +51,8 @@ class FrameOutput:
     """Memory the conversation's streaming state holds after this frame."""
     gpu_memory_bytes: int | None = None
     """Device memory in use after this frame (torch's plus state mapped outside it); None on CPU."""
+    diffuplex: WakeReport | None = None
+    """What DiffuPlex did this frame (woke, or played a predicted frame); None when it did not run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,15 +69,21 @@ def _sampling(o: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
 
 class DuplexSession:
     def __init__(self, model: DuplexModel, options: RuntimeOptions | None = None,
-                 persona: Persona | None = None):
+                 persona: Persona | None = None, predictor: str | Path | None = None):
+        """`predictor`: a DiffuPlex adapter file for the LISTEN and SPEAK policies (see
+        load_predictor)."""
         self.model = model
         self.device = model.device
         self.generator = torch.Generator(device=self.device)
+        self.predictor: Predictor | None = None
+        self.load_predictor(predictor)
         self.options = self._checked(options or RuntimeOptions())
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
         self._set_persona(persona)
-        store = new_store(model.regions(), self.device, self.options)
+        self._loop: DiffuPlexLoop | None = None
+        self._wake = 1  # the most frames one backbone wake covers: what the state is sized for
+        store = new_store(model.regions(self._wake), self.device, self.options)
         self.runner = FrameRunner(model.lm, model.mimi, store, self.generator, _sampling(self.options))
         self.runner.configure(replay=self.options.graph_replay)
         cuda = self.device.type == "cuda"
@@ -90,7 +97,24 @@ class DuplexSession:
 
     def capabilities(self) -> dict[str, str | None]:
         """Every option value that could be asked for: None if honoured here, else why not."""
-        return {**toggle_reasons(self.device), "policy.ar": None, **_POLICY_REASONS}
+        if not self.model.is_personaplex:
+            diffuplex = (f"DiffuPlex needs a model that predicts the user's stream (the PersonaPlex shape); "
+                         f"{self.model.name} does not")
+        elif self.predictor is None:
+            diffuplex = "no DiffuPlex predictor loaded (an adapter file made for this model)"
+        else:
+            diffuplex = None
+        return {**toggle_reasons(self.device), "policy.ar": None, "policy.listen": diffuplex,
+                "policy.speak": diffuplex}
+
+    def load_predictor(self, path: str | Path | None) -> None:
+        """A DiffuPlex predictor (adapter file) for the LISTEN and SPEAK policies, or None to
+        unload it; checked now (a file for another model raises CheckpointError naming it),
+        used from the next reset() (the state is sized for its wakes)."""
+        if path is None:
+            self.predictor = None
+            return
+        self.predictor = load_predictor(path, self.model.cfg, self.device, self.model.lm.dtype)
 
     @property
     def voices(self) -> list[str]:
@@ -147,7 +171,7 @@ class DuplexSession:
         if new is None:
             return
         if placement_for(self.device, new) is not type(self.store):
-            self.runner.move_state(new_store(self.model.regions(), self.device, new))
+            self.runner.move_state(new_store(self.model.regions(self._wake), self.device, new))
         self.runner.configure(replay=new.graph_replay, sampling=_sampling(new))
         self.options = new
 
@@ -179,13 +203,25 @@ class DuplexSession:
         if persona is not None:
             self._set_persona(persona)
         self._apply_pending()
+        self._size_for(self.predictor)
         self.runner.reset()
         self.generator.manual_seed(self.options.seed)
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
+        if self._loop is not None:
+            self._loop.reset()
         if self.model.is_personaplex:
             with torch.no_grad():
                 return replay_prompts(self.runner, self._voice, self._role_tokens, cancelled)
         return True
+
+    def _size_for(self, predictor: Predictor | None) -> None:
+        """State sized for the predictor's wakes (catch-up of up to K frames, the current one,
+        K future), and the loop that runs them; a new store when the size changes."""
+        wake = 1 if predictor is None else 2 * predictor.spec.block + 1
+        if wake != self._wake:
+            self._wake = wake
+            self.runner.replace_store(new_store(self.model.regions(wake), self.device, self.options))
+        self._loop = None if predictor is None else DiffuPlexLoop(self.runner, predictor)
 
     @torch.no_grad()
     def step(self, pcm: np.ndarray) -> FrameOutput:
@@ -197,7 +233,12 @@ class DuplexSession:
         self._apply_pending()
         self._timer.begin()
         self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
-        tokens, out = self.runner.frame(self._pcm_in, self._timer.mark)
+        loop = self._loop
+        report = None
+        if loop is not None and self.runner.started and (self.options.policy != "ar" or loop.pending):
+            tokens, out, report = loop.step(self._pcm_in, self.options, self._timer.mark)
+        else:
+            tokens, out = self.runner.frame(self._pcm_in, self._timer.mark)
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)
             self._tokens_out.copy_(tokens, non_blocking=True)
@@ -210,4 +251,4 @@ class DuplexSession:
             pcm_out, tokens_out = self._pcm_out.numpy().copy(), self._tokens_out.numpy().copy()
             text = model.text_piece(int(tokens_out[0]))
         return FrameOutput(pcm_out, text, tokens_out, timings, tuple(self.meter.add(timings["total"])),
-                           self.state_bytes(), self.gpu_memory_bytes())
+                           self.state_bytes(), self.gpu_memory_bytes(), report)

@@ -153,6 +153,12 @@ class FrameRunner:
         old, self.store = self.store, store
         old.close()
 
+    def replace_store(self, store: Store) -> None:
+        """Start over in a store of other sizes (between conversations: nothing is copied)."""
+        self._invalidate()
+        old, self.store = self.store, store
+        old.close()
+
     def reset(self) -> None:
         """A new conversation: state and frame count to zero (graphs stay valid)."""
         self.store.reset()
@@ -189,6 +195,24 @@ class FrameRunner:
         self._warm = True
         return tokens, out
 
+    def encode(self, pcm: torch.Tensor) -> torch.Tensor:
+        """The encode stage alone, eagerly: pcm float32 [frame_size] -> the user's codes [user_q]
+        (a frame whose LM part a predicting loop decides)."""
+        self.pcm.view(-1).copy_(pcm, non_blocking=True)
+        self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
+        return self._encode()[0, :self.lm.cfg.user_q, 0]
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The decode stage alone, eagerly: output tokens [1 + dep_q] -> pcm [1, 1, frame_size]."""
+        q = self.lm.cfg.model_q
+        return self.mimi.decode_step(tokens[1:1 + q].view(1, q, 1), self.store)
+
+    def last_generated(self) -> torch.Tensor:
+        """What the last LM frame generated: the delay-line row it committed [1 + dep_q]."""
+        lines = self.lm.lines
+        row = self.store[lines.slot_region] % lines.slots
+        return self.store[lines.tokens_region].index_select(0, row)[0, :1 + self.lm.cfg.dep_q]
+
     def codec_frame(self, pcm: torch.Tensor) -> torch.Tensor:
         """Mimi alone: pcm float32 [frame_size] (host or device) -> encoded with every codebook, decoded
         back -> pcm [1, 1, frame_size] on the device. Frame by frame as in a conversation."""
@@ -205,11 +229,12 @@ class FrameRunner:
         embedding or None when no wake ran, the output tokens or None during start-up)."""
         return self.lm_wake([inputs])
 
-    def lm_wake(self, frames: list[LMInputs]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def lm_wake(self, frames: list[LMInputs], mark: Callable[[str], None] = _no_mark
+                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One backbone wake over several frames of the LM alone, eagerly: every frame but the
         last carries `generated` (it only writes history, as the single step that generated it
         did); the last is generated as `lm_frame` would. Returns as `lm_frame` does."""
-        wake, tokens = self._lm_frame(frames, _no_mark, replay=False)
+        wake, tokens = self._lm_frame(frames, mark, replay=False)
         return (None if wake is None else wake.embedding), tokens
 
     # --- stages ------------------------------------------------------------------------
@@ -309,8 +334,8 @@ class FrameRunner:
 
     # --- DiffuPlex: a wake that also predicts ----------------------------------------------
 
-    def predict(self, frames: list[LMInputs], predictor: Predictor, k: int
-                ) -> tuple[torch.Tensor | None, Prediction]:
+    def predict(self, frames: list[LMInputs], predictor: Predictor, k: int,
+                mark: Callable[[str], None] = _no_mark) -> tuple[torch.Tensor | None, Prediction]:
         """One wake over the frames consumed since the last one (all but the last carry
         `generated`), the current frame (generated as a single step would) and `k` masked
         future positions. Returns the current frame's output tokens (None during start-up) and
@@ -323,9 +348,12 @@ class FrameRunner:
             raise ValueError("prediction starts after the start-up frame, from frames with known tokens")
         self.store.advance("frame", len(frames))
         wake, future = self._backbone(frames, predictor, k)
+        mark("backbone")
         tokens = self._depformer(wake)
+        prediction = self._future(future)
+        mark("depformer")
         self.frames += len(frames)
-        return (tokens if self.started else None), self._future(future)
+        return (tokens if self.started else None), prediction
 
     def _future(self, future: Future) -> Prediction:
         rows, confidence = [], []

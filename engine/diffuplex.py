@@ -1,0 +1,99 @@
+"""DiffuPlex in a conversation: one backbone wake predicts a block of future frames, and the
+conversation consumes a confident prefix of it at the normal 80 ms cadence.
+
+Each frame, once the user's audio of it is encoded:
+- if a predicted frame is planned for now, it is checked against what the user really said
+  (the predicted user semantic code against the real one, `verify="semantic"`) and against
+  the policy: `listen` consumes it only while the assistant is predicted silent (a padding
+  text token), `speak` also while it speaks; both only with confidence >= tau. A consumed
+  frame is played as predicted, with no backbone run;
+- otherwise the backbone wakes: one forward over the frames consumed since the last wake
+  (they enter history as they were played, with the user's real codes), the current frame
+  (generated as a single AR step would be) and K masked future positions, which become the
+  new plan. A frame the check refused discards what is left of the plan: audio already
+  played stays as played; only the unplayed future is predicted again.
+
+`ar` never predicts. The output frame is assembled as the delay lines assemble it: streams
+without delay from the previous frame's generated tokens, delayed ones from this frame's.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from .lm.predictor import Predictor
+from .options import RuntimeOptions
+from .runtime.runner import FrameRunner, LMInputs
+
+
+@dataclasses.dataclass(frozen=True)
+class WakeReport:
+    """What DiffuPlex did in one frame."""
+    woke: bool
+    """The backbone ran this frame (False: a predicted frame was played)."""
+    discarded: int
+    """Planned frames thrown away by this frame's wake (a revision when > 0)."""
+
+
+class DiffuPlexLoop:
+    def __init__(self, runner: FrameRunner, predictor: Predictor):
+        cfg = runner.lm.cfg
+        if max(cfg.delays) != 1:
+            raise ValueError("DiffuPlex assembles output frames for delays of 0 and 1")
+        self.runner, self.predictor = runner, predictor
+        self._user_semantic = 1 + cfg.model_q
+        self._silent = torch.tensor([cfg.text_padding_id, cfg.text_end_padding_id], device=runner.device)
+        self._undelayed = torch.tensor([d == 0 for d in cfg.delays[:1 + cfg.dep_q]], device=runner.device)
+        self.reset()
+
+    def reset(self) -> None:
+        self._plan: collections.deque[tuple[torch.Tensor, float]] = collections.deque()
+        self._consumed: list[LMInputs] = []
+        self._previous: torch.Tensor | None = None  # the last frame's generated tokens
+
+    @property
+    def pending(self) -> bool:
+        """Frames played from a prediction are not in history yet."""
+        return bool(self._consumed)
+
+    def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark: Callable[[str], None]
+             ) -> tuple[torch.Tensor, torch.Tensor, WakeReport]:
+        """One frame (output under way): pcm [frame_size] -> (output tokens [1 + dep_q], pcm on
+        the device, what was done)."""
+        runner = self.runner
+        user = runner.encode(pcm)
+        mark("encode")
+        if self._plan and options.policy != "ar" and self._accepts(self._plan[0], user, options):
+            generated, _ = self._plan.popleft()
+            self._consumed.append(LMInputs(user, generated=generated))
+            tokens = torch.where(self._undelayed, self._previous, generated)
+            self._previous = generated
+            report = WakeReport(woke=False, discarded=0)
+        else:
+            frames = [*self._consumed, LMInputs(user)]
+            discarded = len(self._plan)
+            if options.policy == "ar":
+                _, tokens = runner.lm_wake(frames, mark)
+                self._plan.clear()
+            else:
+                k = min(options.block, self.predictor.spec.block)
+                tokens, prediction = runner.predict(frames, self.predictor, k, mark)
+                confidence = prediction.confidence.tolist()  # the policy decides on the host
+                self._plan = collections.deque(zip(prediction.generated, confidence))
+            self._consumed = []
+            self._previous = runner.last_generated().clone()
+            report = WakeReport(woke=True, discarded=discarded)
+        out = runner.decode(tokens)
+        mark("decode")
+        return tokens, out, report
+
+    def _accepts(self, planned: tuple[torch.Tensor, float], user: torch.Tensor, options: RuntimeOptions) -> bool:
+        generated, confidence = planned
+        if confidence < options.tau:
+            return False
+        if options.verify == "semantic" and int(generated[self._user_semantic]) != int(user[0]):
+            return False
+        return options.policy == "speak" or bool((generated[0] == self._silent).any())

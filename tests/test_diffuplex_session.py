@@ -1,0 +1,144 @@
+"""DiffuPlex in a conversation, on the demo model (PersonaPlex-shaped) with a 16-frame context.
+
+An oracle predictor (tests only) stands in for a trained one: each wake's prediction replaced
+by what the AR model actually generates next under greedy decoding, with full confidence. Then
+LISTEN and SPEAK must reproduce the AR conversation token for token and sample for sample while
+waking the backbone less than once a frame; a scripted divergence must wake it early without
+changing what was played."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from engine.lm.predictor import new_predictor, save_predictor
+from engine.model import load_model
+from engine.options import RuntimeOptions
+from engine.paths import DEMO_MODEL_DIR
+from engine.runtime.runner import Prediction
+from engine.session import DuplexSession, Persona
+from tests.mimi_reference import varied_audio
+from tests.session_checks import assert_identical
+
+FRAMES = 48
+K = 4
+PERSONA = Persona("DEMO", "Be brief.")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("demo_ctx16")
+    shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)
+    config = json.loads((folder / "config.json").read_text())
+    # The untrained demo never emits the padding token, so LISTEN would never find the assistant
+    # silent: the token it emits most stands for padding here (prompts use it too, consistently).
+    (folder / "config.json").write_text(json.dumps({**config, "context": 16, "existing_text_padding_id": 197}))
+    return load_model(folder)
+
+
+@pytest.fixture(scope="module")
+def adapter(model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("adapter") / "untrained.safetensors"
+    save_predictor(new_predictor(model.cfg, rank=2, block=K), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def audio():
+    return varied_audio(FRAMES, seed=3).reshape(FRAMES, -1)
+
+
+def _options(policy: str) -> RuntimeOptions:
+    return RuntimeOptions(seed=4, greedy=True, policy=policy, block=K, tau=0.5)
+
+
+@pytest.fixture(scope="module")
+def ar_run(model, audio):
+    """The AR conversation, and what each frame generated (the oracle's predictions)."""
+    session = DuplexSession(model, _options("ar"), PERSONA)
+    out, rows = [], []
+    for frame in audio:
+        out.append(session.step(frame))
+        rows.append(session.runner.last_generated().clone())
+    return out, rows
+
+
+def _with_oracle(session, rows, corrupt=None):
+    """Each wake at frame i predicts rows[i + 1: i + 1 + k] with confidence 1; `corrupt` maps a
+    frame to a wrong user semantic code in its prediction."""
+    original, now = session.runner.predict, {"frame": 0}
+
+    def predict(frames, predictor, k, mark=None):
+        tokens, _ = original(frames, predictor, k, *(() if mark is None else (mark,)))
+        ahead = [rows[j].clone() for j in range(now["frame"] + 1, min(now["frame"] + 1 + k, len(rows)))]
+        for j, row in zip(range(now["frame"] + 1, len(rows)), ahead):
+            if corrupt and j in corrupt:
+                row[1 + session.model.cfg.model_q] = corrupt[j]
+        generated = torch.stack(ahead) if ahead else torch.empty(0, rows[0].shape[0], dtype=torch.long)
+        return tokens, Prediction(generated, torch.ones(len(ahead)))
+
+    session.runner.predict = predict
+    return now
+
+
+def _run(session, audio, now):
+    out = []
+    for i, frame in enumerate(audio):
+        now["frame"] = i
+        out.append(session.step(frame))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["listen", "speak"])
+def test_with_an_oracle_the_policies_reproduce_ar_and_wake_less(model, adapter, audio, ar_run, policy):
+    expected, rows = ar_run
+    session = DuplexSession(model, _options(policy), PERSONA, predictor=adapter)
+    out = _run(session, audio, _with_oracle(session, rows))
+    assert_identical(out, expected)
+    wakes = sum(f.diffuplex.woke for f in out)
+    played = sum(not f.diffuplex.woke for f in out)
+    assert wakes + played == FRAMES and played > 0, (wakes, played)
+    if policy == "speak":
+        assert wakes <= FRAMES // (K + 1) + 1  # every wake's K frames are all played
+
+
+def test_a_divergence_wakes_early_and_changes_nothing_played(model, adapter, audio, ar_run):
+    expected, rows = ar_run
+    session = DuplexSession(model, _options("speak"), PERSONA, predictor=adapter)
+    wrong = (int(rows[22][1 + model.cfg.model_q]) + 1) % 2048
+    out = _run(session, audio, _with_oracle(session, rows, corrupt={22: wrong}))
+    assert_identical(out, expected)
+    assert out[22].diffuplex.woke and out[22].diffuplex.discarded > 0  # revised: the rest predicted again
+    assert not out[21].diffuplex.woke or out[21].diffuplex.discarded == 0
+
+
+def test_ar_through_the_diffuplex_path_is_bit_identical(model, adapter, audio, ar_run):
+    expected, _ = ar_run
+    session = DuplexSession(model, _options("ar"), PERSONA, predictor=adapter)
+    out = [session.step(frame) for frame in audio]
+    assert_identical(out, expected)
+    # Switching policies mid-conversation with an untrained predictor: whatever it played
+    # enters history, and AR afterwards runs on it.
+    session.reset()
+    for i, frame in enumerate(audio):
+        if i == 10:
+            session.set_options(_options("speak").replace(tau=0.0))
+        if i == 20:
+            session.set_options(_options("ar"))
+        session.step(frame)
+    assert not session._loop.pending
+
+
+def test_policies_say_why_they_are_unavailable(model, adapter):
+    session = DuplexSession(model, _options("ar"), PERSONA)
+    assert "no DiffuPlex predictor" in session.capabilities()["policy.listen"]
+    with pytest.raises(ValueError, match="not available"):
+        session.set_options(_options("listen"))
+    session.load_predictor(adapter)
+    assert session.capabilities()["policy.speak"] is None
+    with pytest.raises(ValueError, match="tau"):
+        RuntimeOptions(tau=1.5)
+    with pytest.raises(ValueError, match="block"):
+        RuntimeOptions(block=0)
+    assert np.isclose(RuntimeOptions().tau, 0.5)
