@@ -51,13 +51,16 @@ class AppSettings:
         default = RuntimeOptions()
         chosen = {name: self._get(f"{RUNTIME_GROUP}/{name}", getattr(default, name), bool) for name in TOGGLES}
         try:
-            return default.replace(policy=self._get(f"{RUNTIME_GROUP}/policy", default.policy), **chosen)
+            return default.replace(policy=self._get(f"{RUNTIME_GROUP}/policy", default.policy),
+                                   tau=self._get(f"{RUNTIME_GROUP}/tau", default.tau, float),
+                                   block=self._get(f"{RUNTIME_GROUP}/block", default.block, int), **chosen)
         except ValueError:  # a settings file edited by hand, or from a newer version
             return default
 
     @runtime_options.setter
     def runtime_options(self, options: RuntimeOptions) -> None:
-        self.q.setValue(f"{RUNTIME_GROUP}/policy", options.policy)
+        for name in ("policy", "tau", "block"):
+            self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))
         for name in TOGGLES:
             self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
+from engine.diffuplex_stats import DiffuPlexStats
 from engine.options import RuntimeOptions
 
 from .audio_io import AudioCounters
@@ -22,6 +23,7 @@ class CadencePanel(QWidget):
         self.stage_label = QLabel()
         self.memory_label = QLabel()
         self.audio_label = QLabel()
+        self.diffuplex_label = QLabel()
         self.audio_label.setWordWrap(True)
         self.controls = RuntimeControls(options)
         controls_box = QGroupBox("Runtime (applies from the next frame)")
@@ -29,8 +31,8 @@ class CadencePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.chart, 1)
-        for label in (self.speak_label, self.frame_label, self.stage_label, self.memory_label,
-                      self.audio_label):
+        for label in (self.speak_label, self.frame_label, self.stage_label, self.diffuplex_label,
+                      self.memory_label, self.audio_label):
             layout.addWidget(label)
         layout.addWidget(controls_box)
         self.reset()
@@ -38,6 +40,8 @@ class CadencePanel(QWidget):
     def reset(self) -> None:
         """A new conversation starts a new chart; memory and audio lines wait for frames."""
         self.stats = CadenceStats()
+        self.diffuplex = DiffuPlexStats()
+        self.diffuplex_label.setText("DiffuPlex: —")
         self.chart.stats = self.stats
         self._refresh_labels()
         self.memory_label.setText("GPU memory in use: —")
@@ -45,9 +49,13 @@ class CadencePanel(QWidget):
         self.chart.update()
 
     def add_frame(self, timings: dict, speak_s: list[float], gpu_memory: int | None,
-                  counters: AudioCounters, backlog_cap_s: float | None, state_memory: int | None = None) -> None:
-        """One frame's engine timings, and SPEAK times of seconds completed with it."""
+                  counters: AudioCounters, backlog_cap_s: float | None, state_memory: int | None = None,
+                  diffuplex=None) -> None:
+        """One frame's engine timings, SPEAK times of seconds completed with it, and what
+        DiffuPlex did in it (an engine WakeReport, or None)."""
         self.stats.add_frame(timings)
+        self.diffuplex.add(diffuplex, timings)
+        self.diffuplex_label.setText(self.diffuplex.summary() if self.diffuplex.frames else "DiffuPlex: off (AR)")
         self.stats.add_seconds(speak_s)
         self._refresh_labels()
         memory = ("GPU memory in use: n/a (running on CPU)" if gpu_memory is None

@@ -46,6 +46,36 @@ def _bench(args) -> None:
     run_bench(args.model, args.frames, args.plain_frames, args.seed, output)
 
 
+def _train(args) -> None:
+    from pathlib import Path
+
+    from engine import load_model
+    from engine.device import limit_cpu_threads, select_device
+    from engine.paths import SPEECH_SAMPLE
+    from engine.train_diffuplex import TrainSettings, print_progress, train
+
+    out = Path(args.out)
+    if out.suffix != ".safetensors":
+        raise ValueError(f"{out}: a predictor is a .safetensors file")
+    if not out.resolve().parent.is_dir():
+        raise ValueError(f"{out}: the folder to write it in does not exist")
+    if args.resume and not out.is_file():
+        raise ValueError(f"{out}: nothing to resume (no such file)")
+    settings = TrainSettings(steps=args.steps, block=args.block, rank=args.rank, lr=args.lr, batch=args.batch,
+                             window=args.window, seed=args.seed, checkpoint_every=args.checkpoint_every)
+    device = select_device(args.device)
+    limit_cpu_threads(device)
+    model = load_model(args.model, device=device, dtype=torch_dtype(device))
+    train(model, Path(args.data) if args.data else SPEECH_SAMPLE, out, settings, args.resume, print_progress)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def torch_dtype(device: str):
+    """Training keeps the base model in fp32 on the CPU, bf16 on a GPU (as it runs there)."""
+    import torch
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
 def _gui(args) -> int:
     from app.main_window import run_app
     return run_app(model=args.model)
@@ -81,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     offline.add_argument("--voice", help="PersonaPlex voice prompt name")
     offline.add_argument("--role", help="PersonaPlex text role prompt")
+    offline.add_argument("--policy", choices=["ar", "listen", "speak"], default="ar",
+                         help="ar: the backbone every frame; listen / speak: DiffuPlex (needs an adapter)")
+    offline.add_argument("--adapter", help="DiffuPlex predictor file (default: the model's diffuplex.safetensors)")
+    offline.add_argument("--tau", type=float, default=0.5, help="DiffuPlex: confidence a predicted frame needs")
+    offline.add_argument("--block", type=int, default=4, help="DiffuPlex: future frames one wake predicts")
     offline.add_argument("--download", action="store_true",
                          help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
@@ -94,6 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--output", help="JSON report (default bench_MODEL.json in the working folder)")
     bench.set_defaults(func=_bench)
+
+    trainer = sub.add_parser("train-diffuplex", help="train a DiffuPlex predictor (adapter) by self-distillation")
+    trainer.add_argument("--model", required=True, help=MODELS)
+    trainer.add_argument("--out", required=True, help="the adapter file to write (.safetensors); checkpoints go there")
+    trainer.add_argument("--data", help="a folder of audio files, or one file: mono = the user; stereo = a "
+                                        "conversation, user left (default: the bundled speech)")
+    trainer.add_argument("--steps", type=int, default=400)
+    trainer.add_argument("--block", type=int, default=4, help="K, future frames one wake predicts")
+    trainer.add_argument("--rank", type=int, default=8, help="LoRA rank")
+    trainer.add_argument("--lr", type=float, default=3e-3)
+    trainer.add_argument("--batch", type=int, default=8, help="windows per step")
+    trainer.add_argument("--window", type=int, default=24, help="frames of real history before each block")
+    trainer.add_argument("--seed", type=int, default=0)
+    trainer.add_argument("--checkpoint-every", type=int, default=100)
+    trainer.add_argument("--resume", action="store_true", help="continue from the steps --out already holds")
+    trainer.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
+    trainer.set_defaults(func=_train)
 
     return parser
 

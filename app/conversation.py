@@ -28,6 +28,7 @@ class FrameReport:
     speak_s: tuple            # SPEAK time of each second of conversation completed now
     gpu_memory: int | None    # bytes in use on the model's GPU; None on CPU
     state_memory: int         # bytes of streaming state the conversation holds
+    diffuplex: object         # engine WakeReport of the frame, or None when DiffuPlex did not run
     level_dbfs: float         # of the microphone frame the engine heard
     counters: AudioCounters
 
@@ -128,7 +129,7 @@ class ConversationWorker(threading.Thread):
                 self.recorder.add_frame(frame, out.pcm, out.text)
             self.signals.frame.emit(FrameReport(
                 index=index, text=out.text, timings=dict(out.timings), speak_s=out.speak_s,
-                gpu_memory=out.gpu_memory_bytes, state_memory=out.state_bytes,
+                gpu_memory=out.gpu_memory_bytes, state_memory=out.state_bytes, diffuplex=out.diffuplex,
                 level_dbfs=_dbfs(frame), counters=self.link.counters()))
             index += 1
 

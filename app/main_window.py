@@ -14,6 +14,7 @@ from PyQt6.QtGui import QDesktopServices, QTextCursor
 from PyQt6.QtWidgets import (
     QApplication,
     QCheckBox,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -33,7 +34,7 @@ from .conversation import ConversationEnd, ConversationSignals, ConversationWork
 from .crash_reporting import CrashReporter, default_log_dir, setup_logging
 from .device_picker import DevicePicker
 from .message_bar import MessageBar
-from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, ModelLoader
+from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, ModelLoader, PredictorLoader
 from .model_picker import ModelPicker
 from .recorder import ConversationRecorder
 
@@ -146,6 +147,10 @@ class MainWindow(QMainWindow):
         self.copy_path_button.clicked.connect(self.copy_recording_path)
         self.device_picker.muted_changed.connect(self._on_muted)
         self.panel.controls.changed.connect(self._on_options)
+        self.panel.controls.adapter_requested.connect(self.choose_predictor)
+        self.predictor_signals = LoaderSignals()
+        self.predictor_signals.predictor.connect(self._on_predictor)
+        self.predictor_signals.failed.connect(lambda _, message: self.message_bar.show_message(message))
         self.hint_bar.dismissed.connect(
             lambda: setattr(self.settings, "headphones_hint_done", True))
 
@@ -170,6 +175,7 @@ class MainWindow(QMainWindow):
         self.model_picker.show_persona(loaded.voices, loaded.default_role)
         self.compute_label.setText(f"Compute: {loaded.device_label}")
         self.panel.controls.apply_capabilities(loaded.capabilities)
+        self.panel.controls.adapter_label.setText(loaded.predictor or "none")
         self.start_button.setEnabled(True)
         if self._start_when_loaded:
             self._start_when_loaded = False
@@ -253,7 +259,7 @@ class MainWindow(QMainWindow):
             self.transcript.moveCursor(QTextCursor.MoveOperation.End)
             self.transcript.insertPlainText(report.text)
         self.panel.add_frame(report.timings, list(report.speak_s), report.gpu_memory,
-                             report.counters, self._backlog_cap, report.state_memory)
+                             report.counters, self._backlog_cap, report.state_memory, report.diffuplex)
         self.device_picker.set_level(report.level_dbfs)
         seconds = int((report.index + 1) * FRAME_S)
         self.clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
@@ -284,6 +290,23 @@ class MainWindow(QMainWindow):
         self.settings.runtime_options = self.panel.controls.chosen()
         if self.worker is not None:
             self.worker.set_options(options)
+
+    def choose_predictor(self, path: str | None = None) -> None:
+        """A DiffuPlex predictor file for the loaded model (used from the next conversation)."""
+        if self.loaded is None or self.worker is not None:
+            self.message_bar.show_message("Load a model, and stop the conversation, to choose a predictor.", "info")
+            return
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "DiffuPlex predictor", "", "Predictor (*.safetensors)")
+            if not path:
+                return
+        self._predictor_loader = PredictorLoader(self.loaded.session, path, self.predictor_signals)
+        self._predictor_loader.start()
+
+    def _on_predictor(self, path: str, capabilities: dict) -> None:
+        self.loaded = dataclasses.replace(self.loaded, capabilities=capabilities, predictor=Path(path).name)
+        self.panel.controls.adapter_label.setText(Path(path).name)
+        self.panel.controls.apply_capabilities(capabilities)
 
     def _on_muted(self, muted: bool) -> None:
         if self.worker is not None:

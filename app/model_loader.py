@@ -21,6 +21,7 @@ class LoadedModel:
     default_role: str         # PersonaPlex role prompt used when the user gives none
     device_label: str         # "CPU" or the GPU's name
     capabilities: dict        # option name -> None if usable, else why not
+    predictor: str            # the DiffuPlex predictor file loaded with the model ("" for none)
 
 
 class LoaderSignals(QObject):
@@ -28,6 +29,7 @@ class LoaderSignals(QObject):
     loaded = pyqtSignal(object)        # LoadedModel
     failed = pyqtSignal(str, str)      # source, message naming the file and the problem
     checkpoints = pyqtSignal(list)     # [(label, source)] from the Hugging Face cache
+    predictor = pyqtSignal(str, dict)  # a predictor file loaded: its path, the new capabilities
 
 
 class ModelLoader(threading.Thread):
@@ -72,10 +74,34 @@ class ModelLoader(threading.Thread):
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
         persona = Persona(None, "") if model.is_personaplex else None
-        session = DuplexSession(model, persona=persona)
+        # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself.
+        session = DuplexSession(model, persona=persona, predictor=model.predictor_file)
         return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
                            default_role=session.default_role, device_label=label,
-                           capabilities=session.capabilities())
+                           capabilities=session.capabilities(),
+                           predictor=model.predictor_file.name if model.predictor_file else "")
+
+
+class PredictorLoader(threading.Thread):
+    """Loads a DiffuPlex predictor file into a session off the GUI thread (it is checked
+    against the session's model; used from the next conversation)."""
+
+    def __init__(self, session, path: str, signals: LoaderSignals):
+        super().__init__(name="predictor-loader", daemon=True)
+        self.session, self.path, self.signals = session, path, signals
+
+    def run(self) -> None:
+        from engine.errors import CheckpointError
+        try:
+            self.session.load_predictor(self.path)
+        except CheckpointError as exc:
+            self.signals.failed.emit(self.path, str(exc))
+            return
+        except Exception as exc:  # a bug or the environment: log it, say it
+            log.exception("loading the predictor %s failed", self.path)
+            self.signals.failed.emit(self.path, f"{self.path}: {type(exc).__name__}: {exc}")
+            return
+        self.signals.predictor.emit(self.path, self.session.capabilities())
 
 
 class CheckpointScan(threading.Thread):

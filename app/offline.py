@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.audio_io import check_writable, output_format, read_audio, split_frames, write_audio
+from engine.diffuplex_stats import DiffuPlexStats
 from engine.frame import FRAME_SECONDS, SAMPLE_RATE
 
 
@@ -78,26 +79,33 @@ def run_offline(args) -> None:
         raise ValueError(f"{args.output}: the transcript would overwrite the audio output")
     device = select_device(args.device)
     limit_cpu_threads(device)
-    options = RuntimeOptions(seed=args.seed, greedy=args.greedy)
+    options = RuntimeOptions(seed=args.seed, greedy=args.greedy, policy=args.policy, tau=args.tau,
+                             block=args.block)
+    if args.adapter and not Path(args.adapter).is_file():
+        raise ValueError(f"{args.adapter}: no such adapter file")
     pcm = read_audio(args.input)
     model = load_model(args.model, device=device, download=args.download)
     persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
-    session = DuplexSession(model, options, persona)
+    adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
+    session = DuplexSession(model, options, persona, predictor=adapter)
 
     frames = split_frames(pcm)
-    out, pieces = [], []
+    out, pieces, stats = [], [], DiffuPlexStats()
     try:
         with Progress(len(frames)) as progress:
             for i, frame in enumerate(frames):
                 result = session.step(frame)
                 out.append(result.pcm)
                 pieces.append(result.text)
+                stats.add(result.diffuplex, result.timings)
                 progress.update(i + 1)
     finally:
         session.close()
     transcript = {"model": model.name, "words": words_with_times(pieces)}
     _write_all(args.output, np.concatenate(out)[:len(pcm)], args.transcript, transcript)
     _print_summary(session.speak_times, len(pcm) / SAMPLE_RATE)
+    if stats.frames:
+        print(stats.summary(), file=sys.stderr)
 
 
 def _write_all(audio_path: str, pcm: np.ndarray, transcript_path: str | None, transcript: dict) -> None:

@@ -4,9 +4,19 @@ model or device cannot use is disabled, with the engine's reason written under i
 from __future__ import annotations
 
 from PyQt6.QtCore import Qt, pyqtSignal
-from PyQt6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QLabel, QWidget
+from PyQt6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
-from engine.options import POLICIES, TOGGLES, RuntimeOptions
+from engine.options import MAX_BLOCK, POLICIES, TOGGLES, RuntimeOptions
 
 
 def _reason_label() -> QLabel:
@@ -22,6 +32,7 @@ NO_MODEL_REASON = "load a model: what this machine can use shows here"
 
 class RuntimeControls(QWidget):
     changed = pyqtSignal(object)  # RuntimeOptions: what will run, after the user changed a switch
+    adapter_requested = pyqtSignal()  # the user wants to pick a DiffuPlex predictor file
 
     def __init__(self, options: RuntimeOptions, parent=None):
         super().__init__(parent)
@@ -34,6 +45,23 @@ class RuntimeControls(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addRow("Policy", self.policy)
         layout.addRow(self.policy_reason)
+        # DiffuPlex's knobs: the confidence a predicted frame needs, and the frames a wake predicts.
+        self.tau = QDoubleSpinBox()
+        self.tau.setRange(0.0, 1.0)
+        self.tau.setSingleStep(0.05)
+        self.tau.setToolTip("DiffuPlex: a predicted frame is played only with at least this confidence.")
+        self.block = QSpinBox()
+        self.block.setRange(1, MAX_BLOCK)
+        self.block.setToolTip("DiffuPlex: future frames one backbone wake predicts (K).")
+        layout.addRow("Confidence τ", self.tau)
+        layout.addRow("Block K", self.block)
+        self.adapter_label = QLabel("none")
+        self.adapter_button = QPushButton("Choose…")
+        self.adapter_button.clicked.connect(self.adapter_requested)
+        adapter_row = QHBoxLayout()
+        adapter_row.addWidget(self.adapter_label, 1)
+        adapter_row.addWidget(self.adapter_button)
+        layout.addRow("Predictor", adapter_row)
         self.toggles: dict[str, QCheckBox] = {}
         self.reasons: dict[str, QLabel] = {}
         for name, (label, _) in TOGGLES.items():
@@ -43,6 +71,8 @@ class RuntimeControls(QWidget):
             layout.addRow(self.reasons[name])
             self.toggles[name].toggled.connect(lambda on, name=name: self._user_set(name, on))
         self.policy.currentIndexChanged.connect(lambda _: self._user_set("policy", self.policy.currentData()))
+        self.tau.valueChanged.connect(lambda value: self._user_set("tau", round(value, 2)))
+        self.block.valueChanged.connect(lambda value: self._user_set("block", value))
         self.apply_capabilities(None)
 
     @property
@@ -55,7 +85,8 @@ class RuntimeControls(QWidget):
 
     def options(self) -> RuntimeOptions:
         """What will run: the user's choices where they can be honoured, off where not."""
-        return self._chosen.replace(policy=self.policy.currentData(),
+        return self._chosen.replace(policy=self.policy.currentData(), tau=round(self.tau.value(), 2),
+                                    block=self.block.value(),
                                     **{name: box.isChecked() for name, box in self.toggles.items()})
 
     def chosen(self) -> RuntimeOptions:
@@ -88,6 +119,11 @@ class RuntimeControls(QWidget):
         self._show_reason(self.policy_reason, NO_MODEL_REASON if reasons is None else "\n".join(unavailable))
         row = self.policy.findData(self._chosen.policy)
         self.policy.setCurrentIndex(row if row >= 0 and model.item(row).isEnabled() else 0)
+        self.tau.setValue(self._chosen.tau)
+        self.block.setValue(self._chosen.block)
+        diffuplex = reasons is not None and any(reasons.get(f"policy.{p}") is None for p in POLICIES if p != "ar")
+        self.tau.setEnabled(diffuplex)
+        self.block.setEnabled(diffuplex)
         self.blockSignals(False)
 
     @staticmethod

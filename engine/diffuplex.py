@@ -19,23 +19,14 @@ without delay from the previous frame's generated tokens, delayed ones from this
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Callable
 
 import torch
 
+from .diffuplex_stats import WakeReport
 from .lm.predictor import Predictor
 from .options import RuntimeOptions
 from .runtime.runner import FrameRunner, LMInputs
-
-
-@dataclasses.dataclass(frozen=True)
-class WakeReport:
-    """What DiffuPlex did in one frame."""
-    woke: bool
-    """The backbone ran this frame (False: a predicted frame was played)."""
-    discarded: int
-    """Planned frames thrown away by this frame's wake (a revision when > 0)."""
 
 
 class DiffuPlexLoop:

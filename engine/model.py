@@ -22,6 +22,7 @@ from .mimi import Mimi, load_mimi
 from .state import Region
 
 log = logging.getLogger(__name__)
+PREDICTOR_NAME = "diffuplex.safetensors"
 
 
 @dataclasses.dataclass
@@ -56,6 +57,12 @@ class DuplexModel:
 
     def regions(self, wake: int = 1) -> list[Region]:
         return self.lm.regions(wake) + self.mimi.regions()
+
+    @property
+    def predictor_file(self) -> Path | None:
+        """A DiffuPlex predictor shipped beside the checkpoint (`diffuplex.safetensors`), if any."""
+        path = self.path / PREDICTOR_NAME
+        return path if path.is_file() else None
 
     def load_voice(self, name: str) -> VoicePrompt:
         if name not in self.voices:

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .diffuplex import DiffuPlexLoop, WakeReport
+from .diffuplex import DiffuPlexLoop
+from .diffuplex_stats import WakeReport
 from .lm.personaplex import DEFAULT_ROLE, wrap_role
 from .lm.predictor import Predictor, load_predictor
 from .lm.sampling import SamplingParams

@@ -236,3 +236,28 @@ def test_the_recordings_path_is_shown_and_copied(qtbot, window, demo_model):
     _stop(qtbot, window)
     assert str(window.last_end.recording) in window.recording_label.text()
 
+
+
+def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, demo_model, tmp_path):
+    from engine.lm.predictor import new_predictor, save_predictor
+
+    window.set_model(demo_model)
+    controls = window.panel.controls
+    adapter = tmp_path / "adapter.safetensors"
+    save_predictor(new_predictor(demo_model.session.model.cfg, rank=2, block=3), adapter)
+    with qtbot.waitSignal(window.predictor_signals.predictor, timeout=30_000):
+        window.choose_predictor(str(adapter))
+    assert controls.adapter_label.text() == "adapter.safetensors"
+    assert controls.policy.model().item(2).isEnabled() and controls.block.isEnabled()
+    controls.block.setValue(3)
+    controls.tau.setValue(0.0)  # an untrained predictor: play whatever it predicts
+    controls.policy.setCurrentIndex(2)  # SPEAK
+    _run_file_conversation(qtbot, window, frames=30)
+    qtbot.waitUntil(lambda: "frames per wake" in window.panel.diffuplex_label.text(), timeout=30_000)
+    _stop(qtbot, window)
+    stats = window.panel.diffuplex
+    # Untrained, it mispredicts the user: each planned frame fails verification and is revised.
+    assert stats.frames > 0 and stats.revisions > 0 and "revisions" in window.panel.diffuplex_label.text()
+    window.choose_predictor(str(tmp_path / "missing.safetensors"))
+    qtbot.waitUntil(lambda: "missing.safetensors" in window.message_bar.text(), timeout=30_000)
+    demo_model.session.load_predictor(None)

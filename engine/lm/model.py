@@ -68,6 +68,7 @@ class MoshiLM(nn.Module):
     def embed_known(self, tokens: torch.Tensor, known: list[bool], mask: torch.Tensor) -> torch.Tensor:
         """As embed_streams, with mask[i] [dim] in place of the embedding of each stream i that
         is not `known` (a future position's input)."""
+        mask = mask.to(self.dtype)
         parts = [embed(self.emb[i - 1], tokens[i:i + 1]).view(-1) if known[i] else mask[i]
                  for i in range(1, self.cfg.n_q + 1)]
         parts.append(embed(self.text_emb, tokens[:1]).view(-1) if known[0] else mask[0])

@@ -79,7 +79,7 @@ class _Rows:
         if target not in p.spec.targets:
             return torch.zeros((), dtype=x.dtype, device=x.device)
         a, b = p.lora_a[target][layer], p.lora_b[target][layer]
-        return (x @ a.T) @ b.T * p.scale
+        return ((x.to(a.dtype) @ a.T) @ b.T * p.scale).to(x.dtype)
 
 
 class Predictor(nn.Module):
