@@ -1,0 +1,69 @@
+"""train-diffuplex on the demo model, briefly: the loss falls, checkpoints hold the steps done,
+training resumes from them, and bad data is named."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from app.cli import main
+from engine.errors import AudioInputError
+from engine.lm.predictor import load_predictor
+from engine.model import load_model
+from engine.paths import SPEECH_SAMPLE
+from engine.train_diffuplex import TrainSettings, train
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = TrainSettings(steps=6, block=2, rank=2, batch=2, window=6, checkpoint_every=3, lr=1e-2)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("demo")
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    speech, rate = sf.read(SPEECH_SAMPLE, dtype="float32")
+    folder = tmp_path_factory.mktemp("data")
+    sf.write(folder / "user.wav", speech[: 2 * rate], rate)
+    return folder
+
+
+def test_training_learns_checkpoints_and_resumes(model, clip, tmp_path):
+    out = tmp_path / "adapter.safetensors"
+    losses = []
+    train(model, clip, out, SETTINGS, progress=lambda step, steps, loss: losses.append(loss))
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    spec = load_predictor(out, model.cfg).spec
+    assert spec.training["steps_done"] == 6 and spec.block == 2 and spec.rank == 2
+    assert spec.training["method"].startswith("self-distillation")
+    more = []
+    train(model, clip, out, TrainSettings(**{**SETTINGS.__dict__, "steps": 8}), resume=True,
+          progress=lambda step, steps, loss: more.append(step))
+    assert more == [7, 8] and load_predictor(out, model.cfg).spec.training["steps_done"] == 8
+
+
+def test_bad_data_is_named(model, tmp_path):
+    (tmp_path / "notes.wav").write_text("not audio")
+    with pytest.raises(AudioInputError, match=r"notes\.wav: not a readable audio file"):
+        train(model, tmp_path, tmp_path / "a.safetensors", SETTINGS)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(AudioInputError, match="no audio files"):
+        train(model, empty, tmp_path / "a.safetensors", SETTINGS)
+    speech, rate = sf.read(SPEECH_SAMPLE, dtype="float32")
+    short = tmp_path / "short"
+    short.mkdir()
+    sf.write(short / "tiny.wav", speech[: rate // 4], rate)
+    with pytest.raises(AudioInputError, match="too little audio"):
+        train(model, short, tmp_path / "a.safetensors", SETTINGS)
+
+
+def test_the_command_checks_its_output_first(tmp_path):
+    assert main(["train-diffuplex", "--model", "demo", "--out", str(tmp_path / "adapter.bin")]) == 2
+    done = subprocess.run([sys.executable, "-m", "app.cli", "train-diffuplex", "--model", "demo", "--out",
+                           str(tmp_path / "a.safetensors"), "--resume"], capture_output=True, text=True,
+                          cwd=str(REPO_ROOT))
+    assert done.returncode == 2 and "nothing to resume" in done.stderr and "Traceback" not in done.stderr
