@@ -74,3 +74,22 @@ def test_codec_replay_and_demand_sized_state_bit_identical(audio):
     assert fast.runner.graph_count == 2
     plain.close()
     fast.close()
+
+
+def test_diffuplex_on_cuda(model, audio, baseline):
+    """With the demo's predictor loaded (state sized for its wakes, on demand-sized state at
+    stable addresses), AR stays bit-identical to the plain session, graphs and all; SPEAK with
+    every prediction accepted plays predicted frames and keeps the state where it was."""
+    from engine.model import PREDICTOR_NAME
+    from engine.paths import DEMO_MODEL_DIR
+
+    predictor = DEMO_MODEL_DIR / PREDICTOR_NAME
+    session = DuplexSession(model, RuntimeOptions(seed=9), PERSONA, predictor=predictor)
+    assert_identical(run(session, audio), baseline)
+    kv = session.store["lm.transformer.kv"].data_ptr()
+    session.set_options(RuntimeOptions(seed=9, policy="speak", tau=0.0, verify="off"))
+    out = run(session, audio)
+    played = sum(not f.diffuplex.woke for f in out if f.diffuplex is not None)
+    assert played > len(audio) // 2
+    assert session.store["lm.transformer.kv"].data_ptr() == kv
+    session.close()
