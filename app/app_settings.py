@@ -53,13 +53,14 @@ class AppSettings:
         try:
             return default.replace(policy=self._get(f"{RUNTIME_GROUP}/policy", default.policy),
                                    tau=self._get(f"{RUNTIME_GROUP}/tau", default.tau, float),
-                                   block=self._get(f"{RUNTIME_GROUP}/block", default.block, int), **chosen)
+                                   block=self._get(f"{RUNTIME_GROUP}/block", default.block, int),
+                                   verify=self._get(f"{RUNTIME_GROUP}/verify", default.verify), **chosen)
         except ValueError:  # a settings file edited by hand, or from a newer version
             return default
 
     @runtime_options.setter
     def runtime_options(self, options: RuntimeOptions) -> None:
-        for name in ("policy", "tau", "block"):
+        for name in ("policy", "tau", "block", "verify"):
             self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))
         for name in TOGGLES:
             self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))

@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--adapter", help="DiffuPlex predictor file (default: the model's diffuplex.safetensors)")
     offline.add_argument("--tau", type=float, default=0.5, help="DiffuPlex: confidence a predicted frame needs")
     offline.add_argument("--block", type=int, default=4, help="DiffuPlex: future frames one wake predicts")
+    offline.add_argument("--verify", choices=["semantic", "off"], default="semantic",
+                         help="DiffuPlex: check each predicted frame against the user's real audio")
     offline.add_argument("--download", action="store_true",
                          help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
@@ -136,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     trainer.add_argument("--data", help="a folder of audio files, or one file: mono = the user; stereo = a "
                                         "conversation, user left (default: the bundled speech)")
     trainer.add_argument("--steps", type=int, default=400)
-    trainer.add_argument("--block", type=int, default=4, help="K, future frames one wake predicts")
+    trainer.add_argument("--block", type=int, choices=range(1, 17), default=4, metavar="K",
+                         help="future frames one wake predicts (1..16)")
     trainer.add_argument("--rank", type=int, default=8, help="LoRA rank")
     trainer.add_argument("--lr", type=float, default=3e-3)
     trainer.add_argument("--batch", type=int, default=8, help="windows per step")

@@ -150,7 +150,8 @@ class MainWindow(QMainWindow):
         self.panel.controls.adapter_requested.connect(self.choose_predictor)
         self.predictor_signals = LoaderSignals()
         self.predictor_signals.predictor.connect(self._on_predictor)
-        self.predictor_signals.failed.connect(lambda _, message: self.message_bar.show_message(message))
+        self.predictor_signals.failed.connect(
+            lambda _, message: self._predictor_done() and self.message_bar.show_message(message))
         self.hint_bar.dismissed.connect(
             lambda: setattr(self.settings, "headphones_hint_done", True))
 
@@ -176,6 +177,8 @@ class MainWindow(QMainWindow):
         self.compute_label.setText(f"Compute: {loaded.device_label}")
         self.panel.controls.apply_capabilities(loaded.capabilities)
         self.panel.controls.adapter_label.setText(loaded.predictor or "none")
+        if loaded.notice:
+            self.message_bar.show_message(loaded.notice, "info")
         self.start_button.setEnabled(True)
         if self._start_when_loaded:
             self._start_when_loaded = False
@@ -301,9 +304,19 @@ class MainWindow(QMainWindow):
             if not path:
                 return
         self._predictor_loader = PredictorLoader(self.loaded.session, path, self.predictor_signals)
+        self.start_button.setEnabled(False)
+        self.model_picker.set_controls_enabled(False)
         self._predictor_loader.start()
 
+    def _predictor_done(self) -> bool:
+        """The predictor loader has ended: the window's controls come back."""
+        self.start_button.setEnabled(self.worker is None)
+        self.model_picker.set_controls_enabled(self.worker is None)
+        return self.loaded is not None and self.loaded.session is self._predictor_loader.session
+
     def _on_predictor(self, path: str, capabilities: dict) -> None:
+        if not self._predictor_done():
+            return
         self.loaded = dataclasses.replace(self.loaded, capabilities=capabilities, predictor=Path(path).name)
         self.panel.controls.adapter_label.setText(Path(path).name)
         self.panel.controls.apply_capabilities(capabilities)

@@ -22,6 +22,7 @@ class LoadedModel:
     device_label: str         # "CPU" or the GPU's name
     capabilities: dict        # option name -> None if usable, else why not
     predictor: str            # the DiffuPlex predictor file loaded with the model ("" for none)
+    notice: str = ""          # something about the load the user should know ("" for nothing)
 
 
 class LoaderSignals(QObject):
@@ -74,12 +75,19 @@ class ModelLoader(threading.Thread):
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
         persona = Persona(None, "") if model.is_personaplex else None
-        # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself.
-        session = DuplexSession(model, persona=persona, predictor=model.predictor_file)
+        # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself;
+        # one that does not fit leaves the model usable with AR, and says why.
+        from engine.errors import CheckpointError
+        predictor, notice = model.predictor_file, ""
+        try:
+            session = DuplexSession(model, persona=persona, predictor=predictor)
+        except CheckpointError as exc:
+            predictor, notice = None, f"DiffuPlex predictor not loaded: {exc}"
+            session = DuplexSession(model, persona=persona)
         return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
                            default_role=session.default_role, device_label=label,
                            capabilities=session.capabilities(),
-                           predictor=model.predictor_file.name if model.predictor_file else "")
+                           predictor=predictor.name if predictor else "", notice=notice)
 
 
 class PredictorLoader(threading.Thread):

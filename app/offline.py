@@ -80,7 +80,7 @@ def run_offline(args) -> None:
     device = select_device(args.device)
     limit_cpu_threads(device)
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy, policy=args.policy, tau=args.tau,
-                             block=args.block)
+                             block=args.block, verify=args.verify)
     if args.adapter and not Path(args.adapter).is_file():
         raise ValueError(f"{args.adapter}: no such adapter file")
     pcm = read_audio(args.input)

@@ -53,8 +53,12 @@ class RuntimeControls(QWidget):
         self.block = QSpinBox()
         self.block.setRange(1, MAX_BLOCK)
         self.block.setToolTip("DiffuPlex: future frames one backbone wake predicts (K).")
+        self.verify = QCheckBox("Check predictions against the user's audio")
+        self.verify.setToolTip("DiffuPlex: a predicted frame whose user prediction differs from what the "
+                               "user said wakes the backbone early.")
         layout.addRow("Confidence τ", self.tau)
         layout.addRow("Block K", self.block)
+        layout.addRow(self.verify)
         self.adapter_label = QLabel("none")
         self.adapter_button = QPushButton("Choose…")
         self.adapter_button.clicked.connect(self.adapter_requested)
@@ -73,6 +77,7 @@ class RuntimeControls(QWidget):
         self.policy.currentIndexChanged.connect(lambda _: self._user_set("policy", self.policy.currentData()))
         self.tau.valueChanged.connect(lambda value: self._user_set("tau", round(value, 2)))
         self.block.valueChanged.connect(lambda value: self._user_set("block", value))
+        self.verify.toggled.connect(lambda on: self._user_set("verify", "semantic" if on else "off"))
         self.apply_capabilities(None)
 
     @property
@@ -86,7 +91,7 @@ class RuntimeControls(QWidget):
     def options(self) -> RuntimeOptions:
         """What will run: the user's choices where they can be honoured, off where not."""
         return self._chosen.replace(policy=self.policy.currentData(), tau=round(self.tau.value(), 2),
-                                    block=self.block.value(),
+                                    block=self.block.value(), verify="semantic" if self.verify.isChecked() else "off",
                                     **{name: box.isChecked() for name, box in self.toggles.items()})
 
     def chosen(self) -> RuntimeOptions:
@@ -121,9 +126,10 @@ class RuntimeControls(QWidget):
         self.policy.setCurrentIndex(row if row >= 0 and model.item(row).isEnabled() else 0)
         self.tau.setValue(self._chosen.tau)
         self.block.setValue(self._chosen.block)
+        self.verify.setChecked(self._chosen.verify != "off")
         diffuplex = reasons is not None and any(reasons.get(f"policy.{p}") is None for p in POLICIES if p != "ar")
-        self.tau.setEnabled(diffuplex)
-        self.block.setEnabled(diffuplex)
+        for widget in (self.tau, self.block, self.verify):
+            widget.setEnabled(diffuplex)
         self.blockSignals(False)
 
     @staticmethod

@@ -65,7 +65,7 @@ class DiffuPlexLoop:
             report = WakeReport(woke=False, discarded=0)
         else:
             frames = [*self._consumed, LMInputs(user)]
-            discarded = len(self._plan)
+            discarded = 0 if options.policy == "ar" else len(self._plan)  # AR: not a revision
             if options.policy == "ar":
                 _, tokens = runner.lm_wake(frames, mark)
                 self._plan.clear()
@@ -85,6 +85,7 @@ class DiffuPlexLoop:
         generated, confidence = planned
         if confidence < options.tau:
             return False
-        if options.verify == "semantic" and int(generated[self._user_semantic]) != int(user[0]):
-            return False
-        return options.policy == "speak" or bool((generated[0] == self._silent).any())
+        checks = [generated[self._user_semantic] == user[0]] if options.verify == "semantic" else []
+        if options.policy == "listen":
+            checks.append((generated[0] == self._silent).any())
+        return bool(torch.stack(checks).all()) if checks else True  # one read of the device

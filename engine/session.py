@@ -5,8 +5,9 @@ The session is the engine's one API for the app and the command line. It owns th
 (checked against what this machine can honour, applied between frames), the sampling
 generator, the prompts (PersonaPlex voice and role) and the conversation's frame runner,
 which owns the state and how a frame runs. `reset()` starts a new conversation without
-reloading weights and matches a fresh session with the same seed. Inside a frame nothing
-waits for the device except the final copy of the output to the host.
+reloading weights and matches a fresh session with the same seed. Inside an AR frame nothing
+waits for the device except the final copy of the output to the host (DiffuPlex frames also
+read their policy checks).
 """
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ class Persona:
     role: str = ""
 
 
+def _wake_for(predictor: Predictor | None) -> int:
+    """Frames one backbone wake covers: up to K played ones caught up, the current, K ahead."""
+    return 1 if predictor is None else 2 * predictor.spec.block + 1
+
+
 def _sampling(o: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
     return (SamplingParams(o.text_temperature, o.text_top_k, o.greedy),
             SamplingParams(o.audio_temperature, o.audio_top_k, o.greedy))
@@ -77,13 +83,14 @@ class DuplexSession:
         self.device = model.device
         self.generator = torch.Generator(device=self.device)
         self.predictor: Predictor | None = None
+        """The DiffuPlex predictor loaded (in use from the next reset: see load_predictor)."""
         self.load_predictor(predictor)
         self.options = self._checked(options or RuntimeOptions())
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
         self._set_persona(persona)
         self._loop: DiffuPlexLoop | None = None
-        self._wake = 1  # the most frames one backbone wake covers: what the state is sized for
+        self._wake = _wake_for(self.predictor)  # the most frames one wake covers: the state's size
         store = new_store(model.regions(self._wake), self.device, self.options)
         self.runner = FrameRunner(model.lm, model.mimi, store, self.generator, _sampling(self.options))
         self.runner.configure(replay=self.options.graph_replay)
@@ -205,11 +212,12 @@ class DuplexSession:
             self._set_persona(persona)
         self._apply_pending()
         self._size_for(self.predictor)
+        if self._loop is None and self.options.policy != "ar":
+            log.warning("policy %s without a predictor: AR", self.options.policy)
+            self.options = self.options.replace(policy="ar")
         self.runner.reset()
         self.generator.manual_seed(self.options.seed)
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
-        if self._loop is not None:
-            self._loop.reset()
         if self.model.is_personaplex:
             with torch.no_grad():
                 return replay_prompts(self.runner, self._voice, self._role_tokens, cancelled)
@@ -218,7 +226,7 @@ class DuplexSession:
     def _size_for(self, predictor: Predictor | None) -> None:
         """State sized for the predictor's wakes (catch-up of up to K frames, the current one,
         K future), and the loop that runs them; a new store when the size changes."""
-        wake = 1 if predictor is None else 2 * predictor.spec.block + 1
+        wake = _wake_for(predictor)
         if wake != self._wake:
             self._wake = wake
             self.runner.replace_store(new_store(self.model.regions(wake), self.device, self.options))
@@ -236,9 +244,13 @@ class DuplexSession:
         self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
         loop = self._loop
         report = None
+        if self.options.policy != "ar" and loop is None:
+            raise RuntimeError(f"policy {self.options.policy}: the predictor is used from the next reset()")
         if loop is not None and self.runner.started and (self.options.policy != "ar" or loop.pending):
             tokens, out, report = loop.step(self._pcm_in, self.options, self._timer.mark)
         else:
+            if loop is not None:
+                loop.reset()  # AR frames: whatever was planned is no longer the future
             tokens, out = self.runner.frame(self._pcm_in, self._timer.mark)
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)

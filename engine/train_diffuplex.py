@@ -114,12 +114,10 @@ def rollout(model: DuplexModel, pcm: np.ndarray, seed: int) -> Rollout:
     return Rollout(torch.stack(inputs), torch.stack(generated))
 
 
-def staircase(cfg, k: int) -> torch.Tensor:
-    """[k, n_q + 1] bool: which input tokens of future positions 1..k are known (the user's
-    codes, by delay, as FrameRunner._masked_rows decides)."""
-    lead = 1 if cfg.is_personaplex else 0
-    user = [False] * (1 + cfg.model_q) + [True] * cfg.user_q
-    return torch.tensor([[u and f <= lead + d for u, d in zip(user, cfg.delays)] for f in range(1, k + 1)])
+def staircase(model: DuplexModel, k: int) -> torch.Tensor:
+    """[k, n_q + 1] bool: which input tokens of future positions 1..k are known (the same
+    staircase as a wake's)."""
+    return torch.tensor([model.lm.lines.known_ahead(f) for f in range(1, k + 1)])
 
 
 def loss(model: DuplexModel, predictor: Predictor, inputs: torch.Tensor, targets: torch.Tensor,
@@ -154,14 +152,16 @@ def train(model: DuplexModel, data: Path, out: Path, settings: TrainSettings, re
     clips = user_audio(data)
     rollouts = [rollout(model, pcm, settings.seed) for _, pcm in clips]
     starts = [(r, t) for r, roll in enumerate(rollouts)
-              for t in range(settings.window, roll.inputs.shape[0] - k)]
+              for t in range(settings.window - 1, roll.inputs.shape[0] - k)]
     if not starts:
         need = (settings.window + k + 1) * FRAME_SIZE / SAMPLE_RATE
         raise AudioInputError(f"{data}: too little audio: each file needs at least {need:.1f} s")
     predictor, done = _start(model, out, settings, resume)
+    if done >= settings.steps:
+        raise ValueError(f"{out}: already trained for {done} steps; ask for more (--steps)")
     parameters = [p.requires_grad_(True) for p in predictor.parameters()]
     optimizer = torch.optim.Adam(parameters, lr=settings.lr)
-    known = staircase(cfg, k)
+    known = staircase(model, k)
     gen = torch.Generator().manual_seed(settings.seed + done)
     began, value = time.monotonic(), float("nan")
     for step in range(done, settings.steps):
@@ -185,7 +185,8 @@ def train(model: DuplexModel, data: Path, out: Path, settings: TrainSettings, re
 
 def _start(model: DuplexModel, out: Path, settings: TrainSettings, resume: bool) -> tuple[Predictor, int]:
     if not resume:
-        return new_predictor(model.cfg, rank=settings.rank, block=settings.block, seed=settings.seed), 0
+        fresh = new_predictor(model.cfg, rank=settings.rank, block=settings.block, seed=settings.seed)
+        return fresh.to(model.device), 0
     predictor = load_predictor(out, model.cfg, model.device)
     if (predictor.spec.block, predictor.spec.rank) != (settings.block, settings.rank):
         raise ValueError(f"{out}: trained with block {predictor.spec.block} and rank {predictor.spec.rank}; "
@@ -196,7 +197,7 @@ def _start(model: DuplexModel, out: Path, settings: TrainSettings, resume: bool)
 def _checkpoint(predictor: Predictor, out: Path, settings: TrainSettings, data: Path, steps: int,
                 value: float, seconds: float) -> None:
     """Written beside `out`, then moved over it: a crash never leaves a half-written adapter."""
-    training = {**dataclasses.asdict(settings), "steps_done": steps, "loss": value, "data": str(data),
+    training = {**dataclasses.asdict(settings), "steps_done": steps, "loss": value, "data": data.name,
                 "seconds": round(seconds, 1), "method": "self-distillation from greedy AR rollouts"}
     predictor.spec = dataclasses.replace(predictor.spec, training=training)
     part = out.with_name(f".{out.name}.part")

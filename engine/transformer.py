@@ -120,6 +120,9 @@ class Adapter(Protocol):
     DiffuPlex predictor's LoRA, which acts at masked future positions only)."""
     rows: int
 
+    def adapts(self, target: str) -> bool:
+        """Whether projection `target` is corrected at all."""
+
     def delta(self, target: str, layer: int, x: torch.Tensor) -> torch.Tensor:
         """x [1, rows, in] of projection `target` ("qkv", "out", "ffn_in", "ffn_out") of
         layer `layer` -> the correction to add to its output [1, rows, out]."""
@@ -127,7 +130,7 @@ class Adapter(Protocol):
 
 def _adapted(y: torch.Tensor, x: torch.Tensor, adapter: Adapter | None, target: str, layer: int) -> torch.Tensor:
     """y = a projection of x; the adapter's rows corrected. Rows before them are untouched."""
-    if adapter is not None:
+    if adapter is not None and adapter.adapts(target):
         y[:, -adapter.rows:] += adapter.delta(target, layer, x[:, -adapter.rows:])
     return y
 

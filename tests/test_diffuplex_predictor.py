@@ -73,6 +73,10 @@ def test_the_adapter_and_the_mask_act_only_where_inputs_are_unknown(lm):
 
     base = _trained_looking(lm)
     out, prediction = predict(base)
+    # The user's acoustic codes of this frame land in the next frame's tokens: a prediction
+    # holds them as they are (teacher-forced), not as sampled.
+    acoustic = slice(2 + lm.cfg.model_q, 1 + lm.cfg.dep_q)
+    assert torch.equal(prediction.generated[0, acoustic], _user(8)[1:])
     plain_out, plain = predict(_trained_looking(lm).requires_grad_(False).apply(_zero_lora))
     assert torch.equal(out, plain_out)  # the current frame: no adapter
     assert not torch.equal(prediction.confidence, plain.confidence)  # the future: the adapter

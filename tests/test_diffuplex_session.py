@@ -113,6 +113,22 @@ def test_a_divergence_wakes_early_and_changes_nothing_played(model, adapter, aud
     assert not out[21].diffuplex.woke or out[21].diffuplex.discarded == 0
 
 
+def test_switching_policies_with_an_oracle_stays_exact(model, adapter, audio, ar_run):
+    """SPEAK, then AR (whatever SPEAK had planned is dropped, what it played caught up), then
+    SPEAK again: the AR conversation all along."""
+    expected, rows = ar_run
+    session = DuplexSession(model, _options("speak"), PERSONA, predictor=adapter)
+    now = _with_oracle(session, rows)
+    out = []
+    for i, frame in enumerate(audio):
+        now["frame"] = i
+        if i in (10, 20):
+            session.set_options(_options("ar" if i == 10 else "speak"))
+        out.append(session.step(frame))
+    assert_identical(out, expected)
+    assert any(not f.diffuplex.woke for f in out[21:] if f.diffuplex is not None)
+
+
 def test_ar_through_the_diffuplex_path_is_bit_identical(model, adapter, audio, ar_run):
     expected, _ = ar_run
     session = DuplexSession(model, _options("ar"), PERSONA, predictor=adapter)

@@ -88,6 +88,14 @@ class DelayLines:
         rows = (o - self.cfg.max_delay + delays[:n]) % self.slots
         return tokens[rows, streams]
 
+    def known_ahead(self, ahead: int) -> list[bool]:
+        """Which streams' tokens `ahead` slots past the current input slot are known before the
+        model generates them: the user's codes of the current frame, which land lead + delay
+        slots ahead (the staircase of a DiffuPlex wake); nothing the model generates."""
+        c = self.cfg
+        user = [False] * (1 + c.model_q) + [True] * c.user_q
+        return [u and ahead <= self.lead + d for u, d in zip(user, c.delays)]
+
     def load_cache(self, store: Store, cache: torch.Tensor) -> None:
         """Replace every slot's tokens (cache [slots, n_q + 1], slot s at row s % slots)."""
         store[self.tokens_region].copy_(cache)

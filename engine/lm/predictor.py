@@ -74,10 +74,11 @@ class _Rows:
     def __init__(self, predictor: Predictor, rows: int):
         self.predictor, self.rows = predictor, rows
 
+    def adapts(self, target: str) -> bool:
+        return target in self.predictor.spec.targets
+
     def delta(self, target: str, layer: int, x: torch.Tensor) -> torch.Tensor:
         p = self.predictor
-        if target not in p.spec.targets:
-            return torch.zeros((), dtype=x.dtype, device=x.device)
         a, b = p.lora_a[target][layer], p.lora_b[target][layer]
         return ((x.to(a.dtype) @ a.T) @ b.T * p.scale).to(x.dtype)
 

@@ -1,9 +1,9 @@
 """Demand-sized placement of declared state: memory follows the regions' clocks.
 
 `DemandStore` implements the `engine.state.Store` protocol and backs each ring region with
-memory for `region.entries_at(ticks)` entries only, where `ticks` is how far the region's
-clock has advanced. The frame runner calls `advance` before the stage that writes the new
-entries, outside graph capture.
+memory for `region.backed_at(ticks)` entries only (the live ones and those a wake writes
+ahead), where `ticks` is how far the region's clock has advanced. The frame runner calls
+`advance` before the stage that writes the new entries, outside graph capture.
 
 - Fixed regions (conv tails, counters, delay lines, the depformer's one-frame KV) are
   allocated whole, once.

@@ -15,8 +15,8 @@ initialisation), and drops the graphs when they stop being valid (state moved to
 placement, or sampling parameters that are baked into them changed). The models stay plain
 modules that read and write declared state; see docs/architecture.md, "The life of a frame".
 
-The backbone stage is a wake over N positions, and its graph is keyed by N, so that a
-multi-frame wake can reuse this path; every wake today covers one position (N = 1).
+The backbone stage is a wake over N positions, and its graph is keyed by N. Replayed frames wake
+over one position; wakes over several (`lm_wake`, DiffuPlex's `predict`) run eagerly for now.
 """
 from __future__ import annotations
 
@@ -119,6 +119,7 @@ class FrameRunner:
         """LM frames run since the reset (host side): decides when output starts."""
         self._graphs = _Graphs(self.device, generator) if self.device.type == "cuda" else None
         self._warm = False  # an eager steady frame ran: lazy initialisation is done
+        self._staircases: dict[int, torch.Tensor] = {}  # DiffuPlex: known target streams, by K
         if mimi is not None:
             # Graphs read their input from one device buffer at a fixed address.
             self.pcm = torch.zeros(1, 1, mimi.frame_size, dtype=torch.float32, device=self.device)
@@ -156,6 +157,7 @@ class FrameRunner:
     def replace_store(self, store: Store) -> None:
         """Start over in a store of other sizes (between conversations: nothing is copied)."""
         self._invalidate()
+        self._warm = False  # new shapes: one eager frame before capturing again
         old, self.store = self.store, store
         old.close()
 
@@ -361,7 +363,8 @@ class FrameRunner:
             logits = future.text_logits[f:f + 1]
             text = sample(logits, self.text_sampling, self.generator)
             row, first = self._codebooks(future.hidden[:, f:f + 1], text, future.target[f], future.forced[f])
-            rows.append(row)
+            n = row.shape[0]  # tokens known already stay as they are, as a commit keeps them
+            rows.append(torch.where(future.forced[f, :n], future.target[f, :n], row))
             top = [torch.softmax(x.float(), dim=-1).amax() for x in (logits, first)]
             confidence.append(torch.minimum(*top))
         return Prediction(torch.stack(rows), torch.stack(confidence))
@@ -374,17 +377,13 @@ class FrameRunner:
         generates is known past the current frame."""
         lm, lines, store = self.lm, self.lm.lines, self.store
         o = store[lines.slot_region]
-        user = [False] + [False] * self.lm.cfg.model_q + [True] * self.lm.cfg.user_q
-        delays = self.lm.cfg.delays
-
-        def known(ahead: int) -> list[bool]:
-            return [u and ahead <= lines.lead + d for u, d in zip(user, delays)]
-
         tokens = store[lines.tokens_region]
-        rows, targets, forced = [], [], []
+        rows, targets = [], []
         for f in range(1, k + 1):
-            rows.append(lm.embed_known(tokens.index_select(0, (o + f) % lines.slots)[0], known(f),
+            rows.append(lm.embed_known(tokens.index_select(0, (o + f) % lines.slots)[0], lines.known_ahead(f),
                                        predictor.mask_embeddings))
             targets.append(tokens.index_select(0, (o + f + 1) % lines.slots)[0])
-            forced.append(torch.tensor(known(f + 1), device=tokens.device))
-        return rows, torch.stack(targets), torch.stack(forced)
+        if k not in self._staircases:  # on the device once: a host tensor here would synchronize
+            known = [lines.known_ahead(f + 1) for f in range(1, k + 1)]
+            self._staircases[k] = torch.tensor(known, device=tokens.device)
+        return rows, torch.stack(targets), self._staircases[k]
