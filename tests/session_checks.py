@@ -1,5 +1,12 @@
-"""Running a session over frames and comparing runs bit for bit (CPU and GPU toggle tests)."""
+"""Running a session over frames and comparing runs bit for bit (CPU and GPU toggle tests), and
+copies of the demo model with a few configuration values changed."""
+import json
+import shutil
+
 import numpy as np
+
+from engine.model import DuplexModel, load_model
+from engine.paths import DEMO_MODEL_DIR
 
 PLAIN = {"graph_replay": False, "demand_sized_state": False}
 """Both runtime optimizations off (they are on by default)."""
@@ -22,3 +29,15 @@ def assert_identical(a, b):
         if x.tokens is not None:
             np.testing.assert_array_equal(x.tokens, y.tokens, err_msg=f"frame {i}")
         np.testing.assert_array_equal(x.pcm, y.pcm, err_msg=f"frame {i}")
+
+
+def demo_with(folder, lm: dict, mimi_transformer: dict | None = None) -> DuplexModel:
+    """The demo model copied to `folder` with `lm` merged into its config.json (and
+    `mimi_transformer` into its Mimi's transformer section), loaded."""
+    shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)
+    for name, changes in (("config.json", lm), ("mimi_config.json", mimi_transformer)):
+        if changes:
+            config = json.loads((folder / name).read_text())
+            (config if name == "config.json" else config["transformer"]).update(changes)
+            (folder / name).write_text(json.dumps(config))
+    return load_model(folder)

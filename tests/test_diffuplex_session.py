@@ -5,21 +5,17 @@ by what the AR model actually generates next under greedy decoding, with full co
 LISTEN and SPEAK must reproduce the AR conversation token for token and sample for sample while
 waking the backbone less than once a frame; a scripted divergence must wake it early without
 changing what was played."""
-import json
-import shutil
 
 import numpy as np
 import pytest
 import torch
 
 from engine.lm.predictor import new_predictor, save_predictor
-from engine.model import load_model
 from engine.options import RuntimeOptions
-from engine.paths import DEMO_MODEL_DIR
 from engine.runtime.runner import Prediction
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
-from tests.session_checks import assert_identical
+from tests.session_checks import assert_identical, demo_with
 
 FRAMES = 48
 K = 4
@@ -28,13 +24,9 @@ PERSONA = Persona("DEMO", "Be brief.")
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("demo_ctx16")
-    shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)
-    config = json.loads((folder / "config.json").read_text())
     # The untrained demo never emits the padding token, so LISTEN would never find the assistant
     # silent: the token it emits most stands for padding here (prompts use it too, consistently).
-    (folder / "config.json").write_text(json.dumps({**config, "context": 16, "existing_text_padding_id": 197}))
-    return load_model(folder)
+    return demo_with(tmp_path_factory.mktemp("demo_ctx16"), {"context": 16, "existing_text_padding_id": 197})
 
 
 @pytest.fixture(scope="module")

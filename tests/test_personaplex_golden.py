@@ -4,18 +4,15 @@ file). Voice prompt, silence, role prompt, silence, then the bundled speech as t
 16-frame context so the KV ring wraps; greedy and sampled with the recorded seed. Tokens must
 be identical frame by frame; PCM (the same tokens through each side's Mimi) equal to float
 rounding."""
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors import safe_open
 
-from engine.model import load_model
 from engine.options import RuntimeOptions
-from engine.paths import DEMO_MODEL_DIR
 from engine.session import DuplexSession, Persona
+from tests.session_checks import demo_with
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "personaplex_demo.safetensors"
 
@@ -29,12 +26,7 @@ def golden():
 @pytest.fixture(scope="module")
 def model(golden, tmp_path_factory):
     meta, _ = golden
-    folder = tmp_path_factory.mktemp("demo_golden")
-    shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)
-    config = json.loads((folder / "config.json").read_text())
-    config["context"] = int(meta["context"])
-    (folder / "config.json").write_text(json.dumps(config))
-    return load_model(folder)
+    return demo_with(tmp_path_factory.mktemp("demo_golden"), {"context": int(meta["context"])})
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])

@@ -6,18 +6,15 @@ CPU runs the demand-sized placement's emulation, which poisons every entry a CUD
 would not have mapped with NaN: output that stays bit-identical proves nothing unbacked
 was read. A small-context copy of the demo model makes every KV ring wrap in the test.
 """
-import json
-import shutil
 
 import numpy as np
 import pytest
 
 from engine.model import load_model
 from engine.options import RuntimeOptions
-from engine.paths import DEMO_MODEL_DIR
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
-from tests.session_checks import PLAIN, assert_identical, run
+from tests.session_checks import PLAIN, assert_identical, demo_with, run
 
 FRAMES = 40
 PERSONA = Persona("DEMO", "Be brief.")
@@ -25,14 +22,7 @@ PERSONA = Persona("DEMO", "Be brief.")
 
 @pytest.fixture(scope="module")
 def small_context_model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("demo_ctx")
-    shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)
-    for name, edit in (("config.json", lambda c: c.update(context=12)),
-                       ("mimi_config.json", lambda c: c["transformer"].update(context=10))):
-        config = json.loads((folder / name).read_text())
-        edit(config)
-        (folder / name).write_text(json.dumps(config))
-    return load_model(folder)
+    return demo_with(tmp_path_factory.mktemp("demo_ctx"), {"context": 12}, {"context": 10})
 
 
 @pytest.fixture(scope="module")
