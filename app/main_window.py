@@ -21,6 +21,7 @@ from PyQt6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -114,7 +115,12 @@ class MainWindow(QMainWindow):
         left_layout.addWidget(self.transcript)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
-        splitter.addWidget(self.panel)
+        # The panel scrolls rather than squeezes its switches when the window is short.
+        panel_area = QScrollArea()
+        panel_area.setWidget(self.panel)
+        panel_area.setWidgetResizable(True)
+        panel_area.setFrameShape(QScrollArea.Shape.NoFrame)
+        splitter.addWidget(panel_area)
         splitter.setSizes([450, 650])
         central = QWidget()
         layout = QVBoxLayout(central)

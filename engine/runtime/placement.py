@@ -154,8 +154,8 @@ class DemandStore:
 # output is the same either way) and logged.
 _CPU_REASONS = {
     "graph_replay": "CUDA graph replay needs a CUDA GPU",
-    "demand_sized_state": "demand-sized state needs CUDA virtual memory (on the CPU it runs as "
-                          "an accounting emulation that saves no memory)",
+    "demand_sized_state": "demand-sized state needs CUDA virtual memory (on the CPU: an emulation "
+                          "that saves no memory)",
 }
 
 
