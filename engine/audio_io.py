@@ -12,10 +12,11 @@ from .errors import AudioInputError, AudioOutputError
 from .frame import FRAME_SIZE, SAMPLE_RATE
 
 
-def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE, channel: int | None = None) -> np.ndarray:
     """Any readable format, rate, channel count or sample format -> mono float32 at `sample_rate`.
 
-    Channels are averaged; the rate is converted with soxr's high-quality resampler.
+    Channels are averaged (or only `channel` is taken); the rate is converted with soxr's
+    high-quality resampler.
     """
     path = Path(path)
     if not path.exists():
@@ -26,7 +27,12 @@ def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         raise AudioInputError(f"{path}: not a readable audio file ({exc})") from None
     if data.shape[0] == 0:
         raise AudioInputError(f"{path}: the file holds no audio samples")
-    mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
+    if channel is not None:
+        if channel >= data.shape[1]:
+            raise AudioInputError(f"{path}: no channel {channel + 1} (the file has {data.shape[1]})")
+        mono = data[:, channel]
+    else:
+        mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ").astype(np.float32)
     return np.ascontiguousarray(mono, dtype=np.float32)

@@ -140,6 +140,7 @@ class StateStore:
         self._buffers = {name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
                          for name, r in self.regions.items()}
         self._ticks = dict.fromkeys(CLOCKS, 0)
+        self._total = sum(b.numel() * b.element_size() for b in self._buffers.values())
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._buffers[name]
@@ -163,6 +164,8 @@ class StateStore:
         self._ticks = dict.fromkeys(CLOCKS, 0)
 
     def nbytes(self, prefix: str = "") -> int:
+        if not prefix:  # asked every frame: full retention never changes its size
+            return self._total
         return sum(b.numel() * b.element_size() for n, b in self._buffers.items() if n.startswith(prefix))
 
     def mapped_bytes(self) -> int:
@@ -170,6 +173,7 @@ class StateStore:
 
     def close(self) -> None:
         self._buffers.clear()
+        self._total = 0
 
 
 def copy_state(src: Store, dst: Store) -> None:

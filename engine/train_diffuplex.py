@@ -86,17 +86,9 @@ def user_audio(folder: Path) -> list[tuple[Path, np.ndarray]]:
             raise AudioInputError(f"{path}: not a readable audio file ({exc})") from None
         if info.channels > 2:
             raise AudioInputError(f"{path}: {info.channels} channels; use mono (user) or stereo (user left)")
-        pcm = read_audio(path) if info.channels == 1 else _left(path)
+        pcm = read_audio(path, channel=0)  # mono, or the user's (left) side of a conversation
         out.append((path, pcm))
     return out
-
-
-def _left(path: Path) -> np.ndarray:
-    import soxr
-
-    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    left = np.ascontiguousarray(data[:, 0])
-    return left if rate == SAMPLE_RATE else soxr.resample(left, rate, SAMPLE_RATE).astype(np.float32)
 
 
 @torch.no_grad()

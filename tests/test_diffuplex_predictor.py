@@ -14,7 +14,7 @@ from engine.lm.predictor import load_predictor, new_predictor, save_predictor
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.runtime.runner import LMInputs
 from tests.lm_reference import our_lm_runner
-from tests.test_runtime_wake import _generated_row, _user
+from tests.test_runtime_wake import _user
 
 K = 3
 WAKE = 6  # catch-up frames + the current one + K
@@ -43,7 +43,7 @@ def test_a_predicting_wake_leaves_history_as_single_steps(lm):
     tokens, generated = [], []
     for i in range(36):
         tokens.append(single.lm_frame(LMInputs(_user(i)))[1])
-        generated.append(_generated_row(single))
+        generated.append(single.last_generated().clone())
     woken.lm_frame(LMInputs(_user(0)))  # the priming frame
     i, predictions = 1, []
     while i < 36:

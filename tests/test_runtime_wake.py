@@ -27,21 +27,13 @@ def _user(i: int) -> torch.Tensor:
     return torch.randint(0, 2048, (8,), generator=torch.Generator().manual_seed(i))
 
 
-def _generated_row(runner) -> torch.Tensor:
-    """What the frame just run generated: the delay-line row it committed (text + dep_q), the
-    row its advanced slot counter now points at."""
-    lines, store = runner.lm.lines, runner.store
-    row = store[lines.slot_region] % lines.slots
-    return store[lines.tokens_region][row][0, :1 + runner.lm.cfg.dep_q].clone()
-
-
 @torch.no_grad()
 def test_a_catch_up_wake_leaves_the_history_single_steps_leave(lm):
     single, woken = our_lm_runner(lm, True, 0, wake=WAKE), our_lm_runner(lm, True, 0, wake=WAKE)
     tokens, generated = [], []
     for i in range(FRAMES):
         tokens.append(single.lm_frame(LMInputs(_user(i)))[1])
-        generated.append(_generated_row(single))
+        generated.append(single.last_generated().clone())
     woken_tokens = [woken.lm_frame(LMInputs(_user(0)))[1]]  # the priming frame runs no wake
     i, sizes = 1, []
     while i < FRAMES:

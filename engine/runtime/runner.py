@@ -184,15 +184,13 @@ class FrameRunner:
         [1, 1, frame_size] on the device), or (None, None) during start-up. `mark(stage)` is
         called as each stage is queued."""
         replay = self.replay and self._warm and self.started
-        self.pcm.view(-1).copy_(pcm, non_blocking=True)
-        self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
+        self._feed(pcm)
         codes = self._run("encode", self._encode, replay)
         mark("encode")
         _, tokens = self._lm_frame([LMInputs(codes[0, :self.lm.cfg.user_q, 0])], mark, replay)
         if tokens is None:
             return None, None
-        q = self.lm.cfg.model_q
-        out = self._run("decode", lambda: self.mimi.decode_step(tokens[1:1 + q].view(1, q, 1), self.store), replay)
+        out = self._run("decode", lambda: self.decode(tokens), replay)
         mark("decode")
         self._warm = True
         return tokens, out
@@ -200,8 +198,7 @@ class FrameRunner:
     def encode(self, pcm: torch.Tensor) -> torch.Tensor:
         """The encode stage alone, eagerly: pcm float32 [frame_size] -> the user's codes [user_q]
         (a frame whose LM part a predicting loop decides)."""
-        self.pcm.view(-1).copy_(pcm, non_blocking=True)
-        self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
+        self._feed(pcm)
         return self._encode()[0, :self.lm.cfg.user_q, 0]
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -219,8 +216,7 @@ class FrameRunner:
         """Mimi alone: pcm float32 [frame_size] (host or device) -> encoded with every codebook, decoded
         back -> pcm [1, 1, frame_size] on the device. Frame by frame as in a conversation."""
         replay = self.replay and self._warm
-        self.pcm.view(-1).copy_(pcm, non_blocking=True)
-        self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
+        self._feed(pcm)
         codes = self._run("encode", self._encode, replay)
         out = self._run("codec_decode", lambda: self.mimi.decode_step(codes, self.store), replay)
         self._warm = True
@@ -279,6 +275,11 @@ class FrameRunner:
     def _invalidate(self) -> None:
         if self._graphs is not None:
             self._graphs.clear()
+
+    def _feed(self, pcm: torch.Tensor) -> None:
+        """A frame's audio into the encoder's fixed input buffer, its clock ticked first."""
+        self.pcm.view(-1).copy_(pcm, non_blocking=True)
+        self.store.advance("mimi_step", self.mimi.cfg.resample_stride)
 
     def _encode(self) -> torch.Tensor:
         return self.mimi.encode_step(self.pcm, self.store)
