@@ -41,9 +41,14 @@ def _offline(args) -> None:
 def _bench(args) -> None:
     from pathlib import Path
 
+    if args.diffuplex:
+        from engine.bench.diffuplex import run_diffuplex_bench
+        output = Path(args.output or f"bench_diffuplex_{args.model}.json")
+        run_diffuplex_bench(args.model, args.frames or 375, args.block, args.seed, output)
+        return
     from engine.bench.run import run_bench
     output = Path(args.output or f"bench_{args.model}.json")
-    run_bench(args.model, args.frames, args.plain_frames, args.seed, output)
+    run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output)
 
 
 def _train(args) -> None:
@@ -125,11 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="ours against the stock runtime (needs a CUDA GPU and moshi==0.2.13; "
                                          "random full-size weights)")
     bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko")
-    bench.add_argument("--frames", type=int, default=1500, help="frames per run (1500 = 120 s)")
+    bench.add_argument("--frames", type=int, help="frames per run (default 1500 = 120 s; 375 with --diffuplex)")
     bench.add_argument("--plain-frames", type=int, default=150,
                        help="frames for ours with the optimizations off (slow: fewer)")
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--output", help="JSON report (default bench_MODEL.json in the working folder)")
+    bench.add_argument("--output", help="JSON report (default bench_MODEL.json, or bench_diffuplex_MODEL.json, "
+                                        "in the working folder)")
+    bench.add_argument("--diffuplex", action="store_true",
+                       help="instead: DiffuPlex against our AR path, with acceptance forced to 0..K frames per wake "
+                            "(personaplex only; a full-size predictor with random weights)")
+    bench.add_argument("--block", type=int, default=4, help="with --diffuplex: K, frames one wake predicts")
     bench.set_defaults(func=_bench)
 
     trainer = sub.add_parser("train-diffuplex", help="train a DiffuPlex predictor (adapter) by self-distillation")

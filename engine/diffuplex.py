@@ -2,11 +2,12 @@
 conversation consumes a confident prefix of it at the normal 80 ms cadence.
 
 Each frame, once the user's audio of it is encoded:
-- if a predicted frame is planned for now, it is checked against what the user really said
-  (the predicted user semantic code against the real one, `verify="semantic"`) and against
-  the policy: `listen` consumes it only while the assistant is predicted silent (a padding
-  text token), `speak` also while it speaks; both only with confidence >= tau. A consumed
-  frame is played as predicted, with no backbone run;
+- if a predicted frame is planned for now, the depformer runs on the hidden state the last
+  wake left for it (its codebooks and the user's), and it is checked against what the user
+  really said (the predicted user semantic code against the real one, `verify="semantic"`)
+  and against the policy: `listen` consumes it only while the assistant is predicted silent
+  (a padding text token), `speak` also while it speaks; both only with confidence >= tau. A
+  consumed frame is played as predicted, with no backbone run;
 - otherwise the backbone wakes: one forward over the frames consumed since the last wake
   (they enter history as they were played, with the user's real codes), the current frame
   (generated as a single AR step would be) and K masked future positions, which become the
@@ -18,7 +19,6 @@ without delay from the previous frame's generated tokens, delayed ones from this
 """
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 
 import torch
@@ -36,12 +36,16 @@ class DiffuPlexLoop:
             raise ValueError("DiffuPlex assembles output frames for delays of 0 and 1")
         self.runner, self.predictor = runner, predictor
         self._user_semantic = 1 + cfg.model_q
+        self.accept_first: int | None = None
+        """Benchmarks only: play exactly this many predicted frames after each wake, whatever
+        the checks say (a full-size predictor with random weights is never confident)."""
         self._silent = torch.tensor([cfg.text_padding_id, cfg.text_end_padding_id], device=runner.device)
         self._undelayed = torch.tensor([d == 0 for d in cfg.delays[:1 + cfg.dep_q]], device=runner.device)
         self.reset()
 
     def reset(self) -> None:
-        self._plan: collections.deque[tuple[torch.Tensor, float]] = collections.deque()
+        self._planned = 0  # frames the last wake predicted
+        self._next = 0  # the next of them to play
         self._consumed: list[LMInputs] = []
         self._previous: torch.Tensor | None = None  # the last frame's generated tokens
 
@@ -57,35 +61,35 @@ class DiffuPlexLoop:
         runner = self.runner
         user = runner.encode(pcm)
         mark("encode")
-        if self._plan and options.policy != "ar" and self._accepts(self._plan[0], user, options):
-            generated, _ = self._plan.popleft()
-            self._consumed.append(LMInputs(user, generated=generated))
+        planned = self._next < self._planned and options.policy != "ar"
+        if planned:
+            generated, confidence = runner.planned(self._next)
+            mark("depformer")
+        if planned and self._accepts(generated, confidence, user, options):
+            generated = generated.clone()  # graph outputs: the next replay overwrites them
+            self._next += 1
+            self._consumed.append(LMInputs(user.clone(), generated=generated))
             tokens = torch.where(self._undelayed, self._previous, generated)
             self._previous = generated
             report = WakeReport(woke=False, discarded=0)
         else:
             frames = [*self._consumed, LMInputs(user)]
-            discarded = 0 if options.policy == "ar" else len(self._plan)  # AR: not a revision
-            if options.policy == "ar":
-                _, tokens = runner.lm_wake(frames, mark)
-                self._plan.clear()
-            else:
-                k = min(options.block, self.predictor.spec.block)
-                tokens, prediction = runner.predict(frames, self.predictor, k, mark)
-                confidence = prediction.confidence.tolist()  # the policy decides on the host
-                self._plan = collections.deque(zip(prediction.generated, confidence))
-            self._consumed = []
+            discarded = 0 if options.policy == "ar" else self._planned - self._next  # AR: not a revision
+            k = 0 if options.policy == "ar" else min(options.block, self.predictor.spec.block)
+            tokens = runner.wake(frames, self.predictor if k else None, k, mark)
+            self._planned, self._next, self._consumed = k, 0, []
             self._previous = runner.last_generated().clone()
             report = WakeReport(woke=True, discarded=discarded)
         out = runner.decode(tokens)
         mark("decode")
         return tokens, out, report
 
-    def _accepts(self, planned: tuple[torch.Tensor, float], user: torch.Tensor, options: RuntimeOptions) -> bool:
-        generated, confidence = planned
-        if confidence < options.tau:
-            return False
-        checks = [generated[self._user_semantic] == user[0]] if options.verify == "semantic" else []
+    def _accepts(self, generated: torch.Tensor, confidence: torch.Tensor, user: torch.Tensor,
+                 options: RuntimeOptions) -> bool:
+        checks = [confidence >= options.tau]
+        if options.verify == "semantic":
+            checks.append(generated[self._user_semantic] == user[0])
         if options.policy == "listen":
             checks.append((generated[0] == self._silent).any())
-        return bool(torch.stack(checks).all()) if checks else True  # one read of the device
+        accepted = bool(torch.stack(checks).all())  # one read of the device
+        return accepted if self.accept_first is None else self._next < self.accept_first

@@ -135,6 +135,11 @@ class DuplexSession:
         return DEFAULT_ROLE if self.model.is_personaplex else ""
 
     @property
+    def diffuplex(self) -> DiffuPlexLoop | None:
+        """The DiffuPlex loop of this conversation (None without a predictor)."""
+        return self._loop
+
+    @property
     def store(self) -> Store:
         return self.runner.store
 

@@ -119,7 +119,7 @@ def loss(model: DuplexModel, predictor: Predictor, inputs: torch.Tensor, targets
     lm, cfg = model.lm, model.cfg
     k = targets.shape[0]
     rows = [lm.embed_streams(inputs[i]) for i in range(inputs.shape[0] - k)]
-    rows += [lm.embed_known(inputs[i - k], known[i].tolist(), predictor.mask_embeddings) for i in range(k)]
+    rows.append(lm.embed_known(inputs[-k:], known.to(inputs.device), predictor.mask_embeddings))
     x = torch.cat(rows, dim=1)
     h = lm.out_norm(lm.transformer(x, None, adapter=predictor.at_last(k)))[:, -k:]
     total = F.cross_entropy(lm.text_linear(h)[0].float(), targets[:, 0], reduction="sum")

@@ -123,15 +123,16 @@ class Adapter(Protocol):
     def adapts(self, target: str) -> bool:
         """Whether projection `target` is corrected at all."""
 
-    def delta(self, target: str, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """x [1, rows, in] of projection `target` ("qkv", "out", "ffn_in", "ffn_out") of
-        layer `layer` -> the correction to add to its output [1, rows, out]."""
+    def add_delta(self, target: str, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """x [rows, in] of projection `target` ("qkv", "out", "ffn_in", "ffn_out") of layer
+        `layer`: adds the correction to its output y [rows, out] in place."""
 
 
 def _adapted(y: torch.Tensor, x: torch.Tensor, adapter: Adapter | None, target: str, layer: int) -> torch.Tensor:
-    """y = a projection of x; the adapter's rows corrected. Rows before them are untouched."""
+    """y = a projection of x [1, T, in]; the adapter's rows corrected. Rows before them are untouched."""
     if adapter is not None and adapter.adapts(target):
-        y[:, -adapter.rows:] += adapter.delta(target, layer, x[:, -adapter.rows:])
+        rows = adapter.rows
+        adapter.add_delta(target, layer, x[0, -rows:], y[0, -rows:])
     return y
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one run: the GPU test suite (runtime primitives and
-# session bit-identity) and the benchmarks against the stock runtime. Results go to $OUT.
+# session bit-identity) and the benchmarks against the stock runtime (and, for personaplex,
+# DiffuPlex against our AR path). Results go to $OUT.
 # On the device machine (torch 2.11, no network) the missing wheels travel in .whl:
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
 #   PYTHONPATH=/tmp/site:. OUT=... bash packaging/gpu_run.sh [moshiko personaplex]
@@ -17,5 +18,10 @@ grep -E "passed|failed|error" "$OUT/gpu_check.log"
 for shape in "${@:-moshiko}"; do
     "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    if [ "$shape" = personaplex ]; then
+        "$PYTHON" -m app.cli bench --model personaplex --diffuplex --output "$OUT/bench_diffuplex_personaplex.json" \
+            2>&1 | tee "$OUT/bench_diffuplex_personaplex.log" | tail -16
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    fi
 done
 exit $status

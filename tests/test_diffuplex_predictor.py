@@ -49,12 +49,12 @@ def test_a_predicting_wake_leaves_history_as_single_steps(lm):
     while i < 36:
         n = min(1 + i % 3, 36 - i)  # 1 to 3 real frames, then K predicted
         frames = [LMInputs(_user(j), generated=generated[j]) for j in range(i, i + n - 1)]
-        out, prediction = woken.predict(frames + [LMInputs(_user(i + n - 1))], predictor, K)
+        out = woken.wake(frames + [LMInputs(_user(i + n - 1))], predictor, K)
         i += n
         assert torch.equal(out, tokens[i - 1]), f"frame {i - 1}"
-        predictions.append(prediction)
-    assert all(p.generated.shape == (K, 1 + lm.cfg.dep_q) and p.confidence.shape == (K,) for p in predictions)
-    assert all(((p.confidence > 0) & (p.confidence <= 1)).all() for p in predictions)
+        predictions.append(_plan(woken))
+    assert all(g.shape == (K, 1 + lm.cfg.dep_q) and c.shape == (K,) for g, c in predictions)
+    assert all(((c > 0) & (c <= 1)).all() for _, c in predictions)
     for name in ("lm.tokens", "lm.forced", "lm.slot", "lm.transformer.pos"):
         assert torch.equal(single.store[name], woken.store[name]), name
     # The history the next steps read is the single steps' (the predicted positions' KV lies
@@ -69,26 +69,34 @@ def test_the_adapter_and_the_mask_act_only_where_inputs_are_unknown(lm):
         runner = our_lm_runner(lm, True, 0, wake=WAKE)
         for i in range(8):
             runner.lm_frame(LMInputs(_user(i)))
-        return runner.predict([LMInputs(_user(8))], predictor, K)
+        return runner.wake([LMInputs(_user(8))], predictor, K), _plan(runner)
 
     base = _trained_looking(lm)
-    out, prediction = predict(base)
+    out, (generated, confidence) = predict(base)
     # The user's acoustic codes of this frame land in the next frame's tokens: a prediction
     # holds them as they are (teacher-forced), not as sampled.
     acoustic = slice(2 + lm.cfg.model_q, 1 + lm.cfg.dep_q)
-    assert torch.equal(prediction.generated[0, acoustic], _user(8)[1:])
-    plain_out, plain = predict(_trained_looking(lm).requires_grad_(False).apply(_zero_lora))
+    assert torch.equal(generated[0, acoustic], _user(8)[1:])
+    plain_out, (_, plain) = predict(_trained_looking(lm).requires_grad_(False).apply(_zero_lora))
     assert torch.equal(out, plain_out)  # the current frame: no adapter
-    assert not torch.equal(prediction.confidence, plain.confidence)  # the future: the adapter
+    assert not torch.equal(confidence, plain)  # the future: the adapter
     # The staircase: the user's semantic code of this frame is the next position's input (PersonaPlex
     # takes it a frame late), so its MASK is first used two positions ahead.
     semantic = 1 + lm.cfg.model_q
     moved = _trained_looking(lm)
     with torch.no_grad():
         moved.mask_embeddings[semantic] += 1.0
-    _, shifted = predict(moved)
-    assert shifted.confidence[0] == prediction.confidence[0]
-    assert shifted.confidence[1] != prediction.confidence[1]
+    _, (_, shifted) = predict(moved)
+    assert shifted[0] == confidence[0]
+    assert shifted[1] != confidence[1]
+
+
+def _plan(runner):
+    """Every frame the last wake planned: (generated [K, 1 + dep_q], confidence [K])."""
+    rows = [runner.planned(f) for f in range(K)]
+    with pytest.raises(ValueError, match="planned 3"):
+        runner.planned(K)
+    return torch.stack([g for g, _ in rows]), torch.stack([c for _, c in rows])
 
 
 def _zero_lora(module):
@@ -123,4 +131,4 @@ def test_predictor_files_round_trip_and_name_their_problems(lm, tmp_path):
     runner.lm_frame(LMInputs(_user(0)))
     runner.lm_frame(LMInputs(_user(1)))
     with pytest.raises(ValueError, match="blocks of 1..3"):
-        runner.predict([LMInputs(_user(2))], predictor, K + 1)
+        runner.wake([LMInputs(_user(2))], predictor, K + 1)

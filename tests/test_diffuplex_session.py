@@ -12,7 +12,6 @@ import torch
 
 from engine.lm.predictor import new_predictor, save_predictor
 from engine.options import RuntimeOptions
-from engine.runtime.runner import Prediction
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
 from tests.session_checks import assert_identical, demo_with
@@ -57,20 +56,18 @@ def ar_run(model, audio):
 
 
 def _with_oracle(session, rows, corrupt=None):
-    """Each wake at frame i predicts rows[i + 1: i + 1 + k] with confidence 1; `corrupt` maps a
-    frame to a wrong user semantic code in its prediction."""
-    original, now = session.runner.predict, {"frame": 0}
+    """The planned frame at frame i is rows[i] (what the AR model generated there) with
+    confidence 1; `corrupt` maps a frame to a wrong user semantic code in its prediction."""
+    original, now = session.runner.planned, {"frame": 0}
 
-    def predict(frames, predictor, k, mark=None):
-        tokens, _ = original(frames, predictor, k, *(() if mark is None else (mark,)))
-        ahead = [rows[j].clone() for j in range(now["frame"] + 1, min(now["frame"] + 1 + k, len(rows)))]
-        for j, row in zip(range(now["frame"] + 1, len(rows)), ahead):
-            if corrupt and j in corrupt:
-                row[1 + session.model.cfg.model_q] = corrupt[j]
-        generated = torch.stack(ahead) if ahead else torch.empty(0, rows[0].shape[0], dtype=torch.long)
-        return tokens, Prediction(generated, torch.ones(len(ahead)))
+    def planned(f):
+        original(f)  # the depformer still runs (greedy: it draws no random numbers)
+        row = rows[now["frame"]].clone()
+        if corrupt and now["frame"] in corrupt:
+            row[1 + session.model.cfg.model_q] = corrupt[now["frame"]]
+        return row, torch.tensor(1.0)
 
-    session.runner.predict = predict
+    session.runner.planned = planned
     return now
 
 

@@ -39,7 +39,7 @@ def test_a_catch_up_wake_leaves_the_history_single_steps_leave(lm):
     while i < FRAMES:
         n = min(1 + i % WAKE, FRAMES - i)  # wakes of 2, 3, 4, 1, ... positions
         frames = [LMInputs(_user(j), generated=generated[j]) for j in range(i, i + n - 1)]
-        _, last = woken.lm_wake(frames + [LMInputs(_user(i + n - 1))])
+        last = woken.wake(frames + [LMInputs(_user(i + n - 1))])
         woken_tokens.append(last)
         sizes.append(n)
         i += n
@@ -58,6 +58,6 @@ def test_a_wake_is_refused_beyond_the_kv_it_keeps(lm):
     known = torch.zeros(1 + lm.cfg.dep_q, dtype=torch.long)
     runner.lm_frame(LMInputs(_user(0)))
     with pytest.raises(ValueError, match="sized for 4"):
-        runner.lm_wake([LMInputs(_user(1), generated=known)] * WAKE + [LMInputs(_user(2))])
+        runner.wake([LMInputs(_user(1), generated=known)] * WAKE + [LMInputs(_user(2))])
     with pytest.raises(ValueError, match="known generated tokens"):
-        runner.lm_wake([LMInputs(_user(1)), LMInputs(_user(2))])
+        runner.wake([LMInputs(_user(1)), LMInputs(_user(2))])

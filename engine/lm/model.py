@@ -65,17 +65,19 @@ class MoshiLM(nn.Module):
             x = x + embed(self.emb[i], tokens[i + 1:i + 2])
         return (x + embed(self.text_emb, tokens[:1])).view(1, 1, -1)
 
-    def embed_known(self, tokens: torch.Tensor, known: list[bool], mask: torch.Tensor) -> torch.Tensor:
-        """As embed_streams, with mask[i] [dim] in place of the embedding of each stream i that
-        is not `known` (a future position's input)."""
+    def embed_known(self, tokens: torch.Tensor, known: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Future positions' inputs: tokens [R, n_q + 1], known [R, n_q + 1] bool -> [1, R, dim]:
+        as embed_streams row by row, with mask[i] [dim] in place of the embedding of each
+        stream i a row does not know. One pass per stream over every row."""
         mask = mask.to(self.dtype)
-        parts = [embed(self.emb[i - 1], tokens[i:i + 1]).view(-1) if known[i] else mask[i]
-                 for i in range(1, self.cfg.n_q + 1)]
-        parts.append(embed(self.text_emb, tokens[:1]).view(-1) if known[0] else mask[0])
-        x = parts[0]
-        for part in parts[1:]:
-            x = x + part
-        return x.view(1, 1, -1)
+
+        def part(i: int, table: nn.Embedding) -> torch.Tensor:
+            return torch.where(known[:, i:i + 1], embed(table, tokens[:, i]), mask[i])
+
+        x = part(1, self.emb[0])
+        for i in range(2, self.cfg.n_q + 1):
+            x = x + part(i, self.emb[i - 1])
+        return (x + part(0, self.text_emb)).unsqueeze(0)
 
     def backbone(self, x: torch.Tensor, store: Store, adapter: Adapter | None = None,
                  future: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

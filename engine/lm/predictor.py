@@ -77,10 +77,12 @@ class _Rows:
     def adapts(self, target: str) -> bool:
         return target in self.predictor.spec.targets
 
-    def delta(self, target: str, layer: int, x: torch.Tensor) -> torch.Tensor:
+    def add_delta(self, target: str, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
         p = self.predictor
         a, b = p.lora_a[target][layer], p.lora_b[target][layer]
-        return ((x.to(a.dtype) @ a.T) @ b.T * p.scale).to(x.dtype)
+        if p.scale != 1.0:
+            b = b * p.scale
+        y.addmm_((x.to(a.dtype) @ a.T).to(y.dtype), b.T.to(y.dtype))  # two kernels per target
 
 
 class Predictor(nn.Module):

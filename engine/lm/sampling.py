@@ -19,7 +19,7 @@ class SamplingParams:
 
 
 def sample(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """logits [1, V] -> token [1] (int64)."""
+    """logits [R, V] -> tokens [R] (int64): one draw per row."""
     logits = logits.float()
     if p.greedy or p.temperature <= 0.0:
         return logits.argmax(dim=-1)
@@ -30,4 +30,4 @@ def sample(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator |
         candidates = None
     race = probs / torch.empty_like(probs).exponential_(1, generator=generator)
     pick = race.argmax(dim=-1, keepdim=True)
-    return (pick if candidates is None else candidates.gather(-1, pick)).view(1)
+    return (pick if candidates is None else candidates.gather(-1, pick)).view(-1)

@@ -15,8 +15,10 @@ initialisation), and drops the graphs when they stop being valid (state moved to
 placement, or sampling parameters that are baked into them changed). The models stay plain
 modules that read and write declared state; see docs/architecture.md, "The life of a frame".
 
-The backbone stage is a wake over N positions, and its graph is keyed by N. Replayed frames wake
-over one position; wakes over several (`lm_wake`, DiffuPlex's `predict`) run eagerly for now.
+The backbone stage is a wake over N positions. A plain frame wakes over one; DiffuPlex's wakes
+(`wake`: the frames played since the last wake, the current one, K masked future positions)
+read their inputs from static buffers and run backbone, depformer and the prediction as one
+graph keyed by (catch-up length, K): at most (K + 1) x K shapes, each captured once.
 """
 from __future__ import annotations
 
@@ -66,15 +68,23 @@ class Future(NamedTuple):
     forced: torch.Tensor  # [k, n_q + 1]: which
 
 
-class Prediction(NamedTuple):
-    """The k frames after the current one, as one wake predicted them."""
-    generated: torch.Tensor  # [k, 1 + dep_q]: each frame's text token and codebooks (model, then user)
-    confidence: torch.Tensor  # [k]: the lower of the text token's and the first codebook's top probability
+class _Plan(NamedTuple):
+    """The future positions of the last predicting wake, at fixed addresses (row f: the f-th
+    frame after that wake's current one): what `planned` runs the depformer on."""
+    hidden: torch.Tensor  # [reach, 1, 1, dim]
+    text: torch.Tensor  # [reach] the sampled text token
+    text_confidence: torch.Tensor  # [reach] float32: its probability's top
+    target: torch.Tensor  # [reach, n_q + 1]
+    forced: torch.Tensor  # [reach, n_q + 1] bool
 
 
 class _Graphs:
     """Captured CUDA graphs by stage key, sharing one memory pool. The session's generator is
-    registered with each, so a replay draws the same random numbers as the eager path."""
+    registered with each, so a replay draws the same random numbers as the eager path.
+
+    A graph captured later may hold its outputs where an earlier one keeps scratch memory, so
+    every output is read before another graph replays, except along a plain frame, whose
+    graphs replay in the order they were captured."""
 
     def __init__(self, device: torch.device, generator: torch.Generator | None):
         self.device, self.generator = device, generator
@@ -101,6 +111,16 @@ class _Graphs:
         self.pool = None
 
 
+class _WakeInputs(NamedTuple):
+    """A wake's inputs at fixed addresses, as its graph reads them."""
+    user: torch.Tensor  # [reach, user_q]: the user's codes, frame by frame
+    played: torch.Tensor  # [reach, 1 + dep_q]: the generated tokens of the frames caught up
+    plan: _Plan  # what a predicting wake writes
+
+
+_FRAME_STAGES = ("encode", "backbone", "depformer", "decode")
+
+
 def _no_mark(stage: str) -> None:
     pass
 
@@ -118,11 +138,18 @@ class FrameRunner:
         self.frames = 0
         """LM frames run since the reset (host side): decides when output starts."""
         self._graphs = _Graphs(self.device, generator) if self.device.type == "cuda" else None
-        self._warm = False  # an eager steady frame ran: lazy initialisation is done
-        self._staircases: dict[int, torch.Tensor] = {}  # DiffuPlex: known target streams, by K
+        self._ran: set[Any] = set()
+        """Stage keys run eagerly in this store: their lazy initialisation is done, so they may
+        be captured."""
+        self._staircases: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # DiffuPlex, by K: slots ahead, known
+        self._bound: Predictor | None = None  # the predictor captured wake graphs read
+        # Graphs read their inputs from device buffers at fixed addresses.
         if mimi is not None:
-            # Graphs read their input from one device buffer at a fixed address.
             self.pcm = torch.zeros(1, 1, mimi.frame_size, dtype=torch.float32, device=self.device)
+            self._tokens = torch.zeros(1 + (lm.cfg.dep_q if lm is not None else 0), dtype=torch.int64,
+                                       device=self.device)  # what `decode` plays
+        if lm is not None:
+            self._wake_inputs = self._new_wake_inputs()
 
     # --- between frames ----------------------------------------------------------------
 
@@ -131,8 +158,9 @@ class FrameRunner:
         return self._graphs is not None
 
     @property
-    def graph_count(self) -> int:
-        return 0 if self._graphs is None else len(self._graphs.graphs)
+    def captured(self) -> set[Any]:
+        """The stage keys whose graphs are captured now."""
+        return set() if self._graphs is None else set(self._graphs.graphs)
 
     def configure(self, *, replay: bool, sampling: tuple[SamplingParams, SamplingParams] | None = None) -> None:
         """Takes effect at the next frame. Sampling parameters are baked into captured graphs,
@@ -157,9 +185,11 @@ class FrameRunner:
     def replace_store(self, store: Store) -> None:
         """Start over in a store of other sizes (between conversations: nothing is copied)."""
         self._invalidate()
-        self._warm = False  # new shapes: one eager frame before capturing again
+        self._ran.clear()  # new shapes: each stage once eagerly before capturing again
         old, self.store = self.store, store
         old.close()
+        if self.lm is not None:
+            self._wake_inputs = self._new_wake_inputs()
 
     def reset(self) -> None:
         """A new conversation: state and frame count to zero (graphs stay valid)."""
@@ -183,28 +213,31 @@ class FrameRunner:
         """pcm float32 [frame_size] (a pinned host buffer, or on the device) -> (tokens [1 + dep_q], pcm
         [1, 1, frame_size] on the device), or (None, None) during start-up. `mark(stage)` is
         called as each stage is queued."""
-        replay = self.replay and self._warm and self.started
+        # The frame's graphs read each other's outputs: all of them replay, or none.
+        replay = self.replay and self.started and self._ran.issuperset(_FRAME_STAGES)
         self._feed(pcm)
         codes = self._run("encode", self._encode, replay)
         mark("encode")
-        _, tokens = self._lm_frame([LMInputs(codes[0, :self.lm.cfg.user_q, 0])], mark, replay)
+        _, tokens = self._lm_frame(LMInputs(codes[0, :self.lm.cfg.user_q, 0]), mark, replay)
         if tokens is None:
             return None, None
-        out = self._run("decode", lambda: self.decode(tokens), replay)
+        out = self._run("decode", lambda: self._decode(tokens), replay)
         mark("decode")
-        self._warm = True
         return tokens, out
 
     def encode(self, pcm: torch.Tensor) -> torch.Tensor:
-        """The encode stage alone, eagerly: pcm float32 [frame_size] -> the user's codes [user_q]
-        (a frame whose LM part a predicting loop decides)."""
+        """The encode stage alone: pcm float32 [frame_size] -> the user's codes [user_q] (a
+        frame whose LM part a predicting loop decides). Replayed, the codes are the graph's
+        output: copy them to keep them past the next frame."""
+        replay = self.replay and "encode" in self._ran
         self._feed(pcm)
-        return self._encode()[0, :self.lm.cfg.user_q, 0]
+        return self._run("encode", self._encode, replay)[0, :self.lm.cfg.user_q, 0]
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The decode stage alone, eagerly: output tokens [1 + dep_q] -> pcm [1, 1, frame_size]."""
-        q = self.lm.cfg.model_q
-        return self.mimi.decode_step(tokens[1:1 + q].view(1, q, 1), self.store)
+        """The decode stage alone: output tokens [1 + dep_q] from anywhere -> pcm [1, 1,
+        frame_size] on the device (read it before the next frame)."""
+        self._tokens.copy_(tokens)
+        return self._run("play", lambda: self._decode(self._tokens), self.replay and "play" in self._ran)
 
     def last_generated(self) -> torch.Tensor:
         """What the last LM frame generated: the delay-line row it committed [1 + dep_q]."""
@@ -215,62 +248,135 @@ class FrameRunner:
     def codec_frame(self, pcm: torch.Tensor) -> torch.Tensor:
         """Mimi alone: pcm float32 [frame_size] (host or device) -> encoded with every codebook, decoded
         back -> pcm [1, 1, frame_size] on the device. Frame by frame as in a conversation."""
-        replay = self.replay and self._warm
+        replay = self.replay and self._ran.issuperset(("encode", "codec_decode"))
         self._feed(pcm)
         codes = self._run("encode", self._encode, replay)
-        out = self._run("codec_decode", lambda: self.mimi.decode_step(codes, self.store), replay)
-        self._warm = True
-        return out
+        return self._run("codec_decode", lambda: self.mimi.decode_step(codes, self.store), replay)
 
     def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input
         embedding or None when no wake ran, the output tokens or None during start-up)."""
-        return self.lm_wake([inputs])
-
-    def lm_wake(self, frames: list[LMInputs], mark: Callable[[str], None] = _no_mark
-                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """One backbone wake over several frames of the LM alone, eagerly: every frame but the
-        last carries `generated` (it only writes history, as the single step that generated it
-        did); the last is generated as `lm_frame` would. Returns as `lm_frame` does."""
-        wake, tokens = self._lm_frame(frames, mark, replay=False)
+        wake, tokens = self._lm_frame(inputs, _no_mark, replay=False)
         return (None if wake is None else wake.embedding), tokens
+
+    def wake(self, frames: list[LMInputs], predictor: Predictor | None = None, k: int = 0,
+             mark: Callable[[str], None] = _no_mark) -> torch.Tensor | None:
+        """One backbone wake over the frames played since the last wake (each carries its
+        `generated` tokens and only writes history, as the single step that generated it
+        did), the current frame (generated as a single step would be) and, with a predictor,
+        `k` masked future positions, which become the plan that `planned` reads. Returns the
+        current frame's output tokens (None during start-up). The future positions leave
+        nothing a later step reads as history.
+
+        Replayed as two graphs (backbone, depformer) keyed by (catch-up length, k) once that
+        shape ran eagerly; the tokens are then the graph's output: copy them to keep them."""
+        n = len(frames) - 1
+        if predictor is None and k:
+            raise ValueError("future positions need a predictor")
+        if predictor is not None and not 1 <= k <= predictor.spec.block:
+            raise ValueError(f"k = {k}: the predictor was trained for blocks of 1..{predictor.spec.block}")
+        self._check_reach(n + 1 + k)
+        if (self.frames < self.lm.lines.lead or any(f.generated is None for f in frames[:-1])
+                or any(f.user is None or f.model is not None or f.text is not None or f.embedding is not None
+                       for f in frames)):
+            raise ValueError("a wake runs after the start-up frame, on the user's codes and known generated tokens")
+        if predictor is not None and predictor is not self._bound:
+            self._invalidate()  # captured wakes read the predictor's weights where they are
+            self._bound = predictor
+        inputs = self._wake_inputs
+        inputs.user[:n + 1].copy_(torch.stack([f.user for f in frames]))
+        if n:
+            inputs.played[:n].copy_(torch.stack([f.generated for f in frames[:-1]]))
+        replay = self.replay and self.started and {("backbone", n, k), ("depformer", n, k)} <= self._ran
+        self.store.advance("frame", n + 1)
+        wake = self._run(("backbone", n, k), lambda: self._wake_backbone(n, predictor, k), replay)
+        mark("backbone")
+        tokens = self._run(("depformer", n, k), lambda: self._depformer(wake), replay)
+        mark("depformer")
+        self.frames += n + 1
+        self._planned = k
+        return tokens if self.started else None
+
+    def planned(self, f: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The f-th frame after the last wake's current one, as that wake predicted it: the
+        depformer on the position's hidden state, run now (a position never played costs no
+        depformer). Returns (its text token and codebooks [1 + dep_q], model's then user's;
+        its confidence: the lower of the text token's and the first codebook's top
+        probability). The outputs are a graph's when replayed: copy what must be kept."""
+        if not 0 <= f < self._planned:
+            raise ValueError(f"frame {f} of the plan: the last wake planned {self._planned}")
+        key = ("planned", f)
+        return self._run(key, lambda: self._planned_frame(f), self.replay and self.started and key in self._ran)
 
     # --- stages ------------------------------------------------------------------------
 
-    def _lm_frame(self, frames: list[LMInputs], mark: Callable[[str], None], replay: bool
+    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool
                   ) -> tuple[Wake | None, torch.Tensor | None]:
-        cfg = self.lm.cfg
-        if any(f.user is None for f in frames) and not cfg.is_personaplex:
+        if inputs.user is None and not self.lm.cfg.is_personaplex:
             raise ValueError("Moshi needs the user's codes every frame")
         if self.lm.lines.lead and self.frames == 0:
             # PersonaPlex's first step only primes its cache: this frame's tokens are dropped.
             # A replayed embedding is not consumed: the reference retries it on the next step.
             self.frames = 1
-            if frames[0].embedding is None:
-                frames = frames[1:]
-                if not frames:
-                    return None, None
-        positions = len(frames)
-        self._check_reach(positions)
-        if positions > 1 and (replay or any(f.generated is None or f.embedding is not None for f in frames[:-1])):
-            raise ValueError("a multi-position wake runs eagerly, on frames with known generated tokens")
-        self.store.advance("frame", positions)
-        wake = self._run(("backbone", positions), lambda: self._backbone(frames), replay)
+            if inputs.embedding is None:
+                return None, None
+        self.store.advance("frame", 1)
+        self._planned = 0  # the plan was the future of an earlier frame
+        wake = self._run("backbone", lambda: self._backbone([inputs]), replay)
         mark("backbone")
         tokens = self._run("depformer", lambda: self._depformer(wake), replay)
         mark("depformer")
-        self.frames += positions
+        self.frames += 1
         return wake, (tokens if self.started else None)
 
-    def _check_reach(self, positions: int) -> None:
-        """A wake may cover as many positions as the state was sized for (MoshiLM.regions)."""
+    def _wake_backbone(self, n: int, predictor: Predictor | None, k: int) -> Wake:
+        inputs = self._wake_inputs
+        frames = [LMInputs(inputs.user[i], generated=inputs.played[i]) for i in range(n)]
+        frames.append(LMInputs(inputs.user[n]))
+        if not k:
+            return self._backbone(frames)
+        wake, future = self._backbone(frames, predictor, k)
+        plan = inputs.plan  # into the plan, where `planned` reads it
+        plan.text[:k].copy_(sample(future.text_logits, self.text_sampling, self.generator))
+        plan.text_confidence[:k].copy_(torch.softmax(future.text_logits.float(), dim=-1).amax(dim=-1))
+        plan.hidden[:k].copy_(future.hidden.view(k, 1, 1, -1))
+        plan.target[:k].copy_(future.target)
+        plan.forced[:k].copy_(future.forced)
+        return wake
+
+    def _planned_frame(self, f: int) -> tuple[torch.Tensor, torch.Tensor]:
+        plan = self._wake_inputs.plan
+        row, first = self._codebooks(plan.hidden[f], plan.text[f:f + 1], plan.target[f], plan.forced[f])
+        n = row.shape[0]  # tokens known already stay as they are, as a commit keeps them
+        generated = torch.where(plan.forced[f, :n], plan.target[f, :n], row)
+        return generated, torch.minimum(plan.text_confidence[f], torch.softmax(first.float(), dim=-1).amax())
+
+    def _reach(self) -> int:
+        """Positions one wake may cover: what the state was sized for (MoshiLM.regions)."""
         transformer = self.lm.transformer
-        reach = self.store[transformer.kv_region].shape[0] - transformer.cfg.ring + 1
+        return self.store[transformer.kv_region].shape[0] - transformer.cfg.ring + 1
+
+    def _check_reach(self, positions: int) -> None:
+        reach = self._reach()
         if positions > reach:
             raise ValueError(f"a wake over {positions} positions; the state was sized for {reach}")
 
     def _run(self, key: Any, stage: Callable[[], Any], replay: bool) -> Any:
-        return self._graphs.run(key, stage) if replay else stage()
+        if replay:
+            return self._graphs.run(key, stage)
+        self._ran.add(key)
+        return stage()
+
+    def _new_wake_inputs(self) -> _WakeInputs:
+        reach, cfg, device = self._reach(), self.lm.cfg, self.device
+        plan = _Plan(torch.zeros(reach, 1, 1, cfg.dim, dtype=self.lm.dtype, device=device),
+                     torch.zeros(reach, dtype=torch.int64, device=device),
+                     torch.zeros(reach, dtype=torch.float32, device=device),
+                     torch.zeros(reach, 1 + cfg.n_q, dtype=torch.int64, device=device),
+                     torch.zeros(reach, 1 + cfg.n_q, dtype=torch.bool, device=device))
+        self._planned = 0  # rows of the plan that hold a prediction
+        return _WakeInputs(torch.zeros(reach, cfg.user_q, dtype=torch.int64, device=device),
+                           torch.zeros(reach, 1 + cfg.dep_q, dtype=torch.int64, device=device), plan)
 
     def _invalidate(self) -> None:
         if self._graphs is not None:
@@ -283,6 +389,10 @@ class FrameRunner:
 
     def _encode(self) -> torch.Tensor:
         return self.mimi.encode_step(self.pcm, self.store)
+
+    def _decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        q = self.lm.cfg.model_q
+        return self.mimi.decode_step(tokens[1:1 + q].view(1, q, 1), self.store)
 
     def _backbone(self, frames: list[LMInputs], predictor: Predictor | None = None, k: int = 0):
         """Outside tokens into the delay lines and each frame's input embedding (frames already
@@ -304,7 +414,7 @@ class FrameRunner:
                 lines.commit(store, inputs.generated)
         if k:
             masked, future_target, future_forced = self._masked_rows(predictor, k)
-            rows.extend(masked)
+            rows.append(masked)
         x = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
         h, text_logits = lm.backbone(x, store, predictor.at_last(k) if k else None, future=k)
         text_token = sample(text_logits[:1], self.text_sampling, self.generator)
@@ -335,56 +445,22 @@ class FrameRunner:
             prev = torch.where(forced[k + 1:k + 2], target[k + 1:k + 2], token)
         return torch.cat(generated), first
 
-    # --- DiffuPlex: a wake that also predicts ----------------------------------------------
+    # --- DiffuPlex: what a wake predicts ----------------------------------------------------
 
-    def predict(self, frames: list[LMInputs], predictor: Predictor, k: int,
-                mark: Callable[[str], None] = _no_mark) -> tuple[torch.Tensor | None, Prediction]:
-        """One wake over the frames consumed since the last one (all but the last carry
-        `generated`), the current frame (generated as a single step would) and `k` masked
-        future positions. Returns the current frame's output tokens (None during start-up) and
-        the prediction for the k frames after it. Eager; the future positions leave nothing a
-        later step reads as history."""
-        if not 1 <= k <= predictor.spec.block:
-            raise ValueError(f"k = {k}: the predictor was trained for blocks of 1..{predictor.spec.block}")
-        self._check_reach(len(frames) + k)
-        if self.frames < self.lm.lines.lead or any(f.generated is None for f in frames[:-1]):
-            raise ValueError("prediction starts after the start-up frame, from frames with known tokens")
-        self.store.advance("frame", len(frames))
-        wake, future = self._backbone(frames, predictor, k)
-        mark("backbone")
-        tokens = self._depformer(wake)
-        prediction = self._future(future)
-        mark("depformer")
-        self.frames += len(frames)
-        return (tokens if self.started else None), prediction
-
-    def _future(self, future: Future) -> Prediction:
-        rows, confidence = [], []
-        for f in range(future.hidden.shape[1]):
-            logits = future.text_logits[f:f + 1]
-            text = sample(logits, self.text_sampling, self.generator)
-            row, first = self._codebooks(future.hidden[:, f:f + 1], text, future.target[f], future.forced[f])
-            n = row.shape[0]  # tokens known already stay as they are, as a commit keeps them
-            rows.append(torch.where(future.forced[f, :n], future.target[f, :n], row))
-            top = [torch.softmax(x.float(), dim=-1).amax() for x in (logits, first)]
-            confidence.append(torch.minimum(*top))
-        return Prediction(torch.stack(rows), torch.stack(confidence))
-
-    def _masked_rows(self, predictor: Predictor, k: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """The k future positions' input embeddings (a stream's token where it is known, its
-        MASK embedding where not) and, for each, the target tokens known already and which.
-        Known: the user's codes of the current frame, which land `lead + delay` slots ahead
-        (the staircase: each stream becomes unknown at its own delay); nothing the model
-        generates is known past the current frame."""
+    def _masked_rows(self, predictor: Predictor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The k future positions' input embeddings [1, k, dim] (a stream's token where it is
+        known, its MASK embedding where not) and, for each, the target tokens known already
+        and which. Known: the user's codes of the current frame, which land `lead + delay`
+        slots ahead (the staircase: each stream becomes unknown at its own delay); nothing the
+        model generates is known past the current frame."""
         lm, lines, store = self.lm, self.lm.lines, self.store
-        o = store[lines.slot_region]
-        tokens = store[lines.tokens_region]
-        rows, targets = [], []
-        for f in range(1, k + 1):
-            rows.append(lm.embed_known(tokens.index_select(0, (o + f) % lines.slots)[0], lines.known_ahead(f),
-                                       predictor.mask_embeddings))
-            targets.append(tokens.index_select(0, (o + f + 1) % lines.slots)[0])
         if k not in self._staircases:  # on the device once: a host tensor here would synchronize
-            known = [lines.known_ahead(f + 1) for f in range(1, k + 1)]
-            self._staircases[k] = torch.tensor(known, device=tokens.device)
-        return rows, torch.stack(targets), self._staircases[k]
+            known = [lines.known_ahead(f) for f in range(1, k + 2)]
+            self._staircases[k] = (torch.arange(1, k + 1, device=self.device),
+                                   torch.tensor(known, device=self.device))
+        ahead, known = self._staircases[k]
+        tokens = store[lines.tokens_region]
+        slots = (store[lines.slot_region] + ahead) % lines.slots
+        x = lm.embed_known(tokens.index_select(0, slots), known[:k], predictor.mask_embeddings)
+        targets = tokens.index_select(0, (slots + 1) % lines.slots)
+        return x, targets, known[1:]

@@ -40,7 +40,7 @@ def test_toggle_combinations_bit_identical(model, audio, baseline, graph_replay,
     kv = session.store["lm.transformer.kv"].data_ptr()
     assert_identical(run(session, audio), baseline)
     assert session.store["lm.transformer.kv"].data_ptr() == kv, "state moved"
-    assert session.runner.graph_count == (4 if graph_replay else 0)
+    assert len(session.runner.captured) == (4 if graph_replay else 0)
     record("state_bytes", session.state_bytes())
     session.close()
 
@@ -71,7 +71,7 @@ def test_codec_replay_and_demand_sized_state_bit_identical(audio):
     plain, fast = CodecSession(mimi, RuntimeOptions(**PLAIN)), CodecSession(mimi)
     for frame in audio:
         np.testing.assert_array_equal(fast.roundtrip(frame), plain.roundtrip(frame))
-    assert fast.runner.graph_count == 2
+    assert fast.runner.captured == {"encode", "codec_decode"}
     plain.close()
     fast.close()
 
@@ -93,3 +93,33 @@ def test_diffuplex_on_cuda(model, audio, baseline):
     assert played > len(audio) // 2
     assert session.store["lm.transformer.kv"].data_ptr() == kv
     session.close()
+
+
+@pytest.mark.parametrize("policy", ["listen", "speak"])
+def test_diffuplex_toggles_bit_identical(model, audio, policy):
+    """LISTEN and SPEAK (every confident-enough prediction checked against the user's real
+    codes) give the same tokens, PCM and wake decisions with every toggle combination; with
+    replay, wakes of several catch-up lengths and the planned frames run as captured graphs."""
+    from engine.model import PREDICTOR_NAME
+    from engine.paths import DEMO_MODEL_DIR
+
+    def conversation(**toggles):
+        options = RuntimeOptions(seed=9, policy=policy, tau=0.0, **toggles)
+        session = DuplexSession(model, options, PERSONA, predictor=DEMO_MODEL_DIR / PREDICTOR_NAME)
+        out = run(session, audio)
+        return session, out
+
+    plain_session, expected = conversation(**PLAIN)
+    plain_session.close()
+    for graph_replay, demand in list(itertools.product([False, True], repeat=2))[1:]:
+        session, out = conversation(graph_replay=graph_replay, demand_sized_state=demand)
+        assert_identical(out, expected)
+        assert [f.diffuplex for f in out] == [f.diffuplex for f in expected]
+        if graph_replay:  # the demo never predicts itself silent: LISTEN plays no frame
+            captured = session.runner.captured
+            wakes = {key[1] for key in captured if key[0] == "backbone" and len(key) == 3}
+            assert any(key[0] == "planned" for key in captured), captured
+            assert len(wakes) >= (2 if policy == "speak" else 1), captured
+        session.close()
+    if policy == "speak":
+        assert sum(not f.diffuplex.woke for f in expected if f.diffuplex is not None) > 0

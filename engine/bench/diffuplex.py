@@ -1,0 +1,143 @@
+"""`duplexcadence bench --diffuplex`: what DiffuPlex saves over our own AR path, in one run.
+
+Full-size PersonaPlex-shaped random weights (as the main bench builds them) and a full-size
+predictor (rank 16 on every target, K future frames; its LoRA B drawn as well, so the adapter
+costs what a trained one costs). A random predictor is never confident, and a trained
+full-size one needs the real weights and conversation data, so acceptance is forced: after
+each wake the loop plays exactly `a` of the frames it predicted (each still checked, one device
+read, as a real policy checks it), for a = 0..K, under LISTEN and SPEAK. Reported per run, as
+means over every frame: the Core LM (backbone stage), the LM (backbone and depformer) and the
+deployment path (PCM in on the host to PCM out on the host), the ratios over AR, and the slowest
+wake frame (each must fit the 80 ms frame).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..frame import FRAME_RATE
+from .run import SHAPES, WARMUP_FRAMES, input_frames
+
+RANK = 16
+PUBLISHED = {"listen": {"core": 1.61, "wall": 1.46}, "speak": {"core": 1.80, "wall": 1.59}}
+"""The paper's ratios over AR on a PersonaPlex backbone with trained adapters."""
+
+
+def _run(session, frames: np.ndarray, accept: int | None) -> dict:
+    """One conversation; `accept`: frames played after each wake (None: plain AR)."""
+    if accept is not None:
+        session.diffuplex.accept_first = accept
+    records = []
+    for frame in frames:
+        out = session.step(frame)
+        records.append((out.timings, out.diffuplex.woke if out.diffuplex is not None else True))
+    records = records[WARMUP_FRAMES:]
+    core = np.array([t["backbone"] for t, _ in records]) * 1000
+    lm = core + np.array([t["depformer"] for t, _ in records]) * 1000
+    total = np.array([t["total"] for t, _ in records]) * 1000
+    woke = np.array([w for _, w in records])
+    return {"accepted": accept, "frames": len(records), "wakes": int(woke.sum()),
+            "core_ms": float(core.mean()), "lm_ms": float(lm.mean()),
+            "total_mean_ms": float(total.mean()), "total_p50_ms": float(np.percentile(total, 50)),
+            "wake_frame_p99_ms": float(np.percentile(total[woke], 99)), "wake_frame_max_ms": float(total[woke].max())}
+
+
+def _implied(runs: list[dict], ar: dict, accepted: float) -> dict:
+    """Ratios over AR at a mean accepted prefix `accepted`: wakes that play floor(accepted)
+    and ceil(accepted) frames, mixed; per frame = (mean cost of a wake with what it plays) /
+    (mean frames per wake)."""
+    lo = int(accepted)
+    by = {r["accepted"]: r for r in runs}
+    p = accepted - lo
+    out = {}
+    for key in ("core_ms", "lm_ms", "total_mean_ms"):
+        per_wake = (1 - p) * by[lo][key] * (1 + lo) + p * by[lo + 1][key] * (2 + lo)
+        out[key.replace("_ms", "").replace("_mean", "")] = ar[key] / (per_wake / (1 + accepted))
+    return out
+
+
+def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: Path) -> dict:
+    from .. import DuplexSession, Persona, RuntimeOptions, load_model
+    from ..lm.predictor import new_predictor, save_predictor
+    from .stock import write_stock_checkpoint
+
+    if not torch.cuda.is_available():
+        raise SystemExit("duplexcadence bench needs a CUDA GPU")
+    if shape != "personaplex":
+        raise SystemExit("DiffuPlex needs a model that predicts the user's stream: --model personaplex")
+    if frames < WARMUP_FRAMES + round(5 * FRAME_RATE):
+        raise SystemExit(f"--frames must cover the {WARMUP_FRAMES} warm-up frames and 5 s more")
+    pcm = input_frames(frames)
+    report: dict = {"shape": shape, "frames": frames, "block": block, "rank": RANK,
+                    "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "python": platform.python_version(), "runs": {}}
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
+        model_dir = Path(tmp)
+        write_stock_checkpoint(model_dir, SHAPES[shape], seed=seed)
+        model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
+        predictor = new_predictor(model.cfg, rank=RANK, block=block, seed=seed)
+        with torch.no_grad():
+            for b in predictor.lora_b.values():
+                b.normal_(0, 1e-3, generator=torch.Generator().manual_seed(seed))
+        save_predictor(predictor, model_dir / "predictor.safetensors")
+        del predictor
+        # No persona prompts, as in the main bench; fast path on (the defaults).
+        session = DuplexSession(model, RuntimeOptions(seed=seed), Persona(None, ""),
+                                predictor=model_dir / "predictor.safetensors")
+        ar = report["runs"]["ar"] = _run(session, pcm, None)
+        for policy in ("listen", "speak"):
+            runs = report["runs"][policy] = []
+            for accept in range(block + 1):
+                session.set_options(RuntimeOptions(seed=seed, policy=policy, block=block))
+                session.reset()
+                runs.append(_run(session, pcm, accept))
+        report["graphs"] = len(session.runner.captured)
+        report["peak_bytes"] = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
+        session.close()
+        del session, model
+        gc.collect()
+    report["ratios"] = {policy: {"by_accepted": [{"accepted": r["accepted"], "core": ar["core_ms"] / r["core_ms"],
+                                                  "lm": ar["lm_ms"] / r["lm_ms"],
+                                                  "wall": ar["total_mean_ms"] / r["total_mean_ms"]}
+                                                 for r in report["runs"][policy]],
+                                 # The paper's Core LM ratio is about its frames per wake.
+                                 "at_published_acceptance": {"accepted": PUBLISHED[policy]["core"] - 1,
+                                                             **_implied(report["runs"][policy], ar,
+                                                                        PUBLISHED[policy]["core"] - 1)},
+                                 "published": PUBLISHED[policy]}
+                        for policy in ("listen", "speak")}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2))
+    print(format_table(report))
+    return report
+
+
+def format_table(report: dict) -> str:
+    lines = [f"DiffuPlex, {report['shape']} on {report['gpu']}, K = {report['block']}, rank {report['rank']}, "
+             f"{report['frames']} frames per run, torch {report['torch']}",
+             "| policy | accepted per wake | wakes/s | Core LM ms/frame | LM ms/frame | frame mean ms | "
+             "frame p50 ms | slowest wake frame ms | Core LM x | wall x |", "|---" * 10 + "|"]
+    ar = report["runs"]["ar"]
+
+    def row(policy, r):
+        wakes = r["wakes"] * FRAME_RATE / r["frames"]
+        return (f"| {policy} | {'-' if r['accepted'] is None else r['accepted']} | {wakes:.2f} | {r['core_ms']:.2f} "
+                f"| {r['lm_ms']:.2f} | {r['total_mean_ms']:.2f} | {r['total_p50_ms']:.2f} | "
+                f"{r['wake_frame_max_ms']:.2f} | {ar['core_ms'] / r['core_ms']:.2f} | "
+                f"{ar['total_mean_ms'] / r['total_mean_ms']:.2f} |")
+
+    lines.append(row("ar", ar))
+    for policy in ("listen", "speak"):
+        lines += [row(policy, r) for r in report["runs"][policy]]
+    for policy, q in report["ratios"].items():
+        at, pub = q["at_published_acceptance"], q["published"]
+        lines.append(f"{policy} at {at['accepted']:.2f} accepted frames per wake: Core LM {at['core']:.2f}x "
+                     f"(published {pub['core']:.2f}x), LM {at['lm']:.2f}x, wall-clock {at['total']:.2f}x "
+                     f"(published {pub['wall']:.2f}x)")
+    return "\n".join(lines)
