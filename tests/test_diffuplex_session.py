@@ -57,7 +57,8 @@ def ar_run(model, audio):
 
 def _with_oracle(session, rows, corrupt=None):
     """The planned frame at frame i is rows[i] (what the AR model generated there) with
-    confidence 1; `corrupt` maps a frame to a wrong user semantic code in its prediction."""
+    confidence 1, and so is the text a wake plans; `corrupt` maps a frame to a wrong user
+    semantic code in its prediction."""
     original, now = session.runner.planned, {"frame": 0}
 
     def planned(f):
@@ -67,7 +68,11 @@ def _with_oracle(session, rows, corrupt=None):
             row[1 + session.model.cfg.model_q] = corrupt[now["frame"]]
         return row, torch.tensor(1.0)
 
-    session.runner.planned = planned
+    def planned_text():  # past the conversation's end: the last frame's (never played)
+        ahead = [rows[min(j, len(rows) - 1)][0] for j in range(now["frame"] + 1, now["frame"] + 1 + K)]
+        return torch.stack(ahead), torch.ones(K)
+
+    session.runner.planned, session.runner.planned_text = planned, planned_text
     return now
 
 

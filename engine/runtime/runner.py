@@ -308,6 +308,12 @@ class FrameRunner:
         key = ("planned", f)
         return self._run(key, lambda: self._planned_frame(f), self.replay and self.started and key in self._ran)
 
+    def planned_text(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The text tokens the last wake planned, and their confidence (the top of their
+        probabilities): [k] each, on the device (graph outputs when replayed)."""
+        plan = self._wake_inputs.plan
+        return plan.text[:self._planned], plan.text_confidence[:self._planned]
+
     # --- stages ------------------------------------------------------------------------
 
     def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool

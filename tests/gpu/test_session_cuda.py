@@ -95,16 +95,17 @@ def test_diffuplex_on_cuda(model, audio, baseline):
     session.close()
 
 
-@pytest.mark.parametrize("policy", ["listen", "speak"])
-def test_diffuplex_toggles_bit_identical(model, audio, policy):
-    """LISTEN and SPEAK (every confident-enough prediction checked against the user's real
-    codes) give the same tokens, PCM and wake decisions with every toggle combination; with
-    replay, wakes of several catch-up lengths and the planned frames run as captured graphs."""
+@pytest.mark.parametrize("policy,verify", [("listen", "semantic"), ("speak", "semantic"), ("speak", "off")])
+def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
+    """LISTEN and SPEAK (with predictions checked against the user's real codes, or not) give
+    the same tokens, PCM and wake decisions with every toggle combination; with replay, the
+    wakes and the planned frames run as captured graphs (a shape is captured when it comes
+    again: SPEAK without verification plays every prediction, so its catch-up wakes recur)."""
     from engine.model import PREDICTOR_NAME
     from engine.paths import DEMO_MODEL_DIR
 
     def conversation(**toggles):
-        options = RuntimeOptions(seed=9, policy=policy, tau=0.0, **toggles)
+        options = RuntimeOptions(seed=9, policy=policy, tau=0.0, verify=verify, **toggles)
         session = DuplexSession(model, options, PERSONA, predictor=DEMO_MODEL_DIR / PREDICTOR_NAME)
         out = run(session, audio)
         return session, out
@@ -115,11 +116,11 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy):
         session, out = conversation(graph_replay=graph_replay, demand_sized_state=demand)
         assert_identical(out, expected)
         assert [f.diffuplex for f in out] == [f.diffuplex for f in expected]
-        if graph_replay:  # the demo never predicts itself silent: LISTEN plays no frame
+        if graph_replay:
             captured = session.runner.captured
             wakes = {key[1] for key in captured if key[0] == "backbone" and len(key) == 3}
             assert any(key[0] == "planned" for key in captured), captured
-            assert len(wakes) >= (2 if policy == "speak" else 1), captured
+            assert len(wakes) >= (2 if verify == "off" else 1), captured
         session.close()
-    if policy == "speak":
+    if policy == "speak":  # the demo never predicts itself silent: LISTEN plays no frame
         assert sum(not f.diffuplex.woke for f in expected if f.diffuplex is not None) > 0
