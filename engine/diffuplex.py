@@ -86,7 +86,8 @@ class DiffuPlexLoop:
             frames = [*self._consumed, LMInputs(user)]
             discarded = 0 if options.policy == "ar" else self._planned - self._next  # AR: not a revision
             k = 0 if options.policy == "ar" else min(options.block, self.predictor.spec.block)
-            tokens = runner.wake(frames, self.predictor if k else None, k, mark)
+            # A graph's output: copied, since the decode graph replays before the session reads it.
+            tokens = runner.wake(frames, self.predictor if k else None, k, mark).clone()
             if k:
                 text, confidence = runner.planned_text()
                 self._text[:k].copy_(text, non_blocking=True)

@@ -100,7 +100,9 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
     """LISTEN and SPEAK (with predictions checked against the user's real codes, or not) give
     the same tokens, PCM and wake decisions with every toggle combination; with replay, the
     wakes and the planned frames run as captured graphs (a shape is captured when it comes
-    again: SPEAK without verification plays every prediction, so its catch-up wakes recur)."""
+    again: SPEAK without verification plays every prediction, so its catch-up wakes recur).
+    The loop copies a wake's tokens before its decode graph replays: without that copy the
+    decode graph, captured earlier, overwrites them (shared memory pool)."""
     from engine.model import PREDICTOR_NAME
     from engine.paths import DEMO_MODEL_DIR
 
@@ -119,8 +121,8 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
         if graph_replay:
             captured = session.runner.captured
             wakes = {key[1] for key in captured if key[0] == "backbone" and len(key) == 3}
-            assert any(key[0] == "planned" for key in captured), captured
-            assert len(wakes) >= (2 if verify == "off" else 1), captured
+            assert policy == "listen" or any(key[0] == "planned" for key in captured), captured
+            assert wakes and (verify != "off" or max(wakes) > 0), captured  # catch-up wakes replayed
         session.close()
-    if policy == "speak":  # the demo never predicts itself silent: LISTEN plays no frame
+    if verify == "off":  # the demo predicts neither itself silent nor the user's speech
         assert sum(not f.diffuplex.woke for f in expected if f.diffuplex is not None) > 0
