@@ -17,8 +17,9 @@ modules that read and write declared state; see docs/architecture.md, "The life 
 
 The backbone stage is a wake over N positions. A plain frame wakes over one; DiffuPlex's wakes
 (`wake`: the frames played since the last wake, the current one, K masked future positions)
-read their inputs from static buffers and run backbone, depformer and the prediction as one
-graph keyed by (catch-up length, K): at most (K + 1) x K shapes, each captured once.
+read their inputs from static buffers and run as two graphs (backbone, depformer) keyed by
+(catch-up length, K), at most K + 1 shapes per K; a planned frame's depformer (`planned`) is
+one graph per position of the plan.
 """
 from __future__ import annotations
 
@@ -228,7 +229,7 @@ class FrameRunner:
     def encode(self, pcm: torch.Tensor) -> torch.Tensor:
         """The encode stage alone: pcm float32 [frame_size] -> the user's codes [user_q] (a
         frame whose LM part a predicting loop decides). Replayed, the codes are the graph's
-        output: copy them to keep them past the next frame."""
+        output: copy them to keep them past another graph's replay."""
         replay = self.replay and "encode" in self._ran
         self._feed(pcm)
         return self._run("encode", self._encode, replay)[0, :self.lm.cfg.user_q, 0]
