@@ -30,6 +30,15 @@ class AppSettings:
         self.q.setValue("model/source", value)
 
     @property
+    def gpu_support_offered(self) -> bool:
+        """The offer to fetch GPU support was answered once; later it is in the Help menu."""
+        return self._get("gpu_support/offered", False, bool)
+
+    @gpu_support_offered.setter
+    def gpu_support_offered(self, value: bool) -> None:
+        self.q.setValue("gpu_support/offered", value)
+
+    @property
     def model_folders(self) -> list[str]:
         """Checkpoint folders the user picked by hand, most recent first."""
         value = self.q.value("model/folders", [])

@@ -94,7 +94,11 @@ OUTPUT = "mono 24 kHz, 16-bit PCM; the extension picks the format (WAV without o
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="duplexcadence", description=__doc__.splitlines()[0])
+    from app.project_info import project_info
+
+    info = project_info()
+    parser = argparse.ArgumentParser(prog=info.name, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"{info.display_name} {info.version}")
     parser.add_argument("--model", default=None, help=f"model to preselect in the app: {MODELS}")
     sub = parser.add_subparsers(dest="command")
 

@@ -5,12 +5,14 @@ window only reacts to their queued signals."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import signal
 import sys
 from pathlib import Path
 
 import soundfile as sf
-from PyQt6.QtCore import Qt, QUrl
-from PyQt6.QtGui import QDesktopServices, QTextCursor
+from PyQt6.QtCore import Qt, QTimer, QUrl
+from PyQt6.QtGui import QDesktopServices, QIcon, QTextCursor
 from PyQt6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -33,11 +35,15 @@ from .cadence_panel import CadencePanel
 from .cadence_stats import FRAME_S
 from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
 from .crash_reporting import CrashReporter, default_log_dir, setup_logging
+from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
 from .device_picker import DevicePicker
 from .message_bar import MessageBar
 from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, ModelLoader, PredictorLoader
 from .model_picker import ModelPicker
+from .project_info import project_info
 from .recorder import ConversationRecorder
+
+log = logging.getLogger("duplexcadence")
 
 HEADPHONES_HINT = ("Tip: use headphones. Through loudspeakers the model hears its own voice "
                    "and may answer itself.")
@@ -47,7 +53,9 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: AppSettings | None = None, device: str = "auto",
                  audio_config: AudioConfig | None = None):
         super().__init__()
-        self.setWindowTitle("DuplexCadence")
+        self.info = project_info()
+        self.setWindowTitle(self.info.display_name)
+        self.setWindowIcon(QIcon(str(self.info.icon)))
         self.settings = settings or AppSettings()
         self.compute_device = device
         self.audio_config = audio_config or AudioConfig()
@@ -61,6 +69,7 @@ class MainWindow(QMainWindow):
         self._backlog_cap: float | None = None
         self._recording_path = str(self.settings.recordings_dir)
         self._build()
+        self._build_menu()
         self._connect()
         geometry = self.settings.geometry()
         if geometry is not None:
@@ -132,6 +141,50 @@ class MainWindow(QMainWindow):
         layout.addWidget(splitter, 1)
         self.setCentralWidget(central)
 
+    def _build_menu(self) -> None:
+        help_menu = self.menuBar().addMenu("&Help")
+        self.gpu_action = help_menu.addAction("Install GPU support…", lambda: self.offer_gpu_support())
+        self.gpu_action.setVisible(self._gpu_offer() is not None)
+        help_menu.addAction("Open log folder", lambda: QDesktopServices.openUrl(
+            QUrl.fromLocalFile(str(default_log_dir()))))
+        help_menu.addAction(f"About {self.info.display_name}", self.show_about)
+
+    def show_about(self) -> None:
+        info = self.info
+        compute = self.compute_label.toolTip() or self.compute_label.text()
+        self.last_dialog = QMessageBox(QMessageBox.Icon.NoIcon, f"About {info.display_name}",
+                                       f"<h3>{info.display_name} {info.version}</h3><p>{info.summary}</p>"
+                                       f"<p>{compute}</p><p>Log: {default_log_dir()}</p>",
+                                       QMessageBox.StandardButton.Ok, self)
+        self.last_dialog.setIconPixmap(QIcon(str(info.icon)).pixmap(96, 96))
+        self.last_dialog.open()
+
+    def _gpu_offer(self):
+        """(manifest, gpu) when GPU support can be fetched here and is not yet: an installed
+        app (it has the manifest), an NVIDIA GPU, nothing installed. Else None."""
+        manifest = load_manifest()
+        if manifest is None or is_installed(manifest):
+            return None
+        gpu = find_nvidia_gpu()
+        return (manifest, gpu) if gpu is not None else None
+
+    def offer_gpu_support(self, first_run: bool = False) -> None:
+        offer = self._gpu_offer()
+        if offer is None:
+            return
+        manifest, gpu = offer
+        if first_run and self.settings.gpu_support_offered:
+            return
+        self.settings.gpu_support_offered = True
+        if gpu.driver_cuda < manifest.driver_cuda_needed:
+            self.message_bar.show_message(
+                f"{gpu.name} found, but its driver runs CUDA up to {gpu.driver_cuda_text}; GPU support needs "
+                f"CUDA {manifest.cuda}. Update the NVIDIA driver, then choose Help ▸ Install GPU support.", "info")
+            return
+        from .gpu_support_dialog import GpuSupportDialog
+        self.gpu_dialog = GpuSupportDialog(manifest, gpu, self)
+        self.gpu_dialog.open()
+
     def _connect(self) -> None:
         self.loader_signals = LoaderSignals()
         self.loader_signals.progress.connect(self.model_picker.set_loading)
@@ -181,6 +234,10 @@ class MainWindow(QMainWindow):
         self.model_picker.set_done(f"Loaded {loaded.name} on {loaded.device_label}.")
         self.model_picker.show_persona(loaded.voices, loaded.default_role)
         self.compute_label.setText(f"Compute: {loaded.device_label}")
+        self.compute_label.setToolTip(f"Compute: {loaded.device_reason}")
+        if loaded.device_label == "CPU":
+            self.statusBar().showMessage(loaded.device_reason)
+        log.info("loaded %s on %s (%s)", loaded.source, loaded.device_label, loaded.device_reason)
         self.panel.controls.apply_capabilities(loaded.capabilities)
         self.panel.controls.adapter_label.setText(loaded.predictor or "none")
         if loaded.notice:
@@ -364,16 +421,31 @@ def run_app(model: str | None = None, device: str = "auto") -> int:
     """Open the window (optionally loading `model` at once, on `device`: auto, cuda or cpu)
     and run until it is closed; returns the exit status."""
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    info = project_info()
     app.setOrganizationName("DuplexCadence")
-    app.setApplicationName("DuplexCadence")
+    app.setApplicationName(info.display_name)
+    app.setApplicationVersion(info.version)
+    app.setDesktopFileName(info.app_id)  # Wayland matches the window to the desktop entry by it
     reporter = CrashReporter(setup_logging(default_log_dir()))
+    log.info("%s %s started (%s, Python %s)", info.display_name, info.version,
+             "installed bundle" if getattr(sys, "frozen", False) else "from source", sys.version.split()[0])
     window = MainWindow(AppSettings(), device=device)
     reporter.parent_window = window
     window.show()
+    # A session logout or `kill` closes the window as its close button does (a recording in
+    # progress is finished), not mid-frame. Python runs signal handlers only between bytecodes,
+    # so a timer gives it the chance while Qt waits for events.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: QTimer.singleShot(0, window.close))
+    heartbeat = QTimer(interval=250, timeout=lambda: None)
+    heartbeat.start()
     if model:
         window.model_picker.select(model)
         window.load_model()
+    QTimer.singleShot(0, lambda: window.offer_gpu_support(first_run=True))
     try:
-        return app.exec()
+        status = app.exec()
+        log.info("exiting (status %d)", status)
+        return status
     finally:
         reporter.uninstall()

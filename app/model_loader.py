@@ -20,6 +20,7 @@ class LoadedModel:
     voices: list[str]         # PersonaPlex voice prompts; empty for other models
     default_role: str         # PersonaPlex role prompt used when the user gives none
     device_label: str         # "CPU" or the GPU's name
+    device_reason: str        # which device, and why that one ("CPU: no NVIDIA GPU found")
     capabilities: dict        # option name -> None if usable, else why not
     predictor: str            # the DiffuPlex predictor file loaded with the model ("" for none)
     notice: str = ""          # something about the load the user should know ("" for nothing)
@@ -69,6 +70,8 @@ class ModelLoader(threading.Thread):
 
         device = select_device(self.device)
         limit_cpu_threads(device)
+        from .cuda_torch import why_this_device
+
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
         model = load_model(self.source, device=device)
@@ -86,6 +89,7 @@ class ModelLoader(threading.Thread):
             session = DuplexSession(model, persona=persona)
         return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
                            default_role=session.default_role, device_label=label,
+                           device_reason=why_this_device(device),
                            capabilities=session.capabilities(),
                            predictor=predictor.name if predictor else "", notice=notice)
 

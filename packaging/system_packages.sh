@@ -5,10 +5,8 @@ VENV=$(realpath -m "${DUPLEXCADENCE_VENV:-$PWD/.venv}")
 BASE_PYTHON=${PYTHON:-python3}
 PYTHON="$VENV/bin/python"
 
-# Runtime needs: PortAudio for sounddevice, the X/EGL libraries Qt's platform plugins load.
-RUNTIME_DEBIAN_PACKAGES=(libportaudio2 libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1
-    fonts-dejavu-core libdbus-1-3 libglib2.0-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
-    libxcb-xinerama0)
+# Runtime needs, one per line in debian_runtime_packages.txt (the .deb's dependencies too).
+mapfile -t RUNTIME_DEBIAN_PACKAGES < <(grep -v -e '^#' -e '^$' "$(dirname "${BASH_SOURCE[0]}")/debian_runtime_packages.txt")
 
 # Installs the Debian packages named in "$@" that are missing.
 install_debian_packages() {
