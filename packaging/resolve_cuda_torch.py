@@ -95,13 +95,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path)
     parser.add_argument("--index-url", default="https://pypi.org/simple")
+    parser.add_argument("--local-version", default="",
+                        help="the CUDA build's local version label where the index has one (cu130 on "
+                             "PyTorch's index; PyPI's Linux wheels have none)")
     args = parser.parse_args()
     import sysconfig
 
     import torch
 
     version = torch.__version__.split("+")[0]
-    items = resolve(version, args.index_url)
+    items = resolve(version + (f"+{args.local_version}" if args.local_version else ""), args.index_url)
     files = []
     for item in items:
         url = item["download_info"]["url"]

@@ -13,20 +13,21 @@ install_dir=$(dirname "$app")
 sample="$install_dir/_internal/assets/speech_sample.wav"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-run() { env -i HOME="$work/home" PATH=/usr/bin:/bin LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen "$app" "$@"; }
+# The app with a bare environment (an array, not a function: `$!` must be the app's own PID).
+run=(env -i HOME="$work/home" PATH=/usr/bin:/bin LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen "$app")
 fail() { echo "SMOKE TEST FAILED: $*" >&2; exit 1; }
 mkdir -p "$work/home"
 
 echo "== version"
-run --version | tee "$work/version.txt"
+"${run[@]}" --version | tee "$work/version.txt"
 grep -q "^DuplexCadence [0-9]" "$work/version.txt" || fail "--version printed no version"
 
 echo "== window: open, load the demo model, exit on request"
-run --model demo >"$work/gui.out" 2>&1 &
+"${run[@]}" --model demo >"$work/gui.out" 2>&1 &
 pid=$!
 log="$work/home/.local/share/DuplexCadence/DuplexCadence/logs/duplexcadence.log"
 for _ in $(seq 1 240); do
-    grep -q "loaded demo on" "$log" 2>/dev/null && break
+    grep -q -e "loaded demo on" -e " ERROR " "$log" 2>/dev/null && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
 done
@@ -38,7 +39,7 @@ grep -q "exiting (status 0)" "$log" || fail "the log does not show a clean exit"
 grep "loaded demo on" "$log"
 
 echo "== offline --model demo on the bundled speech sample"
-run offline --model demo --input "$sample" --output "$work/reply.wav" 2>&1 | tee "$work/offline.out"
+"${run[@]}" offline --model demo --input "$sample" --output "$work/reply.wav" 2>&1 | tee "$work/offline.out"
 # The header: RIFF....WAVE, PCM format 1, 1 channel, 24000 Hz, 16 bits; and as many samples as the input.
 header() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
 header16() { od -An -tu2 -j "$2" -N2 "$1" | tr -d ' '; }

@@ -2,9 +2,11 @@
 the session, recordings, settings, messages for missing devices and bad checkpoints."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +59,35 @@ def test_the_window_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
+def test_the_app_closes_cleanly_when_asked_to(tmp_path):
+    """SIGTERM (a session logout, `kill`) closes the window as its close button does."""
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "QT_QPA_PLATFORM": "offscreen"}
+    app = subprocess.Popen([sys.executable, "-m", "app", "--model", "demo"], cwd=REPO, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "data" / "DuplexCadence" / "DuplexCadence" / "logs" / "duplexcadence.log"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and app.poll() is None:
+        if log.is_file() and "loaded demo on CPU" in log.read_text():
+            break
+        time.sleep(0.5)
+    app.send_signal(signal.SIGTERM)
+    output, _ = app.communicate(timeout=60)
+    assert app.returncode == 0, output
+    text = log.read_text()
+    assert "loaded demo on CPU (CPU: no NVIDIA GPU found)" in text and "exiting (status 0)" in text
+    assert "Traceback" not in text + output
+
+
 def test_loads_the_demo_model_and_shows_what_it_can_do(qtbot, window):
     with qtbot.waitSignal(window.loader_signals.loaded, timeout=120_000):
         window.load_model()
     assert window.model_picker.busy.isHidden()
     assert "Loaded demo" in window.model_picker.status.text()
     assert window.compute_label.text() == "Compute: CPU"
+    # Which device, and why: this machine has no NVIDIA GPU.
+    assert window.compute_label.toolTip() == "Compute: CPU: no NVIDIA GPU found"
+    assert window.statusBar().currentMessage() == "CPU: no NVIDIA GPU found"
     assert window.model_picker.voice.isVisibleTo(window)  # the demo is PersonaPlex-shaped
     assert window.model_picker.voice.findText("DEMO") >= 0
     caps = window.loaded.capabilities

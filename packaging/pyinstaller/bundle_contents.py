@@ -17,7 +17,7 @@ BUNDLE_DATA = [
 # Modules that hooks or imports would pull in but the app never uses.
 EXCLUDED_MODULES = [
     "tkinter", "IPython", "matplotlib", "pandas", "scipy", "PIL", "pytest",
-    "tensorboard", "torch.utils.tensorboard", "torch.testing._internal",
+    "tensorboard", "torch.utils.tensorboard",
     # Qt modules beyond Core, Gui and Widgets (the app imports no others).
     "PyQt6.QtNetwork", "PyQt6.QtQml", "PyQt6.QtQuick", "PyQt6.QtWebEngineCore", "PyQt6.QtMultimedia",
     "PyQt6.QtPdf", "PyQt6.QtSql", "PyQt6.QtTest", "PyQt6.QtBluetooth", "PyQt6.QtPositioning",

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the built .deb as a new user would, on a clean Debian with no Python at all (a minimal
+# bookworm made by debootstrap, entered with chroot), then runs the smoke test there against the
+# installed command, and checks the desktop entry and icon. Needs root and Debian's mirror.
+#     sudo bash packaging/clean_install_test.sh dist/duplexcadence-VERSION-linux-amd64.deb
+set -euo pipefail
+deb=$(realpath "${1:?usage: clean_install_test.sh PATH_TO_THE_DEB}")
+cd "$(dirname "$0")/.."
+root=$(realpath -m "${CLEAN_ROOT:-build/clean-root}")
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+    command -v debootstrap >/dev/null || { apt-get update -qq; apt-get install -y -qq debootstrap; }
+    debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian
+fi
+! chroot "$root" sh -c 'command -v python3' || { echo "$root has a Python: not a clean system" >&2; exit 1; }
+for fs in proc sys dev; do mountpoint -q "$root/$fs" || mount --bind "/$fs" "$root/$fs"; done
+trap 'for fs in dev sys proc; do umount "$root/$fs" 2>/dev/null || true; done' EXIT
+cp "$deb" "$root/tmp/"
+cp packaging/smoke_test.sh "$root/tmp/"
+chroot "$root" apt-get update -qq
+# apt resolves the package's dependencies from the mirror, as `apt install ./file.deb` does for a user.
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "/tmp/$(basename "$deb")"
+chroot "$root" sh -c 'test -f /usr/share/applications/*.desktop && test -f /usr/share/icons/hicolor/256x256/apps/duplexcadence.png'
+grep -h "^Exec=\|^Icon=" "$root"/usr/share/applications/*.desktop
+! chroot "$root" sh -c 'command -v python3' || { echo "installing the app brought in a Python" >&2; exit 1; }
+chroot "$root" bash /tmp/smoke_test.sh /usr/bin/duplexcadence
