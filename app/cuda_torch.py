@@ -107,6 +107,12 @@ def activate_installed() -> bool:
     return True
 
 
+def c_compiler() -> str | None:
+    """Triton, which runs our GPU kernels, builds a small C launcher for them with the system's
+    C compiler the first time they run: GPU support needs one."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+
+
 def gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 

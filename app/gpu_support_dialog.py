@@ -9,7 +9,7 @@ import threading
 from PyQt6.QtCore import QObject, QProcess, pyqtSignal
 from PyQt6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from .cuda_torch import Cancelled, CudaTorchInstaller, Manifest, NvidiaGpu, OfflineError, gb
+from .cuda_torch import Cancelled, CudaTorchInstaller, Manifest, NvidiaGpu, OfflineError, c_compiler, gb
 
 log = logging.getLogger("duplexcadence.gpu_support")
 
@@ -35,7 +35,9 @@ class GpuSupportDialog(QDialog):
             f"slow for the full-size models.</p><p>GPU support is PyTorch {manifest.torch} built for CUDA "
             f"{manifest.cuda}, from PyPI: <b>{gb(manifest.download_bytes)} to download</b>{resume}, "
             f"{gb(manifest.installed_bytes)} on disk in<br>{self.installer.target.parent}.</p>"
-            "<p>An interrupted download resumes where it stopped.</p>")
+            "<p>An interrupted download resumes where it stopped.</p>"
+            + ("" if c_compiler() else "<p>It also needs a C compiler, which this system lacks (Triton builds "
+               "its GPU kernels' launcher with it): install one, e.g. <tt>sudo apt install gcc</tt>.</p>"))
         self.text.setWordWrap(True)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)

@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         info = self.info
-        compute = self.compute_label.toolTip() or self.compute_label.text()
+        compute = self.compute_label.text()
         self.last_dialog = QMessageBox(QMessageBox.Icon.NoIcon, f"About {info.display_name}",
                                        f"<h3>{info.display_name} {info.version}</h3><p>{info.summary}</p>"
                                        f"<p>{compute}</p><p>Log: {default_log_dir()}</p>",
@@ -233,10 +233,8 @@ class MainWindow(QMainWindow):
         self.loaded = loaded
         self.model_picker.set_done(f"Loaded {loaded.name} on {loaded.device_label}.")
         self.model_picker.show_persona(loaded.voices, loaded.default_role)
-        self.compute_label.setText(f"Compute: {loaded.device_label}")
-        self.compute_label.setToolTip(f"Compute: {loaded.device_reason}")
-        if loaded.device_label == "CPU":
-            self.statusBar().showMessage(loaded.device_reason)
+        # Where the model runs, and why there (on the CPU: no GPU, no driver, or no GPU support yet).
+        self.compute_label.setText(f"Compute: {loaded.device_reason}")
         log.info("loaded %s on %s (%s)", loaded.source, loaded.device_label, loaded.device_reason)
         self.panel.controls.apply_capabilities(loaded.capabilities)
         self.panel.controls.adapter_label.setText(loaded.predictor or "none")

@@ -16,6 +16,9 @@ PYTHON="$VENV/bin/python"
 ensure_venv
 DUPLEXCADENCE_TORCH=cpu install_torch
 "$PYTHON" -m pip install -q "pyinstaller>=6.10,<7" .
+# Python's headers go into the bundle (Triton needs them for GPU support; the spec says why).
+"$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || install_debian_packages python3-dev
 
 # What GPU support the installed app may fetch: resolved now, against PyPI, for this torch.
 "$PYTHON" packaging/resolve_cuda_torch.py build/cuda_torch.json

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the built .deb as a new user would, on a clean Debian with no Python at all (a minimal
 # bookworm made by debootstrap, entered with chroot), then runs the smoke test there against the
-# installed command, and checks the desktop entry and icon. Needs root and Debian's mirror.
+# command its desktop entry starts, and checks the entry's icon. Needs root and Debian's mirror.
 #     sudo bash packaging/clean_install_test.sh dist/duplexcadence-VERSION-linux-amd64.deb
 set -euo pipefail
 deb=$(realpath "${1:?usage: clean_install_test.sh PATH_TO_THE_DEB}")
@@ -19,7 +19,11 @@ cp packaging/smoke_test.sh "$root/tmp/"
 chroot "$root" apt-get update -qq
 # apt resolves the package's dependencies from the mirror, as `apt install ./file.deb` does for a user.
 chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "/tmp/$(basename "$deb")"
-chroot "$root" sh -c 'test -f /usr/share/applications/*.desktop && test -f /usr/share/icons/hicolor/256x256/apps/duplexcadence.png'
-grep -h "^Exec=\|^Icon=" "$root"/usr/share/applications/*.desktop
+entry=$(ls "$root"/usr/share/applications/*.desktop)
+icon=$(sed -n 's/^Icon=//p' "$entry")
+[ -f "$root/usr/share/icons/hicolor/256x256/apps/$icon.png" ] || { echo "the desktop entry's icon $icon is not installed" >&2; exit 1; }
 ! chroot "$root" sh -c 'command -v python3' || { echo "installing the app brought in a Python" >&2; exit 1; }
-chroot "$root" bash /tmp/smoke_test.sh /usr/bin/duplexcadence
+# What the desktop entry starts (its Exec line) is what the smoke test runs.
+exec_line=$(sed -n 's/^Exec=//p' "$entry")
+echo "desktop entry $(basename "$entry"): Exec=$exec_line Icon=$icon"
+chroot "$root" bash /tmp/smoke_test.sh "$exec_line"

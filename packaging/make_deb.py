@@ -18,11 +18,15 @@ sys.path.insert(0, str(ROOT))
 from app.project_info import ProjectInfo, project_info  # noqa: E402
 
 BUNDLED = {"libportaudio2"}  # carried inside the bundle, so not a dependency
+# What the bundled PortAudio loads from the system (bundle_contents.py says why); the t64 name
+# is Ubuntu 24.04's and Debian 13's.
+PORTAUDIO_BACKENDS = ["libasound2t64 | libasound2", "libjack-jackd2-0 | libjack0"]
 
 
 def runtime_dependencies() -> list[str]:
     lines = (ROOT / "packaging" / "debian_runtime_packages.txt").read_text().splitlines()
-    return [p for p in (line.strip() for line in lines) if p and not p.startswith("#") and p not in BUNDLED]
+    listed = [p for p in (line.strip() for line in lines) if p and not p.startswith("#") and p not in BUNDLED]
+    return listed + PORTAUDIO_BACKENDS
 
 
 def desktop_entry(info: ProjectInfo) -> str:
@@ -31,7 +35,7 @@ def desktop_entry(info: ProjectInfo) -> str:
         "Type=Application",
         f"Name={info.display_name}",
         f"Comment={info.summary}",
-        f"Exec=/usr/bin/{info.name} %F",
+        f"Exec=/usr/bin/{info.name}",
         f"Icon={info.name}",
         "Terminal=false",
         "Categories=AudioVideo;Audio;",
@@ -51,6 +55,8 @@ def control(info: ProjectInfo, arch: str, installed_kib: int) -> str:
         f"Maintainer: {info.display_name} developers <noreply@{info.name}.invalid>",
         f"Installed-Size: {installed_kib}",
         f"Depends: {', '.join(runtime_dependencies())}",
+        # GPU support (fetched by the app) runs Triton kernels, which need a C compiler once.
+        "Recommends: gcc",
         "Section: sound",
         "Priority: optional",
         f"Description: {info.summary}",
@@ -64,12 +70,13 @@ def du_kib(path: Path) -> int:
     return sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() or f.is_symlink()) // 1024
 
 
-def build(bundle: Path, out_dir: Path) -> Path:
+def build(bundle: Path, out_dir: Path, work: Path = ROOT / "build" / "deb") -> Path:
+    """`work`: where the package tree is staged (emptied first)."""
     info = project_info()
     if not (bundle / info.name).is_file():
         raise SystemExit(f"{bundle}: no {info.name} executable in it; build the bundle first")
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
-    stage = ROOT / "build" / "deb" / info.name
+    stage = work / info.name
     shutil.rmtree(stage, ignore_errors=True)
     target = stage / "opt" / info.name
     shutil.copytree(bundle, target, symlinks=True)

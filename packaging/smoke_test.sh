@@ -31,10 +31,11 @@ for _ in $(seq 1 240); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
 done
-grep -q "loaded demo on" "$log" 2>/dev/null || { cat "$work/gui.out" "$log" 2>/dev/null; kill "$pid" 2>/dev/null; fail "the demo model did not load"; }
+grep -q "loaded demo on" "$log" 2>/dev/null || {
+    cat "$work/gui.out" "$log" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; fail "the demo model did not load"; }
 kill -TERM "$pid"
 status=0; wait "$pid" || status=$?
-[ "$status" = 0 ] || { cat "$work/gui.out" "$log"; fail "the app exited with status $status on SIGTERM"; }
+[ "$status" = 0 ] || { cat "$work/gui.out" "$log" || true; fail "the app exited with status $status on SIGTERM"; }
 grep -q "exiting (status 0)" "$log" || fail "the log does not show a clean exit"
 grep "loaded demo on" "$log"
 

@@ -84,10 +84,8 @@ def test_loads_the_demo_model_and_shows_what_it_can_do(qtbot, window):
         window.load_model()
     assert window.model_picker.busy.isHidden()
     assert "Loaded demo" in window.model_picker.status.text()
-    assert window.compute_label.text() == "Compute: CPU"
     # Which device, and why: this machine has no NVIDIA GPU.
-    assert window.compute_label.toolTip() == "Compute: CPU: no NVIDIA GPU found"
-    assert window.statusBar().currentMessage() == "CPU: no NVIDIA GPU found"
+    assert window.compute_label.text() == "Compute: CPU: no NVIDIA GPU found"
     assert window.model_picker.voice.isVisibleTo(window)  # the demo is PersonaPlex-shaped
     assert window.model_picker.voice.findText("DEMO") >= 0
     caps = window.loaded.capabilities

@@ -104,11 +104,11 @@ def test_make_deb_lays_out_a_desktop_package(tmp_path):
     bundle.mkdir()
     (bundle / INFO.name).write_text("#!/bin/sh\n")
     (bundle / INFO.name).chmod(0o755)
-    deb = make_deb.build(bundle, tmp_path / "out")
+    deb = make_deb.build(bundle, tmp_path / "out", work=tmp_path / "stage")
     assert deb.name == INFO.artifact("linux", deb.name.rsplit("-", 1)[1].removesuffix(".deb"), "deb")
     fields = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout
     assert f"Package: {INFO.name}\n" in fields and f"Version: {INFO.version}\n" in fields
-    assert "libportaudio2" not in fields and "libxkbcommon-x11-0" in fields
+    assert "libportaudio2" not in fields and "libxkbcommon-x11-0" in fields and "libasound2" in fields
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
     assert f"./usr/bin/{INFO.name} -> /opt/{INFO.name}/{INFO.name}" in listing
     assert f"./usr/share/icons/hicolor/256x256/apps/{INFO.name}.png" in listing

@@ -35,6 +35,12 @@ DROPPED_FILES = [
     "PyQt6/Qt6/translations/*",
     "PyQt6/Qt6/plugins/platforms/libq[elmv]*", "PyQt6/Qt6/plugins/egldeviceintegrations/*",
     "PyQt6/Qt6/plugins/generic/*", "PyQt6/Qt6/plugins/imageformats/*",
+    # Qt's GTK theme needs GTK, which is not bundled; without it Qt draws its own style.
+    "PyQt6/Qt6/plugins/platformthemes/libqgtk3.so",
+    # ALSA and JACK come from the system, next to their configuration, plugins and servers;
+    # the bundled PortAudio loads them (copies of them crash PortAudio on a system whose ALSA
+    # configuration they do not match). They are dependencies of the .deb instead.
+    "libasound.so.*", "libjack.so.*",
 ]
 
 
