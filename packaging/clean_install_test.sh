@@ -6,14 +6,21 @@
 set -euo pipefail
 deb=$(realpath "${1:?usage: clean_install_test.sh PATH_TO_THE_DEB}")
 cd "$(dirname "$0")/.."
-root=$(realpath -m "${CLEAN_ROOT:-build/clean-root}")
-if [ ! -x "$root/usr/bin/apt-get" ]; then
-    command -v debootstrap >/dev/null || { apt-get update -qq; apt-get install -y -qq debootstrap; }
-    debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian
-fi
+source packaging/system_packages.sh
+# A new system every run: an app installed by an earlier run must not stand in for this one.
+mkdir -p build
+root=$(mktemp -d "$PWD/build/clean-root.XXXXXX")
+cleanup() {
+    for fs in dev sys proc; do umount "$root/$fs" 2>/dev/null || true; done
+    # Never delete through a mount that is still there.
+    for fs in dev sys proc; do mountpoint -q "$root/$fs" && return; done
+    rm -rf "$root"
+}
+trap cleanup EXIT
+command -v debootstrap >/dev/null || install_debian_packages debootstrap
+debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
 ! chroot "$root" sh -c 'command -v python3' || { echo "$root has a Python: not a clean system" >&2; exit 1; }
-for fs in proc sys dev; do mountpoint -q "$root/$fs" || mount --bind "/$fs" "$root/$fs"; done
-trap 'for fs in dev sys proc; do umount "$root/$fs" 2>/dev/null || true; done' EXIT
+for fs in proc sys dev; do mount --bind "/$fs" "$root/$fs"; done
 cp "$deb" "$root/tmp/"
 cp packaging/smoke_test.sh "$root/tmp/"
 chroot "$root" apt-get update -qq
