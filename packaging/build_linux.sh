@@ -24,9 +24,10 @@ DUPLEXCADENCE_TORCH=cpu install_torch
 "$PYTHON" packaging/resolve_cuda_torch.py build/cuda_torch.json
 
 start=$(date +%s)
-"$PYTHON" -m PyInstaller --noconfirm --clean --log-level WARN \
+# (PyInstaller imports every torch module to analyse it; their deprecation notices are noise here.)
+PYTHONWARNINGS=ignore::DeprecationWarning "$PYTHON" -m PyInstaller --noconfirm --clean --log-level WARN \
     --distpath dist --workpath build/pyinstaller packaging/duplexcadence.spec
 echo "bundle built in $(( $(date +%s) - start )) s: dist/duplexcadence ($(du -sh dist/duplexcadence | cut -f1))"
 
 "$PYTHON" packaging/make_deb.py dist/duplexcadence dist
-[ -n "${SKIP_SMOKE:-}" ] || bash packaging/smoke_test.sh dist/duplexcadence
+[ -n "${SKIP_SMOKE:-}" ] || bash packaging/smoke_test.sh dist/duplexcadence/duplexcadence

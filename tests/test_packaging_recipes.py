@@ -82,6 +82,8 @@ def test_linux_build_script_names_existing_files():
     script = (PACKAGING / "build_linux.sh").read_text()
     for path in re.findall(r"packaging/[\w/.]+\.(?:py|sh|spec)", script):
         assert (ROOT / path).is_file(), path
+    # The smoke test runs the executable the spec builds (dist/NAME/NAME), not its folder.
+    assert f"packaging/smoke_test.sh dist/{INFO.name}/{INFO.name}" in script
 
 
 def test_unused_files_are_dropped_and_needed_ones_kept():
