@@ -70,6 +70,8 @@ class ModelLoader(threading.Thread):
 
         device = select_device(self.device)
         limit_cpu_threads(device)
+        # Which torch: in an installed app, the bundled CPU build or fetched GPU support.
+        log.info("torch %s (CUDA %s) from %s", torch.__version__, torch.version.cuda, torch.__file__)
         from .cuda_torch import why_this_device
 
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
