@@ -68,12 +68,12 @@ class ModelLoader(threading.Thread):
         from engine import DuplexSession, Persona, load_model
         from engine.device import limit_cpu_threads, select_device
 
+        from .cuda_torch import why_this_device
+
         device = select_device(self.device)
         limit_cpu_threads(device)
         # Which torch: in an installed app, the bundled CPU build or fetched GPU support.
         log.info("torch %s (CUDA %s) from %s", torch.__version__, torch.version.cuda, torch.__file__)
-        from .cuda_torch import why_this_device
-
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
         model = load_model(self.source, device=device)
