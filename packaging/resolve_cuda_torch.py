@@ -80,14 +80,18 @@ def resolve(torch_version: str, index_url: str) -> list[dict]:
         return json.loads(report.read_text())["install"]
 
 
-def cuda_release(items: list[dict]) -> str:
-    """The CUDA release torch was built with, from its pinned CUDA requirement (the runtime
-    wheel in older releases, the `cuda-toolkit` metapackage in newer ones)."""
+def cuda_release(items: list[dict], local_version: str) -> str:
+    """The CUDA release torch was built with: from its pinned CUDA requirement (the runtime
+    wheel in older releases, the `cuda-toolkit` metapackage in newer ones), or, for a wheel
+    that carries its CUDA libraries itself (PyTorch's own index), from its label (cu130: 13.0)."""
     torch_item = next(i for i in items if i["metadata"]["name"] == "torch")
     for requirement in torch_item["metadata"].get("requires_dist", []):
         found = re.match(CUDA_PIN, requirement)
         if found:
             return f"{found[1]}.{found[2]}"
+    label = re.fullmatch(r"cu(\d+)(\d)", local_version)
+    if label:
+        return f"{label[1]}.{label[2]}"
     raise SystemExit(f"torch {torch_item['metadata']['version']} from this index is not a CUDA build")
 
 
@@ -114,7 +118,7 @@ def main() -> None:
                       "unpacked": unpacked_size(url, size)})
         print(f"  {files[-1]['name']}: {size / 1e6:.0f} MB", file=sys.stderr)
     manifest = {
-        "torch": version, "cuda": cuda_release(items),
+        "torch": version, "cuda": cuda_release(items, args.local_version),
         "python": f"cp{sys.version_info.major}{sys.version_info.minor}",
         "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
         "installed_bytes": sum(f.pop("unpacked") for f in files),

@@ -116,3 +116,21 @@ def test_make_deb_lays_out_a_desktop_package(tmp_path):
     assert f"./usr/share/icons/hicolor/256x256/apps/{INFO.name}.png" in listing
     entry = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
     assert f"Exec=/usr/bin/{INFO.name}".encode() in entry and f"Icon={INFO.name}\n".encode() in entry
+
+
+def test_the_cuda_release_is_read_from_pins_or_the_wheel_label():
+    sys.path.insert(0, str(PACKAGING))
+    from resolve_cuda_torch import cuda_release
+
+    def torch_item(*requires):
+        return [{"metadata": {"name": "torch", "version": "2.13.0", "requires_dist": list(requires)}}]
+
+    # PyPI's Linux wheels pin the toolkit (2.13) or the runtime wheel (earlier releases).
+    pinned = 'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"'
+    assert cuda_release(torch_item(pinned), "") == "13.0"
+    assert cuda_release(torch_item("nvidia-cuda-runtime-cu12==12.8.90"), "") == "12.8"
+    # PyTorch's index (Windows) carries the libraries inside the wheel: its label says which.
+    assert cuda_release(torch_item("filelock"), "cu130") == "13.0"
+    assert cuda_release(torch_item("filelock"), "cu126") == "12.6"
+    with pytest.raises(SystemExit, match="not a CUDA build"):
+        cuda_release(torch_item("filelock"), "")
