@@ -9,8 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source packaging/system_packages.sh
-# PortAudio is copied into the bundle from the build machine; dpkg-deb and fakeroot make the .deb.
-install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" dpkg-dev fakeroot
+# PortAudio is copied into the bundle from the build machine (dpkg-deb, which makes the .deb,
+# is part of every Debian system).
+install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}"
 VENV=$(realpath -m "${DUPLEXCADENCE_BUILD_VENV:-$PWD/build/venv}")
 PYTHON="$VENV/bin/python"
 ensure_venv

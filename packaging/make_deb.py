@@ -40,9 +40,10 @@ def desktop_entry(info: ProjectInfo) -> str:
         "Terminal=false",
         "Categories=AudioVideo;Audio;",
         "Keywords=speech;voice;conversation;Moshi;PersonaPlex;",
-        # Qt names the window after the desktop file (app.setDesktopFileName), so the dock
-        # groups the running window with this entry.
-        f"StartupWMClass={info.name}",
+        # So that docks group the running window with this entry: on X11 Qt sets the window's
+        # WM_CLASS class to the application name (run_app sets it to the display name); on
+        # Wayland the app id (setDesktopFileName) names this entry's file.
+        f"StartupWMClass={info.display_name}",
         "",
     ])
 
