@@ -12,6 +12,7 @@ before anything else runs, and the GUI drives `CudaTorchInstaller` from a thread
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import http.client
 import json
@@ -128,6 +129,7 @@ class NvidiaGpu:
         return f"{self.driver_cuda[0]}.{self.driver_cuda[1]}"
 
 
+@functools.cache  # the window, the offer and the loader all ask; the driver is asked once
 def find_nvidia_gpu() -> NvidiaGpu | None:
     """The first NVIDIA GPU the driver reports, or None (no driver, no GPU, driver error)."""
     names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so"]

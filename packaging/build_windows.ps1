@@ -12,7 +12,7 @@ if ($LASTEXITCODE) { throw "pip install failed" }
 if ($LASTEXITCODE) { throw "resolving GPU support failed" }
 & $py -m PyInstaller --noconfirm --clean --distpath dist --workpath build\pyinstaller packaging\duplexcadence.spec
 if ($LASTEXITCODE) { throw "PyInstaller failed" }
-$defines = & $py -c "from app.project_info import project_info as p; i = p(); print(f'/DAppName={i.name} /DAppDisplayName={i.display_name} /DAppVersion={i.version} /DAppId={i.app_id}')"
+$defines = & $py -c "from app.project_info import project_info as p; i = p(); out = i.artifact('windows', 'x86_64', 'exe')[:-4]; print(f'/DAppName={i.name} /DAppDisplayName={i.display_name} /DAppVersion={i.version} /DAppId={i.app_id} /DOutputName={out}')"
 $iscc = "${env:ProgramFiles(x86)}\Inno Setup 6\ISCC.exe"
 & $iscc $defines.Split(" ") packaging\windows\duplexcadence.iss
 if ($LASTEXITCODE) { throw "ISCC failed" }

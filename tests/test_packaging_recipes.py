@@ -63,7 +63,7 @@ def test_windows_recipe_names_the_bundle_the_spec_builds():
     script = (PACKAGING / "build_windows.ps1").read_text()
     for path in re.findall(r"packaging\\[\w\\.]+", script):
         assert (ROOT / path.replace("\\", "/")).is_file(), path
-    for define in ("AppName", "AppDisplayName", "AppVersion", "AppId"):
+    for define in ("AppName", "AppDisplayName", "AppVersion", "AppId", "OutputName"):
         assert f"/D{define}=" in script and "{#" + define + "}" in iss
     assert not re.search(r"\d+\.\d+\.\d+", iss.split("[Setup]")[1])  # no version written by hand
 
@@ -74,6 +74,7 @@ def test_macos_recipe_has_the_microphone_entries():
     assert '"NSMicrophoneUsageDescription"' in SPEC and 'name=f"{INFO.display_name}.app"' in SPEC
     script = (PACKAGING / "build_macos.sh").read_text()
     assert 'app="dist/$display.app"' in script and "hdiutil create" in script
+    assert "i.artifact('macos'" in script  # the .dmg is named as every installer is
     for path in re.findall(r"packaging/[\w/.]+", script):
         assert (ROOT / path).is_file(), path
 

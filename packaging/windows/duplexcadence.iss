@@ -1,9 +1,10 @@
 ; Inno Setup 6 script for the Windows installer. Built by packaging/build_windows.ps1, which
 ; first builds the folder bundle (dist\duplexcadence) with packaging/duplexcadence.spec and then
 ; runs ISCC with the name, version and id read from pyproject.toml:
-;   iscc /DAppName=duplexcadence /DAppDisplayName=DuplexCadence /DAppVersion=0.1.0 /DAppId=io.github.duplexcadence packaging\windows\duplexcadence.iss
+;   iscc /DAppName=duplexcadence /DAppDisplayName=DuplexCadence /DAppVersion=0.1.0 /DAppId=io.github.duplexcadence
+;        /DOutputName=duplexcadence-0.1.0-windows-x86_64 packaging\windows\duplexcadence.iss
 #ifndef AppName
-  #error Run through packaging/build_windows.ps1 (it passes /DAppName, /DAppDisplayName, /DAppVersion, /DAppId)
+  #error Run through packaging/build_windows.ps1 (it passes /DAppName, /DAppDisplayName, /DAppVersion, /DAppId, /DOutputName)
 #endif
 
 [Setup]
@@ -19,7 +20,7 @@ PrivilegesRequiredOverridesAllowed=dialog
 ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
 OutputDir=..\..\dist
-OutputBaseFilename={#AppName}-{#AppVersion}-windows-x86_64
+OutputBaseFilename={#OutputName}
 UninstallDisplayIcon={app}\{#AppName}.exe
 Compression=lzma2/max
 SolidCompression=yes
