@@ -312,6 +312,8 @@ def why_this_device(device: str) -> str:
 
     if device.startswith("cuda"):
         return f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
+    if torch.cuda.is_available():
+        return "CPU, as asked (a CUDA GPU is available)"
     if torch.version.cuda is not None:
         return "CPU: this PyTorch is a CUDA build, but no usable NVIDIA GPU was found (driver or device missing)"
     gpu = find_nvidia_gpu()

@@ -20,3 +20,5 @@ def test_the_driver_probe_sees_torchs_gpu(record):
 
 def test_the_window_names_the_gpu_and_cuda_release():
     assert why_this_device("cuda:0") == f"{torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda}"
+    # The CPU chosen on purpose (--device cpu) is not blamed on a missing GPU.
+    assert why_this_device("cpu") == "CPU, as asked (a CUDA GPU is available)"
