@@ -48,7 +48,7 @@ def _bench(args) -> None:
         return
     from engine.bench.run import run_bench
     output = Path(args.output or f"bench_{args.model}.json")
-    run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output)
+    run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames)
 
 
 def _train(args) -> None:
@@ -138,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plain-frames", type=int, default=150,
                        help="frames for ours with the optimizations off (slow: fewer)")
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--fidelity-frames", type=int, default=256,
+                       help="teacher-forced frames comparing ours and stock bf16 to stock fp32 (0: skip)")
     bench.add_argument("--output", help="JSON report (default bench_MODEL.json, or bench_diffuplex_MODEL.json, "
                                         "in the working folder)")
     bench.add_argument("--diffuplex", action="store_true",

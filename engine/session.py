@@ -95,7 +95,8 @@ class DuplexSession:
         self.runner = FrameRunner(model.lm, model.mimi, store, self.generator, _sampling(self.options))
         self.runner.configure(replay=self.options.graph_replay)
         cuda = self.device.type == "cuda"
-        self._timer = FrameTimer(self.device)
+        self.timer = FrameTimer(self.device)
+        """Times each frame's stages (a profiler may attach to it: engine.bench.kernels)."""
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._tokens_out = torch.empty(1 + model.cfg.dep_q, dtype=torch.int64, pin_memory=cuda)
@@ -245,24 +246,24 @@ class DuplexSession:
         if pcm.shape != (model.frame_size,) or not np.issubdtype(pcm.dtype, np.floating):
             raise ValueError(f"a frame is float32 [{model.frame_size}], got {pcm.dtype} {list(pcm.shape)}")
         self._apply_pending()
-        self._timer.begin()
+        self.timer.begin()
         self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
         loop = self._loop
         report = None
         if self.options.policy != "ar" and loop is None:
             raise RuntimeError(f"policy {self.options.policy}: the predictor is used from the next reset()")
         if loop is not None and self.runner.started and (self.options.policy != "ar" or loop.pending):
-            tokens, out, report = loop.step(self._pcm_in, self.options, self._timer.mark)
+            tokens, out, report = loop.step(self._pcm_in, self.options, self.timer.mark)
         else:
             if loop is not None:
                 loop.reset()  # AR frames: whatever was planned is no longer the future
-            tokens, out = self.runner.frame(self._pcm_in, self._timer.mark)
+            tokens, out = self.runner.frame(self._pcm_in, self.timer.mark)
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)
             self._tokens_out.copy_(tokens, non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the frame's one wait for the device
-        timings = self._timer.end()
+        timings = self.timer.end()
         if tokens is None:
             pcm_out, tokens_out, text = np.zeros(model.frame_size, np.float32), None, ""
         else:

@@ -20,8 +20,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import kernels
 from .config.transformer import TransformerConfig
-from .kernels.ring_attention import ring_attention
+from .kernels.ring_attention import TRITON_MAX_T, ring_attention
 from .state import Region, Store
 
 
@@ -32,7 +33,7 @@ class RMSNormF32(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, 1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cuda:
+        if kernels.usable(x):
             from .kernels.norm_rope import rms_norm
             return rms_norm(x, self.alpha, self.eps)
         xf = x.float()
@@ -94,7 +95,7 @@ class StepPositions(NamedTuple):
 def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Rotate interleaved (re, im) pairs of x [B, H, T, D] by their positions, in fp32."""
     cos, sin = rope
-    if x.is_cuda and _is_power_of_two(x.shape[-1]):
+    if kernels.usable(x) and _is_power_of_two(x.shape[-1]):
         from .kernels.norm_rope import rope as fused_rope
         return fused_rope(x, cos, sin)
     xr, xi = x.view(*x.shape[:-1], -1, 2).float().unbind(-1)
@@ -144,12 +145,16 @@ class Attention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(steps * 3 * cfg.d_model, cfg.d_model))
         self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
 
+    def weights(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (in, out) projection weights of step `step` (per-step weights) or the only ones."""
+        d = self.cfg.d_model
+        return self.in_proj_weight.view(-1, 3 * d, d)[step], self.out_proj.weight.view(-1, d, d)[step]
+
     def forward(self, x: torch.Tensor, pos: StepPositions, store: Store | None,
                 step: int, adapter: Adapter | None = None) -> torch.Tensor:
         c = self.cfg
         B, T, _ = x.shape
-        w_in = self.in_proj_weight.view(-1, 3 * c.d_model, c.d_model)[step]
-        w_out = self.out_proj.weight.view(-1, c.d_model, c.d_model)[step]
+        w_in, w_out = self.weights(step)
         qkv = _adapted(F.linear(x, w_in), x, adapter, "qkv", self.index)
         qkv = qkv.view(B, T, 3, c.num_heads, c.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # [B, H, T, D]
@@ -203,6 +208,36 @@ class Layer(nn.Module):
         x = x + self._scaled(1, self.self_attn(self.norm1(x), pos, store, step, adapter))
         return x + self._scaled(2, self._ffn(self.norm2(x), step, adapter))
 
+    def fused_forward(self, x: torch.Tensor, first: torch.Tensor, store: Store, step: int) -> torch.Tensor:
+        """The same layer as `forward` (streaming, no adapter) in five products with the
+        elementwise work fused into them, plus the attention: x [T, d] -> [T, d]."""
+        from .kernels.fused_linear import linear, qkv_into_ring, rope_coefficient
+
+        c, attn = self.cfg, self.self_attn
+        w_in, w_out = attn.weights(step)
+        coef = rope_coefficient(c.head_dim, c.max_period) if c.rope else None
+        kv = store[attn.kv_region][:, attn.index]
+        q = qkv_into_ring(x, w_in, _norm_spec(self.norm1), first, kv, c.num_heads, coef)
+        a = ring_attention(q, kv, first, x.shape[0], c.context)  # [1, H, T, D] over [T, H, D]
+        x = linear(a[0].transpose(0, 1).reshape(x.shape), w_out, residual=x, scale=self._scale(1))
+        if c.gating == "none":
+            h = linear(x, self.linear1.weight, norm=_norm_spec(self.norm2))
+            return linear(h, self.linear2.weight, act="gelu", residual=x, scale=self._scale(2))
+        ffn = self.gating[step] if c.weights_per_step else self.gating
+        h = linear(x, ffn.linear_in.weight, norm=_norm_spec(self.norm2))
+        return linear(h, ffn.linear_out.weight, act="silu_gate", residual=x, scale=self._scale(2))
+
+    def _scale(self, which: int) -> torch.Tensor | None:
+        return None if self.cfg.layer_scale is None else getattr(self, f"layer_scale_{which}").scale
+
+
+def _norm_spec(norm: nn.Module):
+    from .kernels.fused_linear import Norm
+
+    if isinstance(norm, RMSNormF32):
+        return Norm("rms", norm.alpha.view(-1), None, norm.eps)
+    return Norm("layer", norm.weight, norm.bias, norm.eps)
+
 
 class StreamingTransformer(nn.Module):
     def __init__(self, cfg: TransformerConfig, name: str):
@@ -224,6 +259,14 @@ class StreamingTransformer(nn.Module):
               else Region(self.kv_region, entry, dtype, c.clock, c.ring + wake - 1, ahead=wake - 1))
         return [Region(self.pos_region, (1,), torch.int64), kv]
 
+    def _fuses(self, x: torch.Tensor, store: Store | None, adapter: Adapter | None) -> bool:
+        """Whether a step runs as fused layers: streaming on CUDA with the Triton kernels, a
+        few positions, no adapter. A function of static facts only: toggles never change it."""
+        from .kernels.fused_linear import MAX_ROWS
+
+        return (store is not None and adapter is None and x.shape[1] <= min(MAX_ROWS, TRITON_MAX_T)
+                and self.cfg.head_dim % 2 == 0 and kernels.usable(x))
+
     def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0,
                 adapter: Adapter | None = None, keep: int | None = None) -> torch.Tensor:
         """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1).
@@ -235,9 +278,15 @@ class StreamingTransformer(nn.Module):
             first, ring = torch.zeros(1, dtype=torch.long, device=x.device), None
         else:
             first, ring = store[self.pos_region], store[self.kv_region].shape[0]
-        pos = StepPositions.at(first, x.shape[1], self.cfg, ring)
-        for layer in self.layers:
-            x = layer(x, pos, store, step, adapter)
+        if self._fuses(x, store, adapter):
+            rows = x.reshape(x.shape[1], -1)
+            for layer in self.layers:
+                rows = layer.fused_forward(rows, first, store, step)
+            x = rows.view(x.shape)
+        else:
+            pos = StepPositions.at(first, x.shape[1], self.cfg, ring)
+            for layer in self.layers:
+                x = layer(x, pos, store, step, adapter)
         if store is not None:
             first.add_(x.shape[1] if keep is None else keep)
         return x

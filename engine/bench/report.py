@@ -20,6 +20,10 @@ class RunResult:
     speak_time: dict
     state_bytes: dict
     peak_bytes: int
+    kernels: dict = dataclasses.field(default_factory=dict)
+    """Per stage (and "frame"): kernels and GPU busy ms per frame (engine.bench.kernels)."""
+    first_frame_s: float | None = None
+    """The first frame's time: kernel compilation (or reading it from the cache) included."""
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -70,8 +74,25 @@ def format_table(report: dict) -> str:
         lines.append(f"| {r['name']} | {st['total']['p50_ms']:.2f} | {st['total']['p99_ms']:.2f} | "
                      + " | ".join(f"{st[k]['p50_ms']:.2f}" for k in STAGES)
                      + f" | {r['speak_time']['mean_s']:.3f} | {state} | {r['peak_bytes'] / (1 << 30):.2f} |")
+    lines += _kernel_table(report["runs"])
     f, q = report["floor"], report["ratios"]
     lines.append(f"weight-read floor: {f['ms_per_frame']:.2f} ms/frame ({f['lm_bytes'] / 1e9:.1f} GB of LM "
                  f"weights at {f['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s)")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in q.items()))
+    if "fidelity" in report:
+        from .fidelity import format_fidelity
+        lines += ["", format_fidelity(report["fidelity"])]
     return "\n".join(lines)
+
+
+def _kernel_table(runs: list[dict]) -> list[str]:
+    """Kernels per frame and GPU busy ms per frame, by stage (a profiled pass)."""
+    columns = (*STAGES, "other", "frame")
+    lines = ["", "kernels per frame / GPU busy ms per frame (torch.profiler):",
+             "| runtime | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for r in runs:
+        k = r.get("kernels") or {}
+        if k:
+            lines.append(f"| {r['name']} | " + " | ".join(f"{k[c]['kernels']:.0f} / {k[c]['busy_ms']:.2f}"
+                                                       for c in columns) + " |")
+    return lines

@@ -8,6 +8,7 @@ conversation, peak memory; then the ratios ours/stock and the weight-read floor.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import platform
@@ -58,6 +59,7 @@ def _marks() -> dict[int, str]:
 
 
 def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResult, int]:
+    from .kernels import profile_stages
     from .stock import StockRunner, load_stock, stock_state_bytes
 
     torch.cuda.empty_cache()
@@ -71,6 +73,7 @@ def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResul
             state[marks[i + 1]] = stock_state_bytes(mimi, lm, runner.gen)
     result = summarize("stock moshi 0.2.13", runner.records[WARMUP_FRAMES:], state,
                        torch.cuda.max_memory_allocated())
+    result.kernels = profile_stages(functools.partial(runner.step, frames[-1]), runner.timer)
     lm_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
     runner.close()
     del runner, mimi, lm
@@ -81,6 +84,7 @@ def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResul
 
 def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool) -> RunResult:
     from .. import DuplexSession, Persona, RuntimeOptions, load_model
+    from .kernels import profile_stages
 
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -98,6 +102,8 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool) -> RunResult:
     # is torch's peak plus what is mapped at the end.
     peak = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
     result = summarize(name, records[WARMUP_FRAMES:], state, peak)
+    result.first_frame_s = records[0]["total"]
+    result.kernels = profile_stages(functools.partial(session.step, frames[-1]), session.timer)
     session.close()
     del session, model
     gc.collect()
@@ -105,9 +111,12 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool) -> RunResult:
     return result
 
 
-def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Path) -> dict:
+def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Path,
+              fidelity_frames: int = 0) -> dict:
     """Stock, ours optimized (`frames` frames) and ours plain (`plain_frames`, slow) on the same
-    full-size random weights of `shape`; writes the JSON report to `output`, prints the table."""
+    full-size random weights of `shape`, then (`fidelity_frames` > 0) the teacher-forced
+    fidelity of both in bf16 against the stock runtime in fp32; writes the JSON report to
+    `output`, prints the tables."""
     from .stock import write_stock_checkpoint
 
     if not torch.cuda.is_available():
@@ -127,11 +136,14 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
         stock, lm_bytes = run_stock(model_dir, pcm, shape)
         ours = run_ours(model_dir, pcm, optimized=True)
         plain = run_ours(model_dir, pcm[:plain_frames], optimized=False)
-    report["runs"] = [r.as_dict() for r in (stock, ours, plain)]
+        report["runs"] = [r.as_dict() for r in (stock, ours, plain)]
+        report["ratios"] = ratios(stock, ours, plain)
+        if fidelity_frames:
+            from .fidelity import measure
+            report["fidelity"] = measure(model_dir, fidelity_frames, seed)
     report["floor"] = {"lm_bytes": lm_bytes, "copy_bandwidth_bytes_per_s": bandwidth,
                        "ms_per_frame": 1000.0 * lm_bytes / bandwidth,
                        "speak_s_per_second": FRAME_RATE * lm_bytes / bandwidth}
-    report["ratios"] = ratios(stock, ours, plain)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2))
     print(format_table(report))

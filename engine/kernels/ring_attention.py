@@ -33,7 +33,9 @@ def ring_attention(q: torch.Tensor, kv_ring: torch.Tensor, pos: torch.Tensor, T:
     ring, two, H, D = kv_ring.shape
     if q.shape != (1, H, T, D) or two != 2 or ring < T:
         raise ValueError(f"ring_attention: q {tuple(q.shape)} does not fit kv_ring {tuple(kv_ring.shape)}, T={T}")
-    if q.is_cuda and T <= TRITON_MAX_T:
+    from . import usable
+
+    if T <= TRITON_MAX_T and usable(q):
         from .ring_attention_triton import triton_ring_attention
         return triton_ring_attention(q, kv_ring, pos, T, context)
     return torch_ring_attention(q, kv_ring, pos, T, context)

@@ -5,7 +5,8 @@ pos + t sees exactly the ages [T-1-t, min(live, T-1-t + context)), where live is
 number of entries the ring holds: one contiguous run, no mask needed inside it.
 Grid (H, S, T): program (h, s, t) takes the s-th of S equal chunks of that run, with an
 online softmax in fp32; a second kernel merges the S partial results of each (head,
-query) in a fixed order. `live` is computed from `pos` inside the kernel, so grid and
+query) in a fixed order (with S = 1, as for the depformer's few keys, the one program
+writes the output itself). `live` is computed from `pos` inside the kernel, so grid and
 graph are the same every frame while the work follows the conversation; nothing past
 the live entries is ever loaded. No atomics and a fixed reduction order: the same inputs
 give the same bits.
@@ -27,8 +28,8 @@ NUM_WARPS = 2
 
 
 @triton.jit
-def _split_kernel(Q, KV, POS, PACC, PM, PL,
-                  sq_h, sq_t, sq_d, skv_r, skv_c, skv_h, skv_d,
+def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
+                  sq_h, sq_t, sq_d, skv_r, skv_c, skv_h, skv_d, so_h, so_t, so_d,
                   T, ring, context, sm_scale,
                   HAS_CONTEXT: tl.constexpr, SPLITS: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr):
@@ -66,6 +67,9 @@ def _split_kernel(Q, KV, POS, PACC, PM, PL,
         acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
         m = m_new
 
+    if SPLITS == 1:  # the whole run in one program: no partial results to merge
+        tl.store(OUT + h * so_h + t * so_t + d * so_d, (acc / l).to(OUT.dtype.element_ty), mask=d_ok)
+        return
     part = (h * T + t) * SPLITS + s
     tl.store(PM + part, m)  # -inf, l = 0, acc = 0 for a chunk with no key
     tl.store(PL + part, l)
@@ -116,14 +120,18 @@ def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
     pacc = torch.empty(H * T * splits * block_d, device=q.device, dtype=torch.float32)
     pm = torch.empty(H * T * splits, device=q.device, dtype=torch.float32)
     pl = torch.empty_like(pm)
-    out = torch.empty(1, H, T, D, device=q.device, dtype=q.dtype)
+    # [1, H, T, D] over [T, H, D] memory: the output projection reads each row contiguously.
+    out = torch.empty(1, T, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
     _split_kernel[(H, splits, T)](
-        q, kv_ring, pos, pacc, pm, pl,
+        q, kv_ring, pos, pacc, pm, pl, out,
         q.stride(1), q.stride(2), q.stride(3),
         kv_ring.stride(0), kv_ring.stride(1), kv_ring.stride(2), kv_ring.stride(3),
+        out.stride(1), out.stride(2), out.stride(3),
         T, ring, context or 0, 1.0 / math.sqrt(D),
         HAS_CONTEXT=context is not None, SPLITS=splits, BLOCK_N=block_n, BLOCK_D=block_d, D=D,
         num_warps=num_warps)
+    if splits == 1:
+        return out
     _merge_kernel[(H, T)](pacc, pm, pl, out, T, out.stride(1), out.stride(2), out.stride(3),
                           SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
                           BLOCK_D=block_d, D=D, num_warps=1)

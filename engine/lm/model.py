@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .. import kernels
 from ..config.lm import LMConfig
 from ..state import Region, Store
 from ..transformer import Adapter, RMSNormF32, StreamingTransformer
@@ -18,6 +19,18 @@ from .delays import DelayLines
 
 ZERO_TOKEN = -1
 """A token that contributes a zero embedding (the reference's `zero_token_id`)."""
+
+
+def project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """linear(x) for x [..., in]: on CUDA for a few rows, the fused matrix-vector kernel."""
+    from ..kernels.fused_linear import MAX_ROWS
+
+    rows = x.numel() // x.shape[-1]
+    if rows > MAX_ROWS or not kernels.usable(x):
+        return linear(x)
+    from ..kernels.fused_linear import linear as fused_linear
+
+    return fused_linear(x.reshape(rows, -1), linear.weight).view(*x.shape[:-1], -1)
 
 
 def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
@@ -87,7 +100,7 @@ class MoshiLM(nn.Module):
         [1 + future, text_card])."""
         keep = x.shape[1] - future
         h = self.out_norm(self.transformer(x, store, adapter=adapter, keep=keep))[:, keep - 1:]
-        return h, self.text_linear(h).view(1 + future, -1)
+        return h, project(self.text_linear, h).view(1 + future, -1)
 
     def restart_depformer(self, store: Store) -> None:
         """The depformer's position restarts every frame; its stale KV entries are then masked."""
@@ -96,5 +109,10 @@ class MoshiLM(nn.Module):
     def depformer_step(self, k: int, prev: torch.Tensor, h: torch.Tensor, store: Store) -> torch.Tensor:
         """Codebook step k: prev [1] (the text token for k = 0) -> logits [1, card]."""
         table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
-        x = self.depformer_in[k](h) + embed(table, prev).view(1, 1, -1)
-        return self.linears[k](self.depformer(x, store, step=k)).view(1, -1)
+        if kernels.usable(h):
+            from ..kernels.fused_linear import linear_embed
+
+            x = linear_embed(h.view(1, -1), self.depformer_in[k].weight, table.weight, prev).view(1, 1, -1)
+        else:
+            x = self.depformer_in[k](h) + embed(table, prev).view(1, 1, -1)
+        return project(self.linears[k], self.depformer(x, store, step=k)).view(1, -1)

@@ -2,13 +2,17 @@
 
 Draws the same random numbers as the reference (`moshi.utils.sampling`): softmax of
 logits / temperature, the top k probabilities, then argmax(p / Exp(1)) over them (the
-exponential-race form of a categorical draw, which needs no host synchronization).
+exponential-race form of a categorical draw, which needs no host synchronization). On CUDA
+a small vocabulary takes one kernel for all of it (engine.kernels.topk_sampling), drawing
+the same exponentials.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import torch
+
+from .. import kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,9 +24,14 @@ class SamplingParams:
 
 def sample(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
     """logits [R, V] -> tokens [R] (int64): one draw per row."""
-    logits = logits.float()
     if p.greedy or p.temperature <= 0.0:
-        return logits.argmax(dim=-1)
+        return logits.float().argmax(dim=-1)
+    if p.top_k > 0 and logits.dim() == 2 and kernels.usable(logits):
+        from ..kernels.topk_sampling import MAX_VOCAB, topk_sample
+
+        if logits.shape[-1] <= MAX_VOCAB:  # the audio codebooks; text's 32000 take the torch path
+            return topk_sample(logits, min(p.top_k, logits.shape[-1]), p.temperature, generator)
+    logits = logits.float()
     probs = torch.softmax(logits / p.temperature, dim=-1)
     if p.top_k > 0:
         probs, candidates = torch.topk(probs, min(p.top_k, probs.shape[-1]), dim=-1)

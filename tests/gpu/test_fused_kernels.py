@@ -1,6 +1,7 @@
 """The fused CUDA kernels against the torch formulas they replace (the CPU path)."""
 import pytest
 import torch
+from torch.nn import functional as F
 
 pytest.importorskip("triton")  # CUDA builds of torch bring it; CPU machines skip this module
 from engine.kernels.norm_rope import rms_norm, rope  # noqa: E402
@@ -34,3 +35,90 @@ def test_rope_matches_torch_on_strided_views(dtype, heads, head_dim, T):
     got = rope(qkv.cuda().permute(2, 0, 3, 1, 4)[0], *(t.cuda() for t in pos.rope)).cpu()
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
+
+
+CONFIGS = {
+    "temporal": TransformerConfig(d_model=256, num_heads=2, num_layers=2, dim_feedforward=4 * 256, context=6,
+                                  norm="rms_norm_f32", gating="silu", rope=True),
+    "depformer": TransformerConfig(d_model=128, num_heads=4, num_layers=2, dim_feedforward=4 * 128, context=None,
+                                   norm="rms_norm_f32", gating="silu", rope=False, weights_per_step=3,
+                                   clock="fixed"),
+    "mimi": TransformerConfig(d_model=128, num_heads=4, num_layers=2, dim_feedforward=256, context=5,
+                              norm="layer_norm", gating="none", layer_scale=0.1, rope=True, clock="mimi_step"),
+}
+
+
+def _streamed(transformer, xs, fused: bool):
+    """The transformer streamed over xs, as fused layers (the CUDA route) or as the torch
+    formulas (the CPU route, here on CUDA with the Triton kernels switched off)."""
+    from engine import kernels
+    from engine.state import StateStore
+
+    store, outs = StateStore(transformer.regions(), "cuda"), []
+    before = kernels.usable
+    kernels.usable = lambda x: fused and x.is_cuda
+    try:
+        for step, x in enumerate(xs):
+            if transformer.cfg.clock != "fixed":
+                store.advance(transformer.cfg.clock, x.shape[1])
+            outs.append(transformer(x, store, step=step if transformer.cfg.weights_per_step else 0))
+    finally:
+        kernels.usable = before
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kind,T", [("temporal", 1), ("temporal", 2), ("depformer", 1), ("mimi", 2)])
+def test_fused_layers_match_the_torch_formulas(kind, T, dtype):
+    from engine.transformer import StreamingTransformer
+
+    torch.manual_seed(0)
+    cfg = CONFIGS[kind]
+    transformer = StreamingTransformer(cfg, "t")
+    for p in transformer.parameters():
+        p.data.normal_(0, 0.1)
+    transformer = transformer.to("cuda", dtype)
+    steps = cfg.weights_per_step or 9  # past the ring: slots wrap
+    xs = [torch.randn(1, 1 if cfg.weights_per_step else T, cfg.d_model, device="cuda").to(dtype)
+          for _ in range(steps)]
+    with torch.no_grad():
+        expected, got = _streamed(transformer, xs, False), _streamed(transformer, xs, True)
+    tol = 2e-5 if dtype == torch.float32 else 4e-2
+    torch.testing.assert_close(got.float(), expected.float(), rtol=tol, atol=tol)
+
+
+def test_fused_linear_prologues_and_epilogues():
+    from engine.kernels.fused_linear import Norm, linear, linear_embed
+
+    torch.manual_seed(1)
+    x = torch.randn(3, 512, device="cuda")
+    w = torch.randn(300, 512, device="cuda") / 20
+    res, scale = torch.randn(3, 300, device="cuda"), torch.rand(300, device="cuda")
+    ln = torch.nn.LayerNorm(512).cuda()
+    ln.weight.data.uniform_(0.5, 1.5)
+    ln.bias.data.normal_()
+    got = linear(x, w, norm=Norm("layer", ln.weight, ln.bias, ln.eps), residual=res, scale=scale)
+    torch.testing.assert_close(got, res + scale * (ln(x) @ w.T), rtol=1e-5, atol=1e-5)
+    gate = torch.randn(3, 1024, device="cuda")
+    got = linear(gate, w, act="silu_gate")
+    torch.testing.assert_close(got, (F.silu(gate[:, :512]) * gate[:, 512:]) @ w.T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(linear(x, w, act="gelu"), F.gelu(x) @ w.T, rtol=1e-5, atol=1e-5)
+    table = torch.randn(7, 300, device="cuda")
+    for token in (4, 0, -1):
+        got = linear_embed(x[:1], w, table, torch.tensor([token], device="cuda"))
+        row = table[token] if token >= 0 else torch.zeros(300, device="cuda")
+        torch.testing.assert_close(got, x[:1] @ w.T + row, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("vocab,top_k", [(2048, 250), (100, 100), (2048, 1)])
+def test_topk_sampling_kernel_draws_as_the_torch_path(vocab, top_k):
+    from engine.kernels.topk_sampling import topk_sample
+
+    logits = torch.randn(64, vocab, device="cuda") * 4
+    g = torch.Generator("cuda").manual_seed(3)
+    got = topk_sample(logits, top_k, 0.8, g)
+    g = torch.Generator("cuda").manual_seed(3)
+    probs, candidates = torch.topk(torch.softmax(logits / 0.8, dim=-1), top_k, dim=-1)
+    race = probs / torch.empty_like(probs).exponential_(1, generator=g)
+    expected = candidates.gather(-1, race.argmax(dim=-1, keepdim=True)).view(-1)
+    assert torch.equal(got, expected)

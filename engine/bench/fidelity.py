@@ -1,0 +1,124 @@
+"""Fidelity, teacher-forced: how far our bf16 LM's logits are from the stock runtime's, next
+to how far the stock runtime in bf16 is from itself in fp32.
+
+The same token history is fed to every runtime frame by frame (uniform random tokens for all
+streams, no delays: each runtime sees the same input row per step), so errors never steer
+what comes next. Per frame: the text logits of the temporal transformer, and the audio logits
+of every depformer step, each step fed the history's token of the previous codebook. Against
+the stock runtime in fp32 (the reference), per runtime: the relative L2 error of the logits
+(mean and max over frames) and the top-1 agreement (the share of rows whose argmax equals
+the reference's).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+RUNTIMES = ("ours bf16", "stock bf16")
+
+
+def _history(cfg, frames: int, seed: int, device) -> torch.Tensor:
+    """[frames, n_q + 1] random tokens (text first), none of them special."""
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(0, cfg.text_card, (frames, 1), generator=g)
+    audio = torch.randint(0, cfg.card, (frames, cfg.n_q), generator=g)
+    return torch.cat([text, audio], dim=1).to(device)
+
+
+class _Stock:
+    """The stock LMModel, stepped by its own streaming forward functions."""
+
+    def __init__(self, lm):
+        self.lm = lm
+        self._ctx = lm.streaming(1)
+        self._ctx.__enter__()
+
+    def frame(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lm = self.lm
+        h, text_logits = lm.forward_text(tokens.view(1, -1, 1))
+        audio = []
+        with lm.depformer.streaming(1):
+            for k in range(lm.dep_q):
+                prev = tokens[0] if k == 0 else tokens[k]
+                audio.append(lm.forward_depformer(k, prev.view(1, 1, 1), h).view(-1))
+        return text_logits.view(-1).float(), torch.stack(audio).float()
+
+    def close(self):
+        self._ctx.__exit__(None, None, None)
+
+
+class _Ours:
+    def __init__(self, lm, store):
+        self.lm, self.store = lm, store
+
+    def frame(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lm, store = self.lm, self.store
+        store.advance("frame", 1)
+        h, text_logits = lm.backbone(lm.embed_streams(tokens), store)
+        lm.restart_depformer(store)
+        audio = [lm.depformer_step(k, tokens[k:k + 1], h, store).view(-1) for k in range(lm.cfg.dep_q)]
+        return text_logits.view(-1).float(), torch.stack(audio).float()
+
+    def close(self):
+        self.store.close()
+
+
+class _Tally:
+    def __init__(self):
+        self.rel = {"text": [], "audio": []}
+        self.agree = {"text": [0, 0], "audio": [0, 0]}
+
+    def add(self, kind: str, got: torch.Tensor, ref: torch.Tensor) -> None:
+        got, ref = got.view(-1, ref.shape[-1]), ref.view(-1, ref.shape[-1])
+        self.rel[kind].append(((got - ref).norm() / ref.norm()).item())
+        self.agree[kind][0] += int((got.argmax(-1) == ref.argmax(-1)).sum())
+        self.agree[kind][1] += ref.shape[0]
+
+    def summary(self) -> dict:
+        return {kind: {"rel_err_mean": sum(r) / len(r), "rel_err_max": max(r),
+                       "top1_agreement": self.agree[kind][0] / self.agree[kind][1]}
+                for kind, r in self.rel.items()}
+
+
+@torch.no_grad()
+def measure(model_dir: Path, frames: int, seed: int = 0) -> dict:
+    """Teacher-forced logits of our bf16 LM and the stock LM in bf16 against the stock LM in
+    fp32, all loaded from `model_dir` (official layout with config.json) on CUDA."""
+    from moshi.models import loaders
+
+    from .. import load_model
+    from ..state import StateStore
+    from .stock import _stock_kwargs
+
+    kwargs = _stock_kwargs(json.loads((model_dir / "config.json").read_text()))
+    info = loaders.CheckpointInfo(model_dir / loaders.MOSHI_NAME, model_dir / loaders.MIMI_NAME,
+                                  model_dir / loaders.TEXT_TOKENIZER_NAME, lm_config=kwargs)
+    reference = _Stock(info.get_moshi(device="cuda", dtype=torch.float32).eval())
+    model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
+    runtimes = {"ours bf16": _Ours(model.lm, StateStore(model.lm.regions(), "cuda")),
+                "stock bf16": _Stock(info.get_moshi(device="cuda", dtype=torch.bfloat16).eval())}
+    frames = min(frames, model.cfg.context)  # teacher forcing within one attention window
+    tallies = {name: _Tally() for name in runtimes}
+    for tokens in _history(model.cfg, frames, seed, "cuda"):
+        ref_text, ref_audio = reference.frame(tokens)
+        for name, runtime in runtimes.items():
+            text, audio = runtime.frame(tokens)
+            tallies[name].add("text", text, ref_text)
+            tallies[name].add("audio", audio, ref_audio)
+    for runtime in (reference, *runtimes.values()):
+        runtime.close()
+    return {"frames": frames, "reference": "stock fp32",
+            "runtimes": {name: tally.summary() for name, tally in tallies.items()}}
+
+
+def format_fidelity(result: dict) -> str:
+    lines = [f"fidelity, teacher-forced over {result['frames']} frames, against {result['reference']}:",
+             "| runtime | text rel err mean / max | text top-1 | audio rel err mean / max | audio top-1 |",
+             "|---|---|---|---|---|"]
+    for name, r in result["runtimes"].items():
+        t, a = r["text"], r["audio"]
+        lines.append(f"| {name} | {t['rel_err_mean']:.4f} / {t['rel_err_max']:.4f} | {t['top1_agreement']:.3f} | "
+                     f"{a['rel_err_mean']:.4f} / {a['rel_err_max']:.4f} | {a['top1_agreement']:.3f} |")
+    return "\n".join(lines)

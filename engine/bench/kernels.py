@@ -1,0 +1,83 @@
+"""Kernels per frame and GPU busy time per stage, from a torch.profiler trace.
+
+While profiling, the frame timer's marks synchronize and drop a named marker into the
+trace, so every kernel (graph-replayed ones included: CUPTI records each node) runs between
+the marker before its stage and the marker that ends it. Kernels between a `mark(None)` and
+the next stage belong to no stage ("other"). Busy time is the union of the kernels',
+copies' and memsets' intervals. The synchronizations make these frames slower: they are
+profiled apart from the timed frames.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..frame import STAGES
+from ..runtime.timing import FrameTimer
+
+PROFILED_FRAMES = 20
+_PREFIX = "duplexcadence.stage:"
+_OTHER = "other"
+
+
+def _probe(stage: str | None) -> None:
+    torch.cuda.synchronize()
+    with torch.profiler.record_function(_PREFIX + (stage or _OTHER)):
+        pass
+
+
+def profile_stages(step: Callable[[], None], timer: FrameTimer, frames: int = PROFILED_FRAMES) -> dict:
+    """Runs `step` (one frame, timed by `timer`) `frames` times under the profiler. Returns,
+    per stage and for the whole frame, kernels per frame and GPU busy ms per frame."""
+    torch.cuda.synchronize()
+    timer.probe = _probe
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(frames):
+                step()
+            torch.cuda.synchronize()
+    finally:
+        timer.probe = None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    return attribute(events, frames)
+
+
+def attribute(events: list[dict], frames: int) -> dict:
+    """Chrome-trace events -> {stage: {"kernels": per frame, "busy_ms": per frame}}."""
+    markers = sorted((e["ts"], e["name"][len(_PREFIX):]) for e in events
+                     if e.get("ph") == "X" and e.get("name", "").startswith(_PREFIX))
+    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e.get("cat") == "kernel") for e in events
+                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    stages = {s: {"kernels": 0, "intervals": []} for s in (*STAGES, _OTHER)}
+    i = 0
+    for start, end, is_kernel in work:
+        while i < len(markers) and markers[i][0] < start:
+            i += 1
+        if i == len(markers):  # after the last marker: the frame's tail (its host copy)
+            label = _OTHER
+        else:
+            label = markers[i][1]
+        stages[label]["kernels"] += is_kernel
+        stages[label]["intervals"].append((start, end))
+    out = {s: {"kernels": v["kernels"] / frames, "busy_ms": _union(v["intervals"]) / 1000 / frames}
+           for s, v in stages.items()}
+    out["frame"] = {"kernels": sum(v["kernels"] for v in out.values()),
+                    "busy_ms": sum(v["busy_ms"] for v in out.values())}
+    return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total

@@ -1,0 +1,240 @@
+"""Matrix-vector products for a few rows of activations, with the layer's elementwise work
+fused in: at batch 1 a frame is bound by reading weights and by kernel launches, not by
+arithmetic, so every elementwise step folded into a product is a launch and a round trip
+to memory saved.
+
+One Triton kernel, specialised by constexpr flags:
+
+- prologue (applied to each chunk of the input row as it is loaded): RMSNorm or LayerNorm
+  (statistics over the whole row first: the row is a few KB and stays in cache), the SiLU
+  gate of a gated FFN (the input row holds both halves), or GELU;
+- epilogue: a residual add (with an optional per-channel layer scale), the attention's QKV
+  split with RoPE and the K/V write into the ring cache at the position read from device
+  memory, or the addition of an embedding row picked by a token on the device.
+
+Every intermediate is rounded to the activation dtype where the torch formulas round it
+(the norm's output, the product, the gate, the scaled branch), so the result is what the
+unfused layer computes up to the order of the fp32 sums.
+
+Grid: one program per (tile of BN output features, row); the rows of a tile are adjacent
+in launch order, so a weight tile read from memory for the first row is read from cache for
+the others. The K loop keeps a [BN, BK] fp32 accumulator and reduces it once at the end.
+The tile sizes are a function of the static shape only (`_config`), so a product reduces in
+the same order eagerly and graph-replayed: the toggles never change a bit.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 8
+"""Rows (positions) up to which a product runs here; beyond, torch's matrix products do."""
+
+_NORM = {None: 0, "rms": 1, "layer": 2}
+_ACT = {None: 0, "silu_gate": 1, "gelu": 2}
+_EPI_STORE, _EPI_RESIDUAL, _EPI_QKV, _EPI_EMBED = 0, 1, 2, 3
+
+
+class Norm(NamedTuple):
+    """A norm applied to the product's input row: "rms" (weight = alpha, no bias) or "layer"."""
+    kind: str
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    eps: float
+
+
+@triton.jit
+def _gemv_kernel(X, W, OUT, M, N, sx_m, sw_n, so_m,
+                 NW, NB, eps, gate_off,
+                 RES, SCALE, sr_m,
+                 POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
+                 TOK, EMB, semb,
+                 K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    m = pid % M
+    offs_n = (pid // M) * BN + tl.arange(0, BN)
+    n_ok = offs_n < N
+    x_row = X + m * sx_m
+    dt = X.dtype.element_ty
+
+    mean = 0.0
+    rstd = 1.0
+    if NORM == 1:
+        ss = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+            ss += v * v
+        rstd = tl.math.rsqrt(eps + tl.sum(ss, axis=0) / K)
+    if NORM == 2:
+        s1 = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            s1 += tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+        mean = tl.sum(s1, axis=0) / K
+        s2 = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+            v = tl.where(ks < K, v - mean, 0.0)
+            s2 += v * v
+        rstd = tl.math.rsqrt(tl.sum(s2, axis=0) / K + eps)
+
+    acc = tl.zeros([BN, BK], tl.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        k_ok = ks < K
+        x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
+        if NORM == 1:
+            alpha = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+            x = (x * (alpha * rstd)).to(dt).to(tl.float32)
+        if NORM == 2:
+            g = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+            b = tl.load(NB + ks, mask=k_ok, other=0.0).to(tl.float32)
+            x = ((x - mean) * rstd * g + b).to(dt).to(tl.float32)
+        if ACT == 1:  # silu(a) * b, each rounded as torch rounds it
+            b = tl.load(x_row + gate_off + ks, mask=k_ok, other=0.0).to(tl.float32)
+            a = (x / (1.0 + tl.exp(-x))).to(dt).to(tl.float32)
+            x = (a * b).to(dt).to(tl.float32)
+        if ACT == 2:  # exact GELU
+            x = (0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))).to(dt).to(tl.float32)
+        w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        acc += w.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1).to(dt).to(tl.float32)  # the product, rounded as torch's is
+
+    if EPI == 0:
+        tl.store(OUT + m * so_m + offs_n, y.to(dt), mask=n_ok)
+    if EPI == 1:
+        if HAS_SCALE:
+            y = (tl.load(SCALE + offs_n, mask=n_ok, other=0.0).to(tl.float32) * y).to(dt).to(tl.float32)
+        r = tl.load(RES + m * sr_m + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+        tl.store(OUT + m * so_m + offs_n, (r + y).to(dt), mask=n_ok)
+    if EPI == 2:
+        # Output feature n of the fused QKV projection: section n // d_model (q, k, v), head,
+        # dimension. RoPE rotates interleaved (re, im) pairs of q and k in fp32.
+        pos = tl.load(POS) + m
+        section = offs_n // d_model
+        head = (offs_n % d_model) // HEAD_DIM
+        dim = offs_n % HEAD_DIM
+        if HAS_ROPE:
+            pair = tl.reshape(y, [BN // 2, 2])
+            re, im = tl.split(pair)
+            half = tl.reshape(dim, [BN // 2, 2])
+            half, _ = tl.split(half)
+            angle = tl.exp((half // 2).to(tl.float32) * rope_coef) * pos.to(tl.float32)
+            c = tl.cos(angle)
+            s = tl.sin(angle)
+            rotated = tl.reshape(tl.join(re * c - im * s, re * s + im * c), [BN])
+            y = tl.where(section < 2, rotated, y)
+        y = y.to(dt)
+        tl.store(OUT + m * sq_m + head * sq_h + dim, y, mask=n_ok & (section == 0))
+        slot = pos % ring
+        kv = KV + slot * skv_r + (section - 1) * skv_c + head * skv_h + dim * skv_d
+        tl.store(kv, y, mask=n_ok & (section > 0))
+    if EPI == 3:
+        token = tl.load(TOK)
+        row = tl.maximum(token, 0)
+        e = tl.load(EMB + row * semb + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+        e = tl.where(token == -1, 0.0, e)  # the zero token contributes nothing
+        tl.store(OUT + m * so_m + offs_n, (y + e).to(dt), mask=n_ok)
+
+
+class _Config(NamedTuple):
+    bn: int
+    bk: int
+    num_warps: int
+    num_stages: int
+
+
+def _config(N: int, K: int, dtype: torch.dtype) -> _Config:
+    """Tile sizes: a function of the static shape only (the order of the fp32 sums depends
+    on BK and on the reduction layout, so it must not depend on anything that changes
+    between an eager and a replayed call). Chosen by tests/gpu/bench_linear.py's sweep on an
+    H200: wide K chunks keep many loads in flight, narrow N tiles give enough programs."""
+    bk = 512 if dtype == torch.float32 else 1024
+    bk = min(bk, triton.next_power_of_2(K))
+    bn = 4 if N >= 2048 else 2
+    return _Config(bn, bk, 4, 3)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"fused linear: input must be [rows, K] with unit column stride, got {tuple(x.shape)}")
+    return x
+
+
+def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = None, epi: int = _EPI_STORE,
+            residual=None, scale=None, qkv=None, embed=None):
+    M, N = x.shape[0], w.shape[0]
+    if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] != k:
+        raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
+    cfg = _config(N, k, x.dtype)
+    dummy = x
+    nw, nb, eps = (dummy, dummy, 0.0) if norm is None else (norm.weight, norm.bias if norm.bias is not None
+                                                            else norm.weight, norm.eps)
+    res, res_scale, sr_m = (dummy, dummy, 0) if residual is None else (residual, scale if scale is not None
+                                                                       else dummy, residual.stride(0))
+    pos, kv, ring, skv, sq_m, sq_h, d_model, coef, head_dim, has_rope = (dummy, dummy, 1, (0, 0, 0, 0), 0, 0, 1,
+                                                                         0.0, 2, False)
+    if qkv is not None:
+        pos, kv, q_out, coef, head_dim = qkv
+        ring, skv = kv.shape[0], kv.stride()
+        sq_m, sq_h, d_model = q_out.stride(0), q_out.stride(1), N // 3
+        has_rope = coef is not None
+        coef = coef or 0.0
+    tok, emb, semb = (dummy, dummy, 0) if embed is None else (embed[0], embed[1], embed[1].stride(0))
+    grid = (triton.cdiv(N, cfg.bn) * M,)
+    _gemv_kernel[grid](
+        x, w, out, M, N, x.stride(0), w.stride(0), out.stride(0),
+        nw, nb, eps, k,
+        res, res_scale, sr_m,
+        pos, kv, ring, *skv, sq_m, sq_h, d_model, coef,
+        tok, emb, semb,
+        K=k, NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
+        HAS_SCALE=scale is not None, HAS_ROPE=has_rope, HEAD_DIM=head_dim, BN=cfg.bn, BK=cfg.bk,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, *, norm: Norm | None = None, act: str | None = None,
+           residual: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] (or [M, 2K] for act="silu_gate": the gate's two halves) @ w[N, K].T -> [M, N],
+    with `norm` or `act` applied to x first and `residual` (+ scale * product) added after."""
+    x = _rows(x)
+    k = x.shape[1] // 2 if act == "silu_gate" else x.shape[1]
+    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
+    if residual is not None and (residual.shape != out.shape or residual.stride(1) != 1):
+        raise ValueError(f"fused linear: residual {tuple(residual.shape)} for output {tuple(out.shape)}")
+    return _launch(x, w, out, k=k, norm=norm, act=act, epi=_EPI_STORE if residual is None else _EPI_RESIDUAL,
+                   residual=residual, scale=scale)
+
+
+def linear_embed(x: torch.Tensor, w: torch.Tensor, table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """x @ w.T plus the embedding row of `token` ([1] int64 on the device; -1: a zero row)."""
+    x = _rows(x)
+    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
+    return _launch(x, w, out, k=x.shape[1], epi=_EPI_EMBED, embed=(token, table))
+
+
+def rope_coefficient(head_dim: int, max_period: float) -> float:
+    """freq_i = exp(i * coef): the RoPE frequencies of the torch path (engine.transformer)."""
+    return -math.log(max_period) * 2 / head_dim
+
+
+def qkv_into_ring(x: torch.Tensor, w: torch.Tensor, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
+                  heads: int, rope_coef: float | None) -> torch.Tensor:
+    """The attention's input side in one kernel: q, k, v = norm(x) @ w.T split per head, RoPE
+    on q and k at positions pos + row (`rope_coef` None: no RoPE), k and v written into the
+    ring `kv` [ring, 2, H, D] at slots (pos + row) % ring. Returns q as [1, H, M, D]."""
+    x = _rows(x)
+    M, D = x.shape[0], kv.shape[-1]
+    q = torch.empty(M, heads, D, dtype=x.dtype, device=x.device)
+    if kv.shape[1:] != (2, heads, D) or w.shape[0] != 3 * heads * D:
+        raise ValueError(f"fused qkv: weight {tuple(w.shape)} against ring {tuple(kv.shape)}")
+    _launch(x, w, q, k=x.shape[1], norm=norm, epi=_EPI_QKV, qkv=(pos, kv, q, rope_coef, D))
+    return q.permute(1, 0, 2).unsqueeze(0)

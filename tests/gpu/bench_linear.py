@@ -1,0 +1,99 @@
+"""Sweep of the fused matrix-vector kernel's tile sizes (engine.kernels.fused_linear) against
+torch's product (cuBLAS) on the shapes of a frame, one row of activations, graph-replayed.
+
+Each timed call reads a different copy of the weight (the copies together overflow the L2
+cache), as a frame reads each layer's weights once. Prints, per shape, torch's time, the
+best configuration's time and its effective bandwidth; writes everything as JSON.
+
+    python -m tests.gpu.bench_linear OUT.json
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import torch
+from torch.nn import functional as F
+
+from engine.kernels import fused_linear
+
+SHAPES = {  # name: (N, K, dtype)
+    "temporal qkv": (12288, 4096, torch.bfloat16),
+    "temporal out": (4096, 4096, torch.bfloat16),
+    "temporal ffn in": (22528, 4096, torch.bfloat16),
+    "temporal ffn out": (4096, 11264, torch.bfloat16),
+    "text head": (32000, 4096, torch.bfloat16),
+    "depformer in": (1024, 4096, torch.bfloat16),
+    "depformer qkv": (3072, 1024, torch.bfloat16),
+    "depformer out": (1024, 1024, torch.bfloat16),
+    "depformer ffn in": (5632, 1024, torch.bfloat16),
+    "depformer ffn out": (1024, 2816, torch.bfloat16),
+    "depformer head": (2048, 1024, torch.bfloat16),
+    "mimi qkv": (1536, 512, torch.float32),
+    "mimi ffn in": (2048, 512, torch.float32),
+    "mimi ffn out": (512, 2048, torch.float32),
+}
+CONFIGS = [fused_linear._Config(bn, bk, w, s)
+           for bn, bk, w, s in itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8), (1, 3))]
+CALLS = 24
+L2_BYTES = 256 << 20
+
+
+def _time(fn, weights, x) -> float:
+    """Seconds per call, replaying a graph of CALLS calls over rotating weight copies."""
+    for w in weights[:2]:
+        fn(x, w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CALLS):
+            fn(x, weights[i % len(weights)])
+    graph.replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        graph.replay()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / 1000 / (10 * CALLS)
+
+
+def main(path: str) -> None:
+    results = {}
+    for name, (N, K, dtype) in SHAPES.items():
+        nbytes = N * K * dtype.itemsize
+        copies = max(2, min(CALLS, -(-L2_BYTES // nbytes)))
+        weights = [torch.randn(N, K, device="cuda").to(dtype) for _ in range(copies)]
+        x = torch.randn(1, K, device="cuda").to(dtype)
+        row = {"torch_s": _time(lambda a, w: F.linear(a, w), weights, x), "configs": {}}
+        ref = F.linear(x.double(), weights[0].double())
+        for cfg in CONFIGS:
+            if cfg.bk > triton_next_pow2(K):
+                continue
+            fused_linear._config = lambda n, k, d, cfg=cfg: cfg
+            try:
+                err = (fused_linear.linear(x, weights[0]).double() - ref).abs().max().item()
+                row["configs"][str(tuple(cfg))] = {"s": _time(fused_linear.linear, weights, x), "max_err": err}
+            except Exception as error:  # a configuration the compiler refuses (registers)
+                row["configs"][str(tuple(cfg))] = {"error": str(error)[:200]}
+        timed = {k: v for k, v in row["configs"].items() if "s" in v}
+        best = min(timed, key=lambda k: timed[k]["s"])
+        row["best"] = best
+        results[name] = row
+        print(f"{name:18s} N={N:6d} K={K:6d}: torch {row['torch_s'] * 1e6:7.1f} us "
+              f"({nbytes / row['torch_s'] / 1e12:.2f} TB/s), best {best} {timed[best]['s'] * 1e6:7.1f} us "
+              f"({nbytes / timed[best]['s'] / 1e12:.2f} TB/s)", flush=True)
+        del weights
+        torch.cuda.empty_cache()
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench_linear.json")
