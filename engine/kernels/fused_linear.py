@@ -154,12 +154,16 @@ class _Config(NamedTuple):
 def _config(N: int, K: int, dtype: torch.dtype) -> _Config:
     """Tile sizes: a function of the static shape only (the order of the fp32 sums depends
     on BK and on the reduction layout, so it must not depend on anything that changes
-    between an eager and a replayed call). Chosen by tests/gpu/bench_linear.py's sweep on an
-    H200: wide K chunks keep many loads in flight, narrow N tiles give enough programs."""
-    bk = 512 if dtype == torch.float32 else 1024
-    bk = min(bk, triton.next_power_of_2(K))
-    bn = 4 if N >= 2048 else 2
-    return _Config(bn, bk, 4, 3)
+    between an eager and a replayed call). From tests/gpu/bench_linear.py's sweep on an H200
+    (one row, graph-replayed, weights read from memory): two output features per program and
+    wide K chunks keep the most loads in flight; each rule below is within 1-2% of the best
+    configuration swept for the frame's shapes, and 9-40% faster than cuBLAS on them."""
+    bk = min(2048, triton.next_power_of_2(K))
+    if K > 8192:  # the temporal FFN's output product
+        return _Config(4, bk, 4, 1)
+    if K >= 4096 or dtype == torch.float32:
+        return _Config(2, bk, 8, 3)
+    return _Config(2, bk, 4, 3)  # the depformer's small products
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
