@@ -280,6 +280,8 @@ class StreamingTransformer(nn.Module):
             first, ring = store[self.pos_region], store[self.kv_region].shape[0]
         if self._fuses(x, store, adapter):
             rows = x.reshape(x.shape[1], -1)
+            if rows.stride(1) != 1:  # Mimi's [1, C, T] latents arrive transposed
+                rows = rows.contiguous()
             for layer in self.layers:
                 rows = layer.fused_forward(rows, first, store, step)
             x = rows.view(x.shape)

@@ -144,6 +144,56 @@ def _gemv_kernel(X, W, OUT, M, N, sx_m, sw_n, so_m,
         tl.store(OUT + m * so_m + offs_n, (y + e).to(dt), mask=n_ok)
 
 
+@triton.jit
+def _prologue_kernel(X, OUT, sx_m, so_m, NW, NB, eps, gate_off,
+                     K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, BK: tl.constexpr):
+    """The products' prologue alone, one program per row: for products with many programs,
+    where computing it in each of them costs more than a launch."""
+    m = tl.program_id(0)
+    x_row = X + m * sx_m
+    dt = X.dtype.element_ty
+    mean = 0.0
+    rstd = 1.0
+    if NORM == 1:
+        ss = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+            ss += v * v
+        rstd = tl.math.rsqrt(eps + tl.sum(ss, axis=0) / K)
+    if NORM == 2:
+        s1 = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            s1 += tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+        mean = tl.sum(s1, axis=0) / K
+        s2 = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+            v = tl.where(ks < K, v - mean, 0.0)
+            s2 += v * v
+        rstd = tl.math.rsqrt(tl.sum(s2, axis=0) / K + eps)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        k_ok = ks < K
+        x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
+        if NORM == 1:
+            alpha = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+            x = x * (alpha * rstd)
+        if NORM == 2:
+            g = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+            b = tl.load(NB + ks, mask=k_ok, other=0.0).to(tl.float32)
+            x = (x - mean) * rstd * g + b
+        if ACT == 1:
+            b = tl.load(x_row + gate_off + ks, mask=k_ok, other=0.0).to(tl.float32)
+            a = (x / (1.0 + tl.exp(-x))).to(dt).to(tl.float32)
+            x = a * b
+        if ACT == 2:
+            x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        tl.store(OUT + m * so_m + ks, x.to(dt), mask=k_ok)
+
+
 class _Config(NamedTuple):
     bn: int
     bk: int
@@ -166,6 +216,24 @@ def _config(N: int, K: int, dtype: torch.dtype) -> _Config:
     return _Config(2, bk, 4, 3)  # the depformer's small products
 
 
+SEPARATE_PROLOGUE_PROGRAMS = 1024
+"""A product with more programs than this takes its prologue from a kernel of its own."""
+
+
+def _separate_prologue(N: int, cfg: _Config) -> bool:
+    return triton.cdiv(N, cfg.bn) > SEPARATE_PROLOGUE_PROGRAMS
+
+
+def _prologue(x: torch.Tensor, k: int, norm: Norm | None, act: str | None) -> torch.Tensor:
+    out = torch.empty(x.shape[0], k, dtype=x.dtype, device=x.device)
+    nw, nb, eps = (x, x, 0.0) if norm is None else (norm.weight, norm.bias if norm.bias is not None
+                                                    else norm.weight, norm.eps)
+    _prologue_kernel[(x.shape[0],)](x, out, x.stride(0), out.stride(0), nw, nb, eps, k, K=k,
+                                    NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act],
+                                    BK=min(1024, triton.next_power_of_2(k)), num_warps=8)
+    return out
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2 or x.stride(1) != 1:
         raise ValueError(f"fused linear: input must be [rows, K] with unit column stride, got {tuple(x.shape)}")
@@ -178,6 +246,9 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
     if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] != k:
         raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
     cfg = _config(N, k, x.dtype)
+    if (norm is not None or act is not None) and _separate_prologue(N, cfg):
+        x = _prologue(x, k, norm, act)
+        norm = act = None
     dummy = x
     nw, nb, eps = (dummy, dummy, 0.0) if norm is None else (norm.weight, norm.bias if norm.bias is not None
                                                             else norm.weight, norm.eps)

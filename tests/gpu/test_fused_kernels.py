@@ -67,10 +67,14 @@ def _streamed(transformer, xs, fused: bool):
     return torch.cat(outs, dim=1)
 
 
+@pytest.mark.parametrize("prologue", ["in the product", "own kernel"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kind,T", [("temporal", 1), ("temporal", 2), ("depformer", 1), ("mimi", 2)])
-def test_fused_layers_match_the_torch_formulas(kind, T, dtype):
+def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, monkeypatch):
+    from engine.kernels import fused_linear
     from engine.transformer import StreamingTransformer
+
+    monkeypatch.setattr(fused_linear, "SEPARATE_PROLOGUE_PROGRAMS", 0 if prologue == "own kernel" else 10 ** 9)
 
     torch.manual_seed(0)
     cfg = CONFIGS[kind]
