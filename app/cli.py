@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plain-frames", type=int, default=150,
                        help="frames for ours with the optimizations off (slow: fewer)")
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--fidelity-frames", type=int, default=256,
+    bench.add_argument("--fidelity-frames", type=int, default=200,
                        help="teacher-forced frames comparing ours and stock bf16 to stock fp32 (0: skip)")
     bench.add_argument("--output", help="JSON report (default bench_MODEL.json, or bench_diffuplex_MODEL.json, "
                                         "in the working folder)")

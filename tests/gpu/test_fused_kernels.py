@@ -74,7 +74,7 @@ def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, monkeyp
     from engine.kernels import fused_linear
     from engine.transformer import StreamingTransformer
 
-    monkeypatch.setattr(fused_linear, "SEPARATE_PROLOGUE_PROGRAMS", 0 if prologue == "own kernel" else 10 ** 9)
+    monkeypatch.setattr(fused_linear, "SEPARATE_PROLOGUE_BYTES", 0 if prologue == "own kernel" else 1 << 62)
 
     torch.manual_seed(0)
     cfg = CONFIGS[kind]
