@@ -262,9 +262,7 @@ class StreamingTransformer(nn.Module):
     def _fuses(self, x: torch.Tensor, store: Store | None, adapter: Adapter | None) -> bool:
         """Whether a step runs as fused layers: streaming on CUDA with the Triton kernels, a
         few positions, no adapter. A function of static facts only: toggles never change it."""
-        from .kernels.fused_linear import MAX_ROWS
-
-        return (store is not None and adapter is None and x.shape[1] <= min(MAX_ROWS, TRITON_MAX_T)
+        return (store is not None and adapter is None and x.shape[1] <= min(kernels.MAX_ROWS, TRITON_MAX_T)
                 and self.cfg.head_dim % 2 == 0 and kernels.usable(x))
 
     def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0,

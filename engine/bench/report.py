@@ -79,6 +79,9 @@ def format_table(report: dict) -> str:
     lines.append(f"weight-read floor: {f['ms_per_frame']:.2f} ms/frame ({f['lm_bytes'] / 1e9:.1f} GB of LM "
                  f"weights at {f['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s)")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in q.items()))
+    first = [f"{r['name']} {r['first_frame_s']:.2f} s" for r in report["runs"] if r.get("first_frame_s") is not None]
+    if first:
+        lines.append("first frame (kernel compilation or Triton's on-disk cache included): " + ", ".join(first))
     if "fidelity" in report:
         from .fidelity import format_fidelity
         lines += ["", format_fidelity(report["fidelity"])]

@@ -18,6 +18,9 @@ import shutil
 import torch
 
 log = logging.getLogger(__name__)
+MAX_ROWS = 8
+"""Rows (positions) up to which a matrix product runs as the fused kernel; beyond, torch's do.
+Here, not in fused_linear, so that asking needs no Triton."""
 DISABLE_ENV = "DUPLEXCADENCE_TORCH_KERNELS"
 """Set to 1 to run the torch formulas on CUDA too (to compare the two)."""
 

@@ -31,8 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROWS = 8
-"""Rows (positions) up to which a product runs here; beyond, torch's matrix products do."""
+from . import MAX_ROWS
 
 _NORM = {None: 0, "rms": 1, "layer": 2}
 _ACT = {None: 0, "silu_gate": 1, "gelu": 2}

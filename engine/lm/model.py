@@ -23,10 +23,8 @@ ZERO_TOKEN = -1
 
 def project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """linear(x) for x [..., in]: on CUDA for a few rows, the fused matrix-vector kernel."""
-    from ..kernels.fused_linear import MAX_ROWS
-
     rows = x.numel() // x.shape[-1]
-    if rows > MAX_ROWS or not kernels.usable(x):
+    if rows > kernels.MAX_ROWS or not kernels.usable(x):
         return linear(x)
     from ..kernels.fused_linear import linear as fused_linear
 
