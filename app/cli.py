@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.options import WEIGHTS
+
 
 def _codec(args) -> None:
     import numpy as np
@@ -49,6 +51,14 @@ def _bench(args) -> None:
     from engine.bench.run import run_bench
     output = Path(args.output or f"bench_{args.model}.json")
     run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames)
+
+
+def _quantize(args) -> None:
+    from engine.device import select_device
+    from engine.q8_export import export_q8
+
+    path = export_q8(args.model, args.output, select_device(args.device))
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) and the checkpoint's other files")
 
 
 def _train(args) -> None:
@@ -127,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--block", type=int, default=4, help="DiffuPlex: future frames one wake predicts")
     offline.add_argument("--verify", choices=["semantic", "off"], default="semantic",
                          help="DiffuPlex: check each predicted frame against the user's real audio")
+    offline.add_argument("--weights", choices=list(WEIGHTS),
+                         help="the LM's linear weights: int8 quantizes a bf16 checkpoint on load (default: as the "
+                              "checkpoint holds them; an official model.q8.safetensors is int8)")
     offline.add_argument("--download", action="store_true",
                          help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
@@ -147,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "(personaplex only; a full-size predictor with random weights)")
     bench.add_argument("--block", type=int, default=4, help="with --diffuplex: K, frames one wake predicts")
     bench.set_defaults(func=_bench)
+
+    quantize = sub.add_parser("quantize", help="write a checkpoint's LM with int8 weights in the official q8 "
+                                                "layout (model.q8.safetensors), beside copies of its other files")
+    quantize.add_argument("--model", required=True, help=MODELS)
+    quantize.add_argument("--output", required=True, help="the checkpoint folder to write")
+    quantize.add_argument("--device", default=None, help="where to quantize: cpu, cuda or cuda:N "
+                                                         "(default: cuda if available)")
+    quantize.set_defaults(func=_quantize)
 
     trainer = sub.add_parser("train-diffuplex", help="train a DiffuPlex predictor (adapter) by self-distillation")
     trainer.add_argument("--model", required=True, help=MODELS)

@@ -26,6 +26,34 @@ def read_safetensors(path: str | Path, device: str | torch.device = "cpu") -> di
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+           "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+           "BOOL": torch.bool}
+
+
+def read_safetensors_layout(path: str | Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's keys, shapes and dtypes as meta tensors, reading only its header."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            out = {}
+            for key in f.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+                view = f.get_slice(key)
+                dtype = _DTYPES.get(view.get_dtype())
+                if dtype is None:
+                    raise CheckpointError(f"{path}: key {key} has unsupported dtype {view.get_dtype()}")
+                out[key] = torch.empty(view.get_shape(), dtype=dtype, device="meta")
+            return out
+    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
 def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path: str | Path) -> None:
     """Copy `tensors` into `module`'s parameters and buffers, checking keys and shapes.
 
@@ -44,6 +72,8 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
         if tuple(src.shape) != tuple(target.shape):
             raise CheckpointError(
                 f"{path}: key {key} has shape {list(src.shape)}, expected {list(target.shape)}")
+        if target.dtype == torch.int8 and src.dtype != torch.int8:
+            raise CheckpointError(f"{path}: key {key} has dtype {src.dtype}, expected int8 (the q8 layout)")
         if not (src.dtype.is_floating_point or src.dtype == target.dtype):
             raise CheckpointError(f"{path}: key {key} has dtype {src.dtype}, expected floating point")
         if src.dtype.is_floating_point and not torch.isfinite(src).all():
@@ -57,18 +87,19 @@ def _more(keys: list[str]) -> str:
     return f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
 
 
-_SPLIT = re.compile(r"^(.*)\.(in_projs|out_projs)\.(\d+)\.weight$")
+_SPLIT = re.compile(r"^(.*)\.(in_projs|out_projs)\.(\d+)\.weight(_scb)?$")
 
 
 def official_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Stack the reference's split attention weights (`in_projs.{i}` / `out_projs.{i}`, split by
-    its load hook) back as stored on disk (`in_proj_weight` / `out_proj.weight`)."""
+    its load hook) back as stored on disk (`in_proj_weight` / `out_proj.weight`), int8 ones'
+    `_scb` scales too."""
     out, stacks = {}, {}
     for key, value in state.items():
         m = _SPLIT.match(key)
         if m:
-            prefix, kind, idx = m.groups()
-            name = f"{prefix}.in_proj_weight" if kind == "in_projs" else f"{prefix}.out_proj.weight"
+            prefix, kind, idx, scb = m.groups()
+            name = (f"{prefix}.in_proj_weight" if kind == "in_projs" else f"{prefix}.out_proj.weight") + (scb or "")
             stacks.setdefault(name, []).append((int(idx), value))
         else:
             out[key] = value.detach().contiguous()

@@ -12,3 +12,8 @@ class AudioInputError(ValueError):
 
 class AudioOutputError(ValueError):
     """An output file cannot be written where asked (a folder, unknown format, no permission)."""
+
+
+class DeviceMemoryError(ValueError):
+    """A model does not fit the chosen device's free memory; the message says how much it
+    needs, of what, and how much is free."""

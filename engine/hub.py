@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 
 from .errors import CheckpointError
-from .paths import DEMO_MODEL_DIR, LM_NAME, MIMI_NAME, TOKENIZER_NAME
+from .paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 
 # Repositories we know the configuration of (used when a checkpoint has no config.json).
 KNOWN_REPOS = {
     "kyutai/moshiko-pytorch-bf16": "moshiko",
     "kyutai/moshika-pytorch-bf16": "moshika",
+    "kyutai/moshiko-pytorch-q8": "moshiko",
+    "kyutai/moshika-pytorch-q8": "moshika",
     "nvidia/personaplex-7b-v1": "personaplex",
 }
 _REPO_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -85,6 +87,14 @@ def _is_duplex(snapshot: Path) -> bool:
         return False
 
 
+def lm_file(root: Path, meta: dict | None = None) -> Path:
+    """The LM weights of a checkpoint directory: the file its config.json names, else
+    `model.safetensors`, else the official q8 file `model.q8.safetensors`."""
+    if meta and "moshi_name" in meta:
+        return root / meta["moshi_name"]
+    return root / LM_NAME if (root / LM_NAME).exists() or not (root / LM_Q8_NAME).exists() else root / LM_Q8_NAME
+
+
 def _repo_of_cache_dir(path: Path) -> str | None:
     if not path.name.startswith("models--"):
         return None
@@ -99,9 +109,9 @@ def _latest_snapshot(entry: Path) -> Path | None:
     ref = entry / "refs" / "main"
     if ref.is_file():
         main = snapshots / ref.read_text().strip()
-        if (main / LM_NAME).exists():
+        if lm_file(main).exists():
             return main
-    candidates = [p for p in snapshots.iterdir() if (p / LM_NAME).exists()]
+    candidates = [p for p in snapshots.iterdir() if lm_file(p).exists()]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
 
 
@@ -109,6 +119,6 @@ def _download(repo: str) -> Path:
     from huggingface_hub import snapshot_download
     try:
         return Path(snapshot_download(repo, allow_patterns=[
-            LM_NAME, MIMI_NAME, TOKENIZER_NAME, "config.json", "mimi_config.json", "voices.tgz"]))
+            LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME, "config.json", "mimi_config.json", "voices.tgz"]))
     except Exception as exc:  # network, auth, gated repo: all are "cannot get this checkpoint"
         raise CheckpointError(f"{repo}: download failed ({exc})") from None

@@ -11,7 +11,7 @@ import sentencepiece
 import torch
 
 from . import hub
-from .checkpoint import read_safetensors
+from .checkpoint import read_safetensors, read_safetensors_layout
 from .config.checks import read_json
 from .config.lm import CONFIGS, LMConfig, from_lm_kwargs
 from .errors import CheckpointError
@@ -38,6 +38,11 @@ class DuplexModel:
     @property
     def cfg(self) -> LMConfig:
         return self.lm.cfg
+
+    @property
+    def weights(self) -> str:
+        """The LM's linear weights as loaded: "int8" or "bf16" (float, in the LM's dtype)."""
+        return "int8" if any(p.dtype == torch.int8 for p in self.lm.parameters()) else "bf16"
 
     @property
     def is_personaplex(self) -> bool:
@@ -80,24 +85,45 @@ class DuplexModel:
         return self.tokenizer.id_to_piece(token).replace("\u2581", " ")
 
 
+@dataclasses.dataclass
+class LMCheckpoint:
+    """An LM checkpoint as read from disk, before any module is built."""
+    root: Path
+    meta: dict
+    """config.json's contents ({} without one)."""
+    path: Path
+    name: str
+    cfg: LMConfig
+    tensors: dict
+
+
+def read_lm_checkpoint(path_or_name: str | Path, download: bool = False, layout_only: bool = False) -> LMCheckpoint:
+    """`layout_only`: the tensors as meta tensors (keys, shapes, dtypes), reading only the header."""
+    root, repo = hub.resolve(path_or_name, download=download)
+    meta = _read_config(root)
+    lm_path = hub.lm_file(root, meta)
+    tensors = read_safetensors_layout(lm_path) if layout_only else read_safetensors(lm_path)
+    name = _model_name(meta, root, repo)
+    return LMCheckpoint(root, meta, lm_path, name, _lm_config(meta, root, name, repo, tensors, lm_path), tensors)
+
+
 def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
-               dtype: torch.dtype | None = None, download: bool = False) -> DuplexModel:
+               dtype: torch.dtype | None = None, download: bool = False, weights: str | None = None) -> DuplexModel:
     """A directory with the official files, a Hugging Face cache snapshot, a repository name
     found in the local cache (or fetched, with download=True), or "demo".
 
-    dtype applies to the LM (default: bfloat16 on CUDA, float32 elsewhere); Mimi runs in
-    float32 as in the reference. Any problem raises CheckpointError naming the file."""
-    root, repo = hub.resolve(path_or_name, download=download)
+    dtype applies to the LM's activations and float weights (default: bfloat16 on CUDA,
+    float32 elsewhere); `weights` "int8" loads the LM's linear weights in int8 (an official q8
+    file as it is, a float checkpoint quantized per row on load), "bf16" in dtype, None as the
+    file holds them. Mimi runs in float32 as in the reference. Any problem raises
+    CheckpointError naming the file."""
+    ckpt = read_lm_checkpoint(path_or_name, download)
+    root, meta, lm_path, name, cfg = ckpt.root, ckpt.meta, ckpt.path, ckpt.name, ckpt.cfg
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    meta = _read_config(root)
-    lm_path = root / meta.get("moshi_name", hub.LM_NAME)
-    tensors = read_safetensors(lm_path)
-    name = _model_name(meta, root, repo)
-    cfg = _lm_config(meta, root, name, repo, tensors, lm_path)
-    lm = build_lm(cfg, tensors, lm_path, device, dtype)
-    del tensors
+    lm = build_lm(cfg, ckpt.tensors, lm_path, device, dtype, weights)
+    del ckpt
     mimi = load_mimi(root / meta.get("mimi_name", hub.MIMI_NAME), device=device,
                      num_codebooks=max(cfg.model_q, cfg.user_q))
     if mimi.cardinality != cfg.card:

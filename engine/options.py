@@ -28,6 +28,8 @@ TOGGLES = {
                            "at a stable address."),
 }
 """Runtime toggle -> (label, what it does)."""
+WEIGHTS = {"bf16": "bf16 (16-bit weights)", "int8": "int8 (8-bit weights, per-row scales)"}
+"""Weight precisions a model loads in -> what the GUI calls them."""
 VERIFY = ("semantic", "off")
 MAX_BLOCK = 16
 
@@ -50,6 +52,9 @@ class RuntimeOptions:
     verify: str = "semantic"
     """DiffuPlex: compare each predicted frame with the user's real audio ("semantic": the
     user's semantic code; "off": never), a divergence waking the backbone early."""
+    weights: str | None = None
+    """The LM's linear weights: "bf16" or "int8" (engine.quant), chosen when the model loads
+    (load_model(weights=...)); None: as loaded. A session's options carry its model's."""
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -68,6 +73,8 @@ class RuntimeOptions:
             raise ValueError(f"tau must be a number in [0, 1], got {self.tau!r}")
         if not is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
             raise ValueError(f"block must be an integer in [1, {MAX_BLOCK}], got {self.block!r}")
+        if self.weights is not None and self.weights not in WEIGHTS:
+            raise ValueError(f"unknown weights {self.weights!r}; choose one of {', '.join(WEIGHTS)}")
         if self.verify not in VERIFY:
             raise ValueError(f"unknown verify {self.verify!r}; choose one of {', '.join(VERIFY)}")
         for name in ("greedy", *TOGGLES):

@@ -7,5 +7,6 @@ SPEECH_SAMPLE = ASSETS_DIR / "speech_sample.wav"
 
 # The official checkpoint files' names.
 LM_NAME = "model.safetensors"
+LM_Q8_NAME = "model.q8.safetensors"
 MIMI_NAME = "tokenizer-e351c8d8-checkpoint125.safetensors"
 TOKENIZER_NAME = "tokenizer_spm_32k_3.model"

@@ -170,6 +170,11 @@ class DuplexSession:
     def _checked(self, options: RuntimeOptions) -> RuntimeOptions:
         if not isinstance(options, RuntimeOptions):
             raise TypeError(f"options must be RuntimeOptions, got {type(options).__name__}")
+        if options.weights is None:
+            options = options.replace(weights=self.model.weights)
+        if options.weights != self.model.weights:
+            raise ValueError(f"weights are chosen when the model loads: {self.model.name} is loaded with "
+                             f"{self.model.weights} weights, not {options.weights}; load it again to change")
         reasons = self.capabilities()
         reason = reasons[f"policy.{options.policy}"]
         if reason is not None:

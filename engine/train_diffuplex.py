@@ -35,6 +35,7 @@ from .frame import FRAME_SIZE, SAMPLE_RATE
 from .lm.predictor import Predictor, load_predictor, new_predictor, save_predictor
 from .model import DuplexModel
 from .options import RuntimeOptions
+from .quant import matmul, weight_of
 from .session import DuplexSession
 from .state import StateStore
 
@@ -122,7 +123,7 @@ def loss(model: DuplexModel, predictor: Predictor, inputs: torch.Tensor, targets
     rows.append(lm.embed_known(inputs[-k:], known.to(inputs.device), predictor.mask_embeddings))
     x = torch.cat(rows, dim=1)
     h = lm.out_norm(lm.transformer(x, None, adapter=predictor.at_last(k)))[:, -k:]
-    total = F.cross_entropy(lm.text_linear(h)[0].float(), targets[:, 0], reduction="sum")
+    total = F.cross_entropy(matmul(h, weight_of(lm.text_linear))[0].float(), targets[:, 0], reduction="sum")
     for f in range(k):
         # Scratch depformer state: its position restarts every frame; teacher-forced on the targets.
         store = StateStore(lm.depformer.regions(), h.device)

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from . import kernels
 from .config.transformer import TransformerConfig
 from .kernels.ring_attention import TRITON_MAX_T, ring_attention
+from .quant import Int8Weight, matmul, weight_of
 from .state import Region, Store
 
 
@@ -57,10 +58,10 @@ class GatedFFN(nn.Module):
         self.linear_out = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x: torch.Tensor, adapter: Adapter | None = None, layer: int = 0) -> torch.Tensor:
-        h = _adapted(self.linear_in(x), x, adapter, "ffn_in", layer)
+        h = _adapted(matmul(x, weight_of(self.linear_in)), x, adapter, "ffn_in", layer)
         h = h.view(*h.shape[:-1], 2, -1)
         gated = F.silu(h[..., 0, :]) * h[..., 1, :]
-        return _adapted(self.linear_out(gated), gated, adapter, "ffn_out", layer)
+        return _adapted(matmul(gated, weight_of(self.linear_out)), gated, adapter, "ffn_out", layer)
 
 
 class _Weight(nn.Module):
@@ -145,17 +146,23 @@ class Attention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(steps * 3 * cfg.d_model, cfg.d_model))
         self.out_proj = _Weight(steps * cfg.d_model, cfg.d_model)
 
-    def weights(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def weights(self, step: int) -> tuple[torch.Tensor | Int8Weight, torch.Tensor | Int8Weight]:
         """The (in, out) projection weights of step `step` (per-step weights) or the only ones."""
         d = self.cfg.d_model
-        return self.in_proj_weight.view(-1, 3 * d, d)[step], self.out_proj.weight.view(-1, d, d)[step]
+
+        def of_step(w, rows: int):
+            if isinstance(w, Int8Weight):
+                return Int8Weight(w.q.view(-1, rows, d)[step], w.scb.view(-1, rows)[step])
+            return w.view(-1, rows, d)[step]
+
+        return of_step(weight_of(self, "in_proj_weight"), 3 * d), of_step(weight_of(self.out_proj), d)
 
     def forward(self, x: torch.Tensor, pos: StepPositions, store: Store | None,
                 step: int, adapter: Adapter | None = None) -> torch.Tensor:
         c = self.cfg
         B, T, _ = x.shape
         w_in, w_out = self.weights(step)
-        qkv = _adapted(F.linear(x, w_in), x, adapter, "qkv", self.index)
+        qkv = _adapted(matmul(x, w_in), x, adapter, "qkv", self.index)
         qkv = qkv.view(B, T, 3, c.num_heads, c.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # [B, H, T, D]
         if pos.rope is not None:
@@ -169,7 +176,7 @@ class Attention(nn.Module):
             # same code eager and graph-replayed, over plain or demand-sized placement.
             out = ring_attention(q, kv, pos.first, T, c.context)
         out = out.transpose(1, 2).reshape(B, T, c.d_model)
-        return _adapted(F.linear(out, w_out), out, adapter, "out", self.index)
+        return _adapted(matmul(out, w_out), out, adapter, "out", self.index)
 
 
 class Layer(nn.Module):
@@ -224,8 +231,8 @@ class Layer(nn.Module):
             h = linear(x, self.linear1.weight, norm=_norm_spec(self.norm2))
             return linear(h, self.linear2.weight, act="gelu", residual=x, scale=self._scale(2))
         ffn = self.gating[step] if c.weights_per_step else self.gating
-        h = linear(x, ffn.linear_in.weight, norm=_norm_spec(self.norm2))
-        return linear(h, ffn.linear_out.weight, act="silu_gate", residual=x, scale=self._scale(2))
+        h = linear(x, weight_of(ffn.linear_in), norm=_norm_spec(self.norm2))
+        return linear(h, weight_of(ffn.linear_out), act="silu_gate", residual=x, scale=self._scale(2))
 
     def _scale(self, which: int) -> torch.Tensor | None:
         return None if self.cfg.layer_scale is None else getattr(self, f"layer_scale_{which}").scale
@@ -253,7 +260,7 @@ class StreamingTransformer(nn.Module):
         attends, so the ring keeps wake - 1 entries beyond the attention window for the first
         queries still to see the whole window, as single steps would."""
         c = self.cfg
-        dtype = self.layers[0].self_attn.in_proj_weight.dtype
+        dtype = next(self.layers[0].norm1.parameters()).dtype  # the activations' (weights may be int8)
         entry = (c.num_layers, 2, c.num_heads, c.head_dim)
         kv = (Region(self.kv_region, (c.ring, *entry), dtype) if c.clock == "fixed"
               else Region(self.kv_region, entry, dtype, c.clock, c.ring + wake - 1, ahead=wake - 1))

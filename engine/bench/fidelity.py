@@ -113,6 +113,58 @@ def measure(model_dir: Path, frames: int, seed: int = 0) -> dict:
             "runtimes": {name: tally.summary() for name, tally in tallies.items()}}
 
 
+@torch.no_grad()
+def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", stock: bool = True) -> dict:
+    """What int8 weights cost, teacher-forced: our LM with int8 weights (quantized per row on
+    load) against our LM with its float weights, and (`stock`) the stock runtime's q8 LM
+    (bitsandbytes: int8 weights and int8 activations) against the stock LM with the float
+    weights, both from the same file. Float is bf16 on CUDA, fp32 on the CPU (where the demo
+    model runs); the stock runtime needs moshi and bitsandbytes installed."""
+    import tempfile
+
+    from .. import hub, load_model
+    from ..q8_export import export_q8
+    from ..state import StateStore
+
+    reference = load_model(path_or_name, device=device)
+    model = load_model(path_or_name, device=device, weights="int8")
+    pairs = {"ours int8": (_Ours(reference.lm, StateStore(reference.lm.regions(), device)),
+                           _Ours(model.lm, StateStore(model.lm.regions(), device)))}
+    frames = min(frames, model.cfg.context)
+    with tempfile.TemporaryDirectory() as tmp:
+        if stock:
+            q8_file = export_q8(path_or_name, tmp, device)
+            pairs["stock q8"] = (_Stock(_stock_lm(hub.lm_file(reference.path), device, reference.lm.dtype)),
+                                 _Stock(_stock_lm(q8_file, device, reference.lm.dtype)))
+        tallies = {name: _Tally() for name in pairs}
+        for tokens in _history(model.cfg, frames, seed, device):
+            for name, (float_lm, int8_lm) in pairs.items():
+                ref_text, ref_audio = float_lm.frame(tokens)
+                text, audio = int8_lm.frame(tokens)
+                tallies[name].add("text", text, ref_text)
+                tallies[name].add("audio", audio, ref_audio)
+    for pair in pairs.values():
+        for runtime in pair:
+            runtime.close()
+    return {"frames": frames, "reference": f"the same runtime with float weights ({str(reference.lm.dtype)[6:]})",
+            "runtimes": {name: tally.summary() for name, tally in tallies.items()}}
+
+
+def _stock_lm(lm_file: Path, device: str, dtype: torch.dtype):
+    """The stock LMModel from a checkpoint file with a config.json beside it (a q8 file: quantized)."""
+    from moshi.models import loaders
+
+    from ..checkpoint import read_safetensors_layout
+    from ..quant import is_q8
+    from .stock import _stock_kwargs
+
+    kwargs = _stock_kwargs(json.loads((lm_file.parent / "config.json").read_text()))
+    kwargs["quantize"] = is_q8(read_safetensors_layout(lm_file))
+    info = loaders.CheckpointInfo(lm_file, lm_file.parent / loaders.MIMI_NAME,
+                                  lm_file.parent / loaders.TEXT_TOKENIZER_NAME, lm_config=kwargs)
+    return info.get_moshi(device=device, dtype=dtype).eval()
+
+
 def format_fidelity(result: dict) -> str:
     lines = [f"fidelity, teacher-forced over {result['frames']} frames, against {result['reference']}:",
              "| runtime | text rel err mean / max | text top-1 | audio rel err mean / max | audio top-1 |",

@@ -154,7 +154,8 @@ _FIXED = {
     "lora": (False, False), "quantize": (False, False),
 }
 # Keys the reference accepts and then ignores for these models.
-_IGNORED = ("depformer_causal", "depformer_context", "extra_heads_dim", "lora_rank", "lora_scaling")
+# "quantize": the q8 checkpoints' flag; whether weights are int8 is read from the file itself.
+_IGNORED = ("depformer_causal", "depformer_context", "extra_heads_dim", "lora_rank", "lora_scaling", "quantize")
 # The reference's defaults for network keys a config.json may leave out.
 _DEFAULTS = {"hidden_scale": 4, "max_period": 10000, "existing_text_padding_id": 3,
              "existing_text_end_padding_id": 0}

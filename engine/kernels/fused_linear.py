@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..quant import Int8Weight
 from . import MAX_ROWS
 
 _NORM = {None: 0, "rms": 1, "layer": 2}
@@ -47,12 +48,13 @@ class Norm(NamedTuple):
 
 
 @triton.jit
-def _gemv_kernel(X, W, OUT, M, N, sx_m, sw_n, so_m,
+def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
                  NW, NB, eps, gate_off,
                  RES, SCALE, sr_m,
                  POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
                  TOK, EMB, semb,
-                 K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 K: tl.constexpr, INT8: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
+                 HAS_SCALE: tl.constexpr,
                  HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid = tl.program_id(0)
     m = pid % M
@@ -104,7 +106,10 @@ def _gemv_kernel(X, W, OUT, M, N, sx_m, sw_n, so_m,
             x = (0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))).to(dt).to(tl.float32)
         w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         acc += w.to(tl.float32) * x[None, :]
-    y = tl.sum(acc, axis=1).to(dt).to(tl.float32)  # the product, rounded as torch's is
+    y = tl.sum(acc, axis=1)
+    if INT8:  # each output row's scale, applied once to the fp32 sum (engine.quant.matmul)
+        y = y * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)
+    y = y.to(dt).to(tl.float32)  # the product, rounded as torch's is
 
     if EPI == 0:
         tl.store(OUT + m * so_m + offs_n, y.to(dt), mask=n_ok)
@@ -245,6 +250,9 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = None, epi: int = _EPI_STORE,
             residual=None, scale=None, qkv=None, embed=None):
+    ws = x  # a placeholder where the weights are not int8
+    if isinstance(w, Int8Weight):
+        w, ws = w.q, w.scb
     M, N = x.shape[0], w.shape[0]
     if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] != k:
         raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
@@ -268,18 +276,18 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
     tok, emb, semb = (dummy, dummy, 0) if embed is None else (embed[0], embed[1], embed[1].stride(0))
     grid = (triton.cdiv(N, cfg.bn) * M,)
     _gemv_kernel[grid](
-        x, w, out, M, N, x.stride(0), w.stride(0), out.stride(0),
+        x, w, ws, out, M, N, x.stride(0), w.stride(0), out.stride(0),
         nw, nb, eps, k,
         res, res_scale, sr_m,
         pos, kv, ring, *skv, sq_m, sq_h, d_model, coef,
         tok, emb, semb,
-        K=k, NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
+        K=k, INT8=w.dtype == torch.int8, NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
         HAS_SCALE=scale is not None, HAS_ROPE=has_rope, HEAD_DIM=head_dim, BN=cfg.bn, BK=cfg.bk,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, *, norm: Norm | None = None, act: str | None = None,
+def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, *, norm: Norm | None = None, act: str | None = None,
            residual: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (or [M, 2K] for act="silu_gate": the gate's two halves) @ w[N, K].T -> [M, N],
     with `norm` or `act` applied to x first and `residual` (+ scale * product) added after."""
@@ -292,7 +300,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, *, norm: Norm | None = None, act: s
                    residual=residual, scale=scale)
 
 
-def linear_embed(x: torch.Tensor, w: torch.Tensor, table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+def linear_embed(x: torch.Tensor, w: torch.Tensor | Int8Weight, table: torch.Tensor,
+                 token: torch.Tensor) -> torch.Tensor:
     """x @ w.T plus the embedding row of `token` ([1] int64 on the device; -1: a zero row)."""
     x = _rows(x)
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
@@ -304,7 +313,7 @@ def rope_coefficient(head_dim: int, max_period: float) -> float:
     return -math.log(max_period) * 2 / head_dim
 
 
-def qkv_into_ring(x: torch.Tensor, w: torch.Tensor, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
+def qkv_into_ring(x: torch.Tensor, w: torch.Tensor | Int8Weight, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
                   heads: int, rope_coef: float | None) -> torch.Tensor:
     """The attention's input side in one kernel: q, k, v = norm(x) @ w.T split per head, RoPE
     on q and k at positions pos + row (`rope_coef` None: no RoPE), k and v written into the

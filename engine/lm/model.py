@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from .. import kernels
 from ..config.lm import LMConfig
+from ..quant import matmul, weight_of
 from ..state import Region, Store
 from ..transformer import Adapter, RMSNormF32, StreamingTransformer
 from .delays import DelayLines
@@ -22,13 +23,14 @@ ZERO_TOKEN = -1
 
 
 def project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """linear(x) for x [..., in]: on CUDA for a few rows, the fused matrix-vector kernel."""
+    """linear(x) for x [..., in] (bf16 or int8 weights): on CUDA for a few rows, the fused
+    matrix-vector kernel."""
     rows = x.numel() // x.shape[-1]
     if rows > kernels.MAX_ROWS or not kernels.usable(x):
-        return linear(x)
+        return matmul(x, weight_of(linear))
     from ..kernels.fused_linear import linear as fused_linear
 
-    return fused_linear(x.reshape(rows, -1), linear.weight).view(*x.shape[:-1], -1)
+    return fused_linear(x.reshape(rows, -1), weight_of(linear)).view(*x.shape[:-1], -1)
 
 
 def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
@@ -110,7 +112,7 @@ class MoshiLM(nn.Module):
         if kernels.usable(h):
             from ..kernels.fused_linear import linear_embed
 
-            x = linear_embed(h.view(1, -1), self.depformer_in[k].weight, table.weight, prev).view(1, 1, -1)
+            x = linear_embed(h.view(1, -1), weight_of(self.depformer_in[k]), table.weight, prev).view(1, 1, -1)
         else:
-            x = self.depformer_in[k](h) + embed(table, prev).view(1, 1, -1)
+            x = project(self.depformer_in[k], h) + embed(table, prev).view(1, 1, -1)
         return project(self.linears[k], self.depformer(x, store, step=k)).view(1, -1)

@@ -18,9 +18,11 @@ FRAMES = 60
 PERSONA = Persona("DEMO", "Be brief.")
 
 
-@pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.fixture(scope="module", params=[(torch.float32, "bf16"), (torch.bfloat16, "bf16"), (torch.bfloat16, "int8")],
+                ids=["fp32", "bf16", "bf16-int8"])
 def model(request):
-    return load_model("demo", device="cuda", dtype=request.param)
+    dtype, weights = request.param
+    return load_model("demo", device="cuda", dtype=dtype, weights=weights)
 
 
 @pytest.fixture(scope="module")

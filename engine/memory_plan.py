@@ -1,0 +1,83 @@
+"""Whether a model fits a device, asked before it loads: its weights in the chosen precision,
+its streaming state for the longest conversation, and working memory, against the device's
+free memory. Reads only the checkpoint's header."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from .errors import DeviceMemoryError
+
+WORKING_BYTES = 1 << 30
+"""An allowance for what is neither weights nor state: the CUDA context (~0.5 GiB), the
+graphs' memory pool, activations, logits, and Mimi's state and workspace. On the H200 a
+moshiko frame's peak beyond weights and state is under 0.2 GiB of torch's allocations."""
+GIB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    model: str
+    weights: str
+    device: str
+    weight_bytes: int
+    """The LM as it will be loaded, plus the Mimi codec (float32, as on disk)."""
+    state_bytes: int
+    """The LM's streaming state with every ring full: the longest conversation (its whole
+    attention context; longer ones wrap around in the same memory)."""
+    context_s: float
+    free_bytes: int | None
+    """Free memory on the device now; None on the CPU (not checked)."""
+    working_bytes: int = WORKING_BYTES
+
+    @property
+    def need_bytes(self) -> int:
+        return self.weight_bytes + self.state_bytes + self.working_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.free_bytes is None or self.need_bytes <= self.free_bytes
+
+    def describe(self) -> str:
+        need = (f"{self.model}, {self.weights} weights: needs about {_size(self.need_bytes)} (weights "
+                f"{_size(self.weight_bytes)}, state for a {self.context_s / 60:.0f}-minute conversation "
+                f"{_size(self.state_bytes)}, working {_size(self.working_bytes)})")
+        if self.free_bytes is None:
+            return need + " of system memory"
+        return need + f"; {_size(self.free_bytes)} free on {self.device}"
+
+    def check(self) -> None:
+        """Raises DeviceMemoryError, saying what would fit, when the model does not."""
+        if self.fits:
+            return
+        hint = " Choose int8 weights, or" if self.weights != "int8" else ""
+        raise DeviceMemoryError(f"{self.describe()}: it does not fit.{hint} close what else uses the GPU.")
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
+
+
+def plan(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
+    """The memory `load_model(path_or_name, device, weights=weights)` and a session need."""
+    from .frame import FRAME_RATE
+    from .lm.model import MoshiLM
+    from .model import read_lm_checkpoint
+    from .paths import MIMI_NAME
+    from .quant import int8_layout, is_q8
+
+    device = torch.device(device)
+    ckpt = read_lm_checkpoint(path_or_name, layout_only=True)
+    weights = weights or ("int8" if is_q8(ckpt.tensors) else "bf16")
+    with torch.device("meta"):
+        lm = MoshiLM(ckpt.cfg).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+        if weights == "int8":
+            int8_layout(lm)
+    mimi = ckpt.root / ckpt.meta.get("mimi_name", MIMI_NAME)
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
+    weight_bytes += mimi.stat().st_size if mimi.is_file() else 0
+    state = sum(r.bytes_full() for r in lm.regions())
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    return MemoryPlan(ckpt.name, weights, str(device), weight_bytes, state, ckpt.cfg.context / FRAME_RATE, free)

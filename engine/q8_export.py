@@ -1,0 +1,60 @@
+"""Writing a float checkpoint's LM in the official q8 layout (`model.q8.safetensors`), beside
+copies of the rest of its files, so the result loads here and in the stock runtime as the
+official q8 checkpoints do."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from .errors import CheckpointError
+from .lm.model import MoshiLM
+from .model import read_lm_checkpoint
+from .paths import LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from .quant import int8_layout, is_q8, quantize_checkpoint
+
+_COPIED = {"mimi_name": MIMI_NAME, "tokenizer_name": TOKENIZER_NAME}
+"""config.json keys naming files to copy -> the file name where a config leaves them out."""
+
+
+def export_q8(source: str | Path, output: str | Path, device: str | torch.device = "cpu") -> Path:
+    """Quantize `source`'s LM per row (on `device`) and write the checkpoint directory
+    `output`: model.q8.safetensors, config.json naming it, and copies of the Mimi, the
+    tokenizer, voices and a DiffuPlex predictor where the source has them."""
+    ckpt = read_lm_checkpoint(source)
+    if is_q8(ckpt.tensors):
+        raise CheckpointError(f"{ckpt.path}: already in the q8 layout")
+    out = Path(output)
+    if out.resolve() == ckpt.root.resolve():
+        raise CheckpointError(f"{out}: the output must not be the source checkpoint's directory")
+    with torch.device("meta"):
+        names = int8_layout(MoshiLM(ckpt.cfg))
+    tensors = quantize_checkpoint(ckpt.tensors, names, torch.device(device))
+    missing = [n for n in names if tensors.get(n) is None or tensors[n].dtype != torch.int8]
+    if missing:
+        raise CheckpointError(f"{ckpt.path}: key {missing[0]} is missing or not a float matrix")
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / LM_Q8_NAME))
+    meta = dict(ckpt.meta) or _config_of(ckpt)
+    meta.update(moshi_name=LM_Q8_NAME, quantize=True)
+    (out / "config.json").write_text(json.dumps(meta, indent=2))
+    for name in {*(meta.get(k, default) for k, default in _COPIED.items()), "mimi_config.json",
+                 "diffuplex.safetensors"}:
+        if (ckpt.root / name).is_file():
+            shutil.copy2(ckpt.root / name, out / name)
+    for extra in ("voices", "voices.tgz"):
+        src = ckpt.root / extra
+        if src.is_dir():
+            shutil.copytree(src, out / extra, dirs_exist_ok=True)
+        elif src.is_file():
+            shutil.copy2(src, out / extra)
+    return out / LM_Q8_NAME
+
+
+def _config_of(ckpt) -> dict:
+    from .config.lm import to_lm_kwargs
+
+    return to_lm_kwargs(ckpt.cfg)

@@ -1,0 +1,104 @@
+"""Int8 weights: the official q8 layout, per-row quantization, and the product on torch.
+
+The official q8 checkpoints (`model.q8.safetensors`) store every linear layer of the LM as an
+int8 `weight` [out, in] plus a float32 `weight_scb` [out], the row's absolute maximum
+(attention's stacked `in_proj_weight` has `in_proj_weight_scb`); embeddings and norms stay
+in bf16. A row's weights are `weight * weight_scb / 127`. Activations stay bf16: the product
+accumulates int8 x bf16 in fp32 and scales once, so the only loss is the weights' rounding.
+
+`int8_layout` turns a module built on the meta device into that layout before its weights
+are read, so a 7B LM is never held in bf16 on the GPU.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+SCB = "_scb"
+"""Suffix of a quantized parameter's per-row scale, as the official q8 files name it."""
+LEVELS = 127.0
+
+
+class Int8Weight(NamedTuple):
+    q: torch.Tensor  # int8 [N, K]
+    scb: torch.Tensor  # float32 [N]: each row's absolute maximum
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.q.shape
+
+
+def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] float -> (int8 [N, K], float32 [N]): each row scaled so its largest magnitude
+    is 127 and rounded to nearest, from the weights in fp16, as Kyutai's quantizer does (exact
+    for bf16 weights, whose values fp16 holds). An all-zero row stays zero."""
+    w = w.to(torch.float16).float()
+    if not torch.isfinite(w).all():
+        raise ValueError("weights beyond fp16's range cannot be quantized as the q8 layout is")
+    scb = w.abs().amax(dim=1)
+    q = torch.round(w * (LEVELS / torch.where(scb > 0, scb, 1.0)).unsqueeze(1))
+    return q.clamp_(-LEVELS, LEVELS).to(torch.int8), scb
+
+
+def dequantize(w: Int8Weight) -> torch.Tensor:
+    """The float32 weights an Int8Weight stands for."""
+    return w.q.float() * (w.scb / LEVELS).unsqueeze(1)
+
+
+def weight_of(module: nn.Module, name: str = "weight") -> torch.Tensor | Int8Weight:
+    """A module's weight as the products take it: a tensor, or an Int8Weight in the q8 layout."""
+    w = getattr(module, name)
+    return Int8Weight(w, getattr(module, name + SCB)) if w.dtype == torch.int8 else w
+
+
+def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight) -> torch.Tensor:
+    """x [..., K] @ w.T on torch's kernels. Int8: accumulated in fp32 and scaled per output
+    row before the one rounding to x's dtype, as the fused kernel does."""
+    if isinstance(w, Int8Weight):
+        return (F.linear(x.float(), w.q.float()) * (w.scb / LEVELS)).to(x.dtype)
+    return F.linear(x, w)
+
+
+def int8_layout(module: nn.Module) -> list[str]:
+    """Replace, in place, every linear weight of `module` (nn.Linear's `weight`, and the
+    attention's stacked `in_proj_weight` / `out_proj.weight`) by an int8 parameter of the same
+    shape plus its float32 `_scb` parameter. Returns the quantized parameters' names."""
+    from .transformer import Attention, _Weight
+
+    names = []
+    for prefix, child in module.named_modules():
+        targets = ["weight"] if isinstance(child, (nn.Linear, _Weight)) else []
+        if isinstance(child, Attention):
+            targets = ["in_proj_weight"]
+        for name in targets:
+            _to_int8(child, name)
+            names.append(f"{prefix}.{name}" if prefix else name)
+    return names
+
+
+def _to_int8(module: nn.Module, name: str) -> None:
+    w = getattr(module, name)
+    device = w.device
+    setattr(module, name, nn.Parameter(torch.empty(w.shape, dtype=torch.int8, device=device), requires_grad=False))
+    module.register_parameter(name + SCB, nn.Parameter(torch.empty(w.shape[0], device=device), requires_grad=False))
+
+
+def is_q8(tensors: dict) -> bool:
+    """Whether a checkpoint's tensors are in the q8 layout."""
+    return any(key.endswith(SCB) for key in tensors)
+
+
+def quantize_checkpoint(tensors: dict, names: list[str], device: torch.device) -> dict:
+    """A bf16/fp32 checkpoint's tensors with the parameters `names` quantized per row, one
+    tensor at a time on `device` (fast, and only one float weight there at a time); the
+    results wait on the host, so the device never holds the weights twice."""
+    out = dict(tensors)
+    for name in names:
+        w = tensors.get(name)
+        if w is not None and w.dim() == 2 and w.dtype.is_floating_point:  # otherwise loading names the problem
+            q, scb = quantize_rows(w.to(device))
+            out[name], out[name + SCB] = q.cpu(), scb.cpu()
+    return out
