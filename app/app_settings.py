@@ -5,7 +5,7 @@ from pathlib import Path
 
 from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from engine.options import TOGGLES, RuntimeOptions
+from engine.options import TOGGLES, WEIGHTS, RuntimeOptions
 
 # Versioned: the first release stored both toggles off, its default then, not a choice.
 RUNTIME_GROUP = "runtime.v2"
@@ -28,6 +28,16 @@ class AppSettings:
     @model_source.setter
     def model_source(self, value: str) -> None:
         self.q.setValue("model/source", value)
+
+    @property
+    def model_weights(self) -> str:
+        """"" (as the checkpoint holds them), "bf16" or "int8"."""
+        value = self._get("model/weights", "")
+        return value if value in WEIGHTS else ""
+
+    @model_weights.setter
+    def model_weights(self, value: str) -> None:
+        self.q.setValue("model/weights", value)
 
     @property
     def gpu_support_offered(self) -> bool:

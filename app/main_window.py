@@ -38,7 +38,7 @@ from .crash_reporting import CrashReporter, default_log_dir, setup_logging
 from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
 from .device_picker import DevicePicker
 from .message_bar import MessageBar
-from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, ModelLoader, PredictorLoader
+from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, MemoryCheck, ModelLoader, PredictorLoader
 from .model_picker import ModelPicker
 from .project_info import project_info
 from .recorder import ConversationRecorder
@@ -77,6 +77,7 @@ class MainWindow(QMainWindow):
         else:
             self.resize(1100, 720)
         CheckpointScan(self.loader_signals).start()
+        self.check_memory()
 
     # --- layout -------------------------------------------------------------------------
     def _build(self) -> None:
@@ -191,6 +192,8 @@ class MainWindow(QMainWindow):
         self.loader_signals.loaded.connect(self.set_model)
         self.loader_signals.failed.connect(self._on_load_failed)
         self.loader_signals.checkpoints.connect(self.model_picker.add_checkpoints)
+        self.loader_signals.fit.connect(self.model_picker.show_fit)
+        self.model_picker.choice_changed.connect(self.check_memory)
         self.conversation_signals = ConversationSignals()
         self.conversation_signals.started.connect(
             lambda: self.statusBar().showMessage("Conversation running."))
@@ -225,13 +228,22 @@ class MainWindow(QMainWindow):
         self.panel.controls.apply_capabilities(None)
         self.start_button.setEnabled(False)
         self.model_picker.set_loading(f"Loading {source}…")
-        self.loader = ModelLoader(source, self.compute_device, self.loader_signals, previous)
+        self.loader = ModelLoader(source, self.compute_device, self.loader_signals, previous,
+                                  self.model_picker.chosen_weights())
         self.loader.start()
+
+    def check_memory(self) -> None:
+        """Whether the chosen model and weights fit, shown in the picker before loading."""
+        self.model_picker.fit.setText("Checking the memory it needs…")
+        MemoryCheck(self.model_picker.source(), self.model_picker.chosen_weights(), self.compute_device,
+                    self.loader_signals).start()
 
     def set_model(self, loaded: LoadedModel) -> None:
         """Talk with this (loaded) model from now on."""
         self.loaded = loaded
         self.model_picker.set_done(f"Loaded {loaded.name} on {loaded.device_label}.")
+        self.model_picker.fit.setText(loaded.memory)
+        self.model_picker.fit.setStyleSheet("")
         self.model_picker.show_persona(loaded.voices, loaded.default_role)
         # Where the model runs, and why there (on the CPU: no GPU, no driver, or no GPU support yet).
         self.compute_label.setText(f"Compute: {loaded.device_reason}")

@@ -21,6 +21,7 @@ class LoadedModel:
     default_role: str         # PersonaPlex role prompt used when the user gives none
     device_label: str         # "CPU" or the GPU's name
     device_reason: str        # which device, and why that one ("CPU: no NVIDIA GPU found")
+    memory: str               # what it needs, against the device's free memory before loading
     capabilities: dict        # option name -> None if usable, else why not
     predictor: str            # the DiffuPlex predictor file loaded with the model ("" for none)
     notice: str = ""          # something about the load the user should know ("" for nothing)
@@ -32,27 +33,30 @@ class LoaderSignals(QObject):
     failed = pyqtSignal(str, str)      # source, message naming the file and the problem
     checkpoints = pyqtSignal(list)     # [(label, source)] from the Hugging Face cache
     predictor = pyqtSignal(str, dict)  # a predictor file loaded: its path, the new capabilities
+    fit = pyqtSignal(str, object, str, bool)  # source, weights (None: as stored), what it needs, whether it fits
 
 
 class ModelLoader(threading.Thread):
-    def __init__(self, source: str, device: str, signals: LoaderSignals, previous=None):
+    def __init__(self, source: str, device: str, signals: LoaderSignals, previous=None,
+                 weights: str | None = None):
         """`previous`: the LoadedModel being replaced; its session is closed here, off the GUI
-        thread, before the new model takes memory."""
+        thread, before the new model takes memory. `weights`: "bf16", "int8" or None (as the
+        checkpoint holds them)."""
         super().__init__(name="engine-loader", daemon=True)
         self.source, self.device, self.signals = source, device, signals
-        self.previous = previous
+        self.previous, self.weights = previous, weights
 
     def run(self) -> None:
         self.signals.progress.emit("Starting the engine…")
         try:
-            from engine.errors import CheckpointError
+            from engine.errors import CheckpointError, DeviceMemoryError
         except Exception as exc:  # a broken installation: say so instead of dying
             log.exception("importing the engine failed")
             self.signals.failed.emit(self.source, f"The engine could not start: {exc}")
             return
         try:
             self.signals.loaded.emit(self._load())
-        except CheckpointError as exc:
+        except (CheckpointError, DeviceMemoryError) as exc:
             self.signals.failed.emit(self.source, str(exc))
         except Exception as exc:  # anything else is a bug or an environment problem: log it
             log.exception("loading %s failed", self.source)
@@ -75,8 +79,11 @@ class ModelLoader(threading.Thread):
         # Which torch: in an installed app, the bundled CPU build or fetched GPU support.
         log.info("torch %s (CUDA %s) from %s", torch.__version__, torch.version.cuda, torch.__file__)
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
+        from engine.memory_plan import plan
+        memory = plan(self.source, self.weights, device)
+        memory.check()  # before any weight is read: a model that does not fit is refused, not half-loaded
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
-        model = load_model(self.source, device=device)
+        model = load_model(self.source, device=device, weights=self.weights)
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
         persona = Persona(None, "") if model.is_personaplex else None
@@ -91,7 +98,7 @@ class ModelLoader(threading.Thread):
             session = DuplexSession(model, persona=persona)
         return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
                            default_role=session.default_role, device_label=label,
-                           device_reason=why_this_device(device),
+                           device_reason=why_this_device(device), memory=memory.describe(),
                            capabilities=session.capabilities(),
                            predictor=predictor.name if predictor else "", notice=notice)
 
@@ -116,6 +123,33 @@ class PredictorLoader(threading.Thread):
             self.signals.failed.emit(self.path, f"{self.path}: {type(exc).__name__}: {exc}")
             return
         self.signals.predictor.emit(self.path, self.session.capabilities())
+
+
+class MemoryCheck(threading.Thread):
+    """Whether a model and weights choice fits the device's free memory, asked before loading
+    (reads only the checkpoint's header)."""
+
+    def __init__(self, source: str, weights: str | None, device: str, signals: LoaderSignals):
+        super().__init__(name="memory-check", daemon=True)
+        self.source, self.weights, self.device, self.signals = source, weights, device, signals
+
+    def run(self) -> None:
+        try:
+            from engine.device import select_device
+            from engine.errors import CheckpointError
+            from engine.memory_plan import plan
+        except Exception:  # the loader says what is broken
+            log.exception("importing the engine failed")
+            return
+        try:
+            memory = plan(self.source, self.weights, select_device(self.device))
+        except CheckpointError as exc:  # loading says it again, with the same words
+            self.signals.fit.emit(self.source, self.weights, str(exc), False)
+            return
+        except Exception:
+            log.exception("the memory check of %s failed", self.source)
+            return
+        self.signals.fit.emit(self.source, self.weights, memory.describe(), memory.fits)
 
 
 class CheckpointScan(threading.Thread):

@@ -7,14 +7,18 @@ from pathlib import Path
 from PyQt6.QtCore import pyqtSignal
 from PyQt6.QtWidgets import QComboBox, QFileDialog, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar, QPushButton
 
+from engine.options import WEIGHTS
+
 from .app_settings import AppSettings
 
 DEMO = ("Demo model (built in, untrained)", "demo")
+AS_STORED = ("Weights as the checkpoint holds them", "")
 NO_VOICE = "No voice prompt"
 
 
 class ModelPicker(QGroupBox):
     load_requested = pyqtSignal(str)  # a source as engine.load_model takes it
+    choice_changed = pyqtSignal()  # the model or the weights chosen changed: check they fit
 
     def __init__(self, settings: AppSettings, parent=None):
         super().__init__("Model", parent)
@@ -30,6 +34,15 @@ class ModelPicker(QGroupBox):
         self.folder_button.setToolTip("Use a checkpoint folder (model.safetensors, Mimi "
                                       "tokenizer, SentencePiece model).")
         self.folder_button.clicked.connect(self._choose_folder)
+        self.weights = QComboBox()
+        self.weights.addItem(*AS_STORED)
+        for value, label in WEIGHTS.items():
+            self.weights.addItem(f"Weights: {label}", value)
+        self.weights.setToolTip("int8 halves the GPU memory the weights take (an official q8 checkpoint is int8; "
+                                "a bf16 one is quantized while it loads). Chosen when the model loads.")
+        self.weights.setCurrentIndex(max(0, self.weights.findData(settings.model_weights)))
+        self.fit = QLabel("")
+        self.fit.setWordWrap(True)
         self.load_button = QPushButton("Load")
         self.load_button.clicked.connect(lambda: self.load_requested.emit(self.source()))
         self.status = QLabel("No model loaded.")
@@ -45,12 +58,14 @@ class ModelPicker(QGroupBox):
         layout.addWidget(self.combo, 0, 0, 1, 2)
         layout.addWidget(self.folder_button, 0, 2)
         layout.addWidget(self.load_button, 0, 3)
-        layout.addWidget(self.status, 1, 0, 1, 4)
-        layout.addWidget(self.busy, 2, 0, 1, 4)
-        layout.addWidget(self.persona_labels[0], 3, 0)
-        layout.addWidget(self.voice, 3, 1, 1, 3)
-        layout.addWidget(self.persona_labels[1], 4, 0)
-        layout.addWidget(self.role, 4, 1, 1, 3)
+        layout.addWidget(self.weights, 1, 0, 1, 4)
+        layout.addWidget(self.fit, 2, 0, 1, 4)
+        layout.addWidget(self.status, 3, 0, 1, 4)
+        layout.addWidget(self.busy, 4, 0, 1, 4)
+        layout.addWidget(self.persona_labels[0], 5, 0)
+        layout.addWidget(self.voice, 5, 1, 1, 3)
+        layout.addWidget(self.persona_labels[1], 6, 0)
+        layout.addWidget(self.role, 6, 1, 1, 3)
         layout.setColumnStretch(1, 1)
         # Hidden rows keep their space: the window does not jump when a model loads.
         for widget in (self.busy, self.voice, self.role, *self.persona_labels):
@@ -59,9 +74,27 @@ class ModelPicker(QGroupBox):
             widget.setSizePolicy(policy)
         self.show_persona([])
         self.select(settings.model_source)
+        self.combo.currentIndexChanged.connect(lambda _: self.choice_changed.emit())
+        self.weights.currentIndexChanged.connect(self._weights_chosen)
 
     def source(self) -> str:
         return self.combo.currentData()
+
+    def chosen_weights(self) -> str | None:
+        """"bf16", "int8", or None: as the checkpoint holds them."""
+        return self.weights.currentData() or None
+
+    def show_fit(self, source: str, weights: str | None, text: str, fits: bool) -> None:
+        """What the chosen model needs against the device's free memory (a memory plan's answer
+        for that choice; an answer for an earlier choice is dropped)."""
+        if (source, weights) != (self.source(), self.chosen_weights()):
+            return
+        self.fit.setText(text if fits else f"Does not fit: {text}")
+        self.fit.setStyleSheet("" if fits else "color: #b00020;")
+
+    def _weights_chosen(self) -> None:
+        self.settings.model_weights = self.weights.currentData()
+        self.choice_changed.emit()
 
     def select(self, source: str) -> None:
         index = self.combo.findData(source)
@@ -88,7 +121,7 @@ class ModelPicker(QGroupBox):
         self.set_controls_enabled(True)
 
     def set_controls_enabled(self, enabled: bool) -> None:
-        for widget in (self.combo, self.folder_button, self.load_button):
+        for widget in (self.combo, self.weights, self.folder_button, self.load_button):
             widget.setEnabled(enabled)
 
     def show_persona(self, voices: list[str], default_role: str = "") -> None:

@@ -21,6 +21,7 @@ GIB = 1 << 30
 class MemoryPlan:
     model: str
     weights: str
+    """"bf16" or "int8", as RuntimeOptions.weights names them."""
     device: str
     weight_bytes: int
     """The LM as it will be loaded, plus the Mimi codec (float32, as on disk)."""
@@ -41,7 +42,8 @@ class MemoryPlan:
         return self.free_bytes is None or self.need_bytes <= self.free_bytes
 
     def describe(self) -> str:
-        need = (f"{self.model}, {self.weights} weights: needs about {_size(self.need_bytes)} (weights "
+        precision = self.weights if self.weights == "int8" or self.device.startswith("cuda") else "float32"
+        need = (f"{self.model}, {precision} weights: needs about {_size(self.need_bytes)} (weights "
                 f"{_size(self.weight_bytes)}, state for a {self.context_s / 60:.0f}-minute conversation "
                 f"{_size(self.state_bytes)}, working {_size(self.working_bytes)})")
         if self.free_bytes is None:

@@ -284,3 +284,36 @@ def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, 
     window.choose_predictor(str(tmp_path / "missing.safetensors"))
     qtbot.waitUntil(lambda: "missing.safetensors" in window.message_bar.text(), timeout=30_000)
     demo_model.session.load_predictor(None)
+
+
+def test_the_picker_says_what_a_choice_needs_and_loads_int8(qtbot, window):
+    picker = window.model_picker
+    qtbot.waitUntil(lambda: "needs about" in picker.fit.text(), timeout=60_000)
+    # On the CPU the float weights are float32.
+    assert picker.fit.text().startswith("demo (untrained, PersonaPlex-shaped), float32 weights: needs about")
+    picker.weights.setCurrentIndex(picker.weights.findData("int8"))
+    qtbot.waitUntil(lambda: "int8 weights: needs about" in picker.fit.text(), timeout=60_000)
+    assert window.settings.model_weights == "int8"
+    with qtbot.waitSignal(window.loader_signals.loaded, timeout=120_000):
+        window.load_model()
+    assert "Loaded demo" in picker.status.text()
+    assert window.loaded.session.options.weights == "int8"
+    assert "int8 weights: needs about" in picker.fit.text()
+
+
+def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, window, monkeypatch):
+    import dataclasses
+
+    from engine import memory_plan
+
+    # This machine has no GPU: the plan is the real one for the demo, with the free memory of a
+    # GPU too small for it (the one stand-in here).
+    real = memory_plan.plan
+    monkeypatch.setattr(memory_plan, "plan", lambda *args: dataclasses.replace(
+        real(*args), device="cuda:0", free_bytes=512 << 20))
+    with qtbot.waitSignal(window.loader_signals.failed, timeout=120_000):
+        window.load_model()
+    text = window.last_dialog.text()
+    assert "bf16 weights: needs about 1.0 GiB" in text
+    assert "512 MiB free on cuda:0: it does not fit. Choose int8 weights" in text
+    assert window.loaded is None
