@@ -48,21 +48,8 @@ class Norm(NamedTuple):
 
 
 @triton.jit
-def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
-                 NW, NB, eps, gate_off,
-                 RES, SCALE, sr_m,
-                 POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
-                 TOK, EMB, semb,
-                 K: tl.constexpr, INT8: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
-                 HAS_SCALE: tl.constexpr,
-                 HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pid = tl.program_id(0)
-    m = pid % M
-    offs_n = (pid // M) * BN + tl.arange(0, BN)
-    n_ok = offs_n < N
-    x_row = X + m * sx_m
-    dt = X.dtype.element_ty
-
+def _norm_stats(x_row, eps, K: tl.constexpr, NORM: tl.constexpr, BK: tl.constexpr):
+    """(mean, rstd) of one input row for the prologue's norm: RMS (NORM 1) or layer norm (2)."""
     mean = 0.0
     rstd = 1.0
     if NORM == 1:
@@ -85,25 +72,54 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
             v = tl.where(ks < K, v - mean, 0.0)
             s2 += v * v
         rstd = tl.math.rsqrt(tl.sum(s2, axis=0) / K + eps)
+    return mean, rstd
+
+
+@triton.jit
+def _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM: tl.constexpr, ACT: tl.constexpr):
+    """Chunk `ks` of one input row after the prologue (norm, or the FFN's activation), each
+    step rounded to the activations' dtype where torch's modules round, returned in fp32."""
+    dt = x_row.dtype.element_ty
+    x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
+    if NORM == 1:
+        alpha = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+        x = (x * (alpha * rstd)).to(dt).to(tl.float32)
+    if NORM == 2:
+        g = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+        b = tl.load(NB + ks, mask=k_ok, other=0.0).to(tl.float32)
+        x = ((x - mean) * rstd * g + b).to(dt).to(tl.float32)
+    if ACT == 1:  # silu(a) * b, each rounded as torch rounds it
+        b = tl.load(x_row + gate_off + ks, mask=k_ok, other=0.0).to(tl.float32)
+        a = (x / (1.0 + tl.exp(-x))).to(dt).to(tl.float32)
+        x = (a * b).to(dt).to(tl.float32)
+    if ACT == 2:  # exact GELU
+        x = (0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))).to(dt).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
+                 NW, NB, eps, gate_off,
+                 RES, SCALE, sr_m,
+                 POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
+                 TOK, EMB, semb,
+                 K: tl.constexpr, INT8: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
+                 HAS_SCALE: tl.constexpr,
+                 HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    m = pid % M
+    offs_n = (pid // M) * BN + tl.arange(0, BN)
+    n_ok = offs_n < N
+    x_row = X + m * sx_m
+    dt = X.dtype.element_ty
+
+    mean, rstd = _norm_stats(x_row, eps, K, NORM, BK)
 
     acc = tl.zeros([BN, BK], tl.float32)
     for k0 in range(0, K, BK):
         ks = k0 + tl.arange(0, BK)
         k_ok = ks < K
-        x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
-        if NORM == 1:
-            alpha = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
-            x = (x * (alpha * rstd)).to(dt).to(tl.float32)
-        if NORM == 2:
-            g = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
-            b = tl.load(NB + ks, mask=k_ok, other=0.0).to(tl.float32)
-            x = ((x - mean) * rstd * g + b).to(dt).to(tl.float32)
-        if ACT == 1:  # silu(a) * b, each rounded as torch rounds it
-            b = tl.load(x_row + gate_off + ks, mask=k_ok, other=0.0).to(tl.float32)
-            a = (x / (1.0 + tl.exp(-x))).to(dt).to(tl.float32)
-            x = (a * b).to(dt).to(tl.float32)
-        if ACT == 2:  # exact GELU
-            x = (0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))).to(dt).to(tl.float32)
+        x = _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
         w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
@@ -156,45 +172,11 @@ def _prologue_kernel(X, OUT, sx_m, so_m, NW, NB, eps, gate_off,
     m = tl.program_id(0)
     x_row = X + m * sx_m
     dt = X.dtype.element_ty
-    mean = 0.0
-    rstd = 1.0
-    if NORM == 1:
-        ss = tl.zeros([BK], tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-            ss += v * v
-        rstd = tl.math.rsqrt(eps + tl.sum(ss, axis=0) / K)
-    if NORM == 2:
-        s1 = tl.zeros([BK], tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            s1 += tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-        mean = tl.sum(s1, axis=0) / K
-        s2 = tl.zeros([BK], tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-            v = tl.where(ks < K, v - mean, 0.0)
-            s2 += v * v
-        rstd = tl.math.rsqrt(tl.sum(s2, axis=0) / K + eps)
+    mean, rstd = _norm_stats(x_row, eps, K, NORM, BK)
     for k0 in range(0, K, BK):
         ks = k0 + tl.arange(0, BK)
         k_ok = ks < K
-        x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
-        if NORM == 1:
-            alpha = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
-            x = x * (alpha * rstd)
-        if NORM == 2:
-            g = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
-            b = tl.load(NB + ks, mask=k_ok, other=0.0).to(tl.float32)
-            x = (x - mean) * rstd * g + b
-        if ACT == 1:
-            b = tl.load(x_row + gate_off + ks, mask=k_ok, other=0.0).to(tl.float32)
-            a = (x / (1.0 + tl.exp(-x))).to(dt).to(tl.float32)
-            x = a * b
-        if ACT == 2:
-            x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        x = _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
         tl.store(OUT + m * so_m + ks, x.to(dt), mask=k_ok)
 
 

@@ -13,6 +13,7 @@ from engine.config.lm import CONFIGS
 from engine.kernels import fused_linear
 from engine.state import StateStore
 from engine.transformer import StreamingTransformer
+from tests.gpu.graph_timing import replay_ms
 
 THRESHOLDS = {"all in the product": 1 << 62, "own kernel above 16 MiB of reads": 16 << 20,
               "own kernel always": 0}
@@ -28,20 +29,7 @@ def _time(transformer: StreamingTransformer, steps: int) -> float:
         for step in range(steps):
             transformer(x, store, step=step)
 
-    frame()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        frame()
-    for _ in range(3):
-        graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / 20
+    return replay_ms(frame, 20, warmup=3)
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from engine.kernels import fused_linear
+from tests.gpu.graph_timing import replay_ms
 
 SHAPES = {  # name: (N, K, dtype)
     "temporal qkv": (12288, 4096, torch.bfloat16),
@@ -42,22 +43,11 @@ L2_BYTES = 256 << 20
 
 def _time(fn, weights, x) -> float:
     """Seconds per call, replaying a graph of CALLS calls over rotating weight copies."""
-    for w in weights[:2]:
-        fn(x, w)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def calls():
         for i in range(CALLS):
             fn(x, weights[i % len(weights)])
-    graph.replay()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / 1000 / (10 * CALLS)
+
+    return replay_ms(calls, 10) / 1000 / CALLS
 
 
 def main(path: str) -> None:
