@@ -53,6 +53,12 @@ def _bench(args) -> None:
     run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames)
 
 
+def _token2wav(args) -> None:
+    from .token2wav_run import run_token2wav
+
+    run_token2wav(args)
+
+
 def _quantize(args) -> None:
     from engine.device import select_device
     from engine.q8_export import export_q8
@@ -160,6 +166,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "(personaplex only; a full-size predictor with random weights)")
     bench.add_argument("--block", type=int, default=4, help="with --diffuplex: K, frames one wake predicts")
     bench.set_defaults(func=_bench)
+
+    t2w = sub.add_parser("token2wav", help="speech tokens to audio through Step-Audio2's token2wav, streamed in "
+                                           "one-second chunks, each timed against the cadence")
+    t2w.add_argument("--model", required=True, help="a Step-Audio2 token2wav folder (flow.yaml, flow.pt, "
+                                                    "config.yaml, hift.pt)")
+    t2w.add_argument("--tokens", required=True, help="speech tokens (25 a second): a .npy array or a text file of "
+                                                     "integers")
+    t2w.add_argument("--prompt", required=True, help="the voice prompt, prepared: a .safetensors file with tokens "
+                                                     "[T], speaker [192] (CAM++) and mel [2T, 80]")
+    t2w.add_argument("--output", required=True, help=OUTPUT)
+    t2w.add_argument("--steps", type=int, default=10, help="flow-matching (ODE) steps per chunk (default 10)")
+    t2w.add_argument("--fp16", action="store_true", help="run the flow in float16 (the vocoder stays float32)")
+    t2w.add_argument("--seed", type=int, default=0, help="seed of the noise tables (default 0): same seed, same audio")
+    t2w.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
+    t2w.set_defaults(func=_token2wav)
 
     quantize = sub.add_parser("quantize", help="write a checkpoint's LM with int8 weights in the official q8 "
                                                 "layout (model.q8.safetensors), beside copies of its other files")

@@ -41,8 +41,8 @@ class Progress:
     """A one-line progress bar on stderr, redrawn at most ten times a second; the line is
     ended however the work ends (Ctrl-C included)."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream, self._last = total, stream, 0.0
+    def __init__(self, total: int, stream=sys.stderr, unit: str = "frames"):
+        self.total, self.stream, self._last, self.unit = total, stream, 0.0, unit
         self._open = False
 
     def __enter__(self) -> Progress:
@@ -60,7 +60,7 @@ class Progress:
         self._last = now
         width = 30
         filled = width * done // max(self.total, 1)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} frames")
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.unit}")
         self._open = True
         self.stream.flush()
 

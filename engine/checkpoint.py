@@ -59,8 +59,7 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
 
     `tensors` is already in the module's own key layout; `path` is only for messages.
     """
-    own = dict(module.named_parameters())
-    own.update(dict(module.named_buffers()))
+    own = module.state_dict(keep_vars=True)  # parameters and persistent buffers
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
     if missing:

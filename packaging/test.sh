@@ -11,8 +11,10 @@ ensure_venv
 install_torch
 extras="test"; [ "$TORCH_BUILD" = cuda ] && extras="test,gpu"
 "$PYTHON" -m pip install -q -e ".[$extras]"
-# The reference runtime, for parity tests only; --no-deps keeps its pinned torch out.
+# The reference runtimes, for parity tests only; --no-deps keeps their pinned torch out.
 "$PYTHON" -m pip install -q --no-deps moshi==0.2.13
+# The stock Step-Audio2 token2wav, for the token2wav parity tests (its other needs are in [test]).
+"$PYTHON" -m pip install -q --no-deps minicpmo-utils==1.0.7
 
 # The linter first: a style error fails the run before the long tests.
 "$PYTHON" -m ruff check .

@@ -1,0 +1,88 @@
+"""`duplexcadence token2wav`: speech tokens to a WAV file through Step-Audio2's token2wav,
+streamed in one-second chunks as a live conversation would stream them, each chunk timed
+against the one-second cadence (its SPEAK time: seconds of compute per second of audio)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.audio_io import check_writable, output_format, write_audio
+
+from .offline import Progress
+
+TOKENS_PER_SECOND = 25
+
+
+def read_tokens(path: str | Path, vocab: int) -> np.ndarray:
+    """Speech token ids from a .npy array or a text file (numbers separated by spaces, commas
+    or new lines); each must be in [0, vocab)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such tokens file")
+    try:
+        if path.suffix == ".npy":
+            tokens = np.load(path, allow_pickle=False)
+        else:
+            tokens = np.array(path.read_text().replace(",", " ").split(), dtype=np.int64)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{path}: not a list of integer speech tokens ({exc})") from None
+    tokens = np.asarray(tokens).reshape(-1)
+    if tokens.size == 0:
+        raise ValueError(f"{path}: no speech tokens")
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"{path}: speech tokens must be integers, got {tokens.dtype}")
+    bad = tokens[(tokens < 0) | (tokens >= vocab)]
+    if bad.size:
+        raise ValueError(f"{path}: token {int(bad[0])} is outside the model's vocabulary [0, {vocab})")
+    return tokens.astype(np.int64)
+
+
+def chunks(count: int, lookahead: int, size: int = TOKENS_PER_SECOND):
+    """(start, stop, last) of each call: `size` fresh tokens plus `lookahead` more, then the rest."""
+    start = 0
+    while start + size + lookahead <= count:
+        yield start, start + size + lookahead, False
+        start += size
+    yield start, count, True
+
+
+def run_token2wav(args) -> None:
+    import torch
+
+    from engine.device import limit_cpu_threads, select_device
+    from engine.token2wav import Prompt, Token2wavStream, load_token2wav
+
+    check_writable(args.output)
+    output_format(args.output)
+    if args.steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    device = select_device(args.device)
+    limit_cpu_threads(device)
+    model = load_token2wav(args.model, device=device, fp16=args.fp16, seed=args.seed)
+    tokens = torch.from_numpy(read_tokens(args.tokens, model.flow_cfg.vocab_size)).view(1, -1).to(device)
+    prompt = Prompt.read(args.prompt)
+    stream = Token2wavStream(model, prompt, steps=args.steps)
+    plan = list(chunks(tokens.shape[1], stream.lookahead))
+    audio, report = [], []
+    with Progress(len(plan), unit="chunks") as progress:
+        for i, (start, stop, last) in enumerate(plan):
+            began = time.perf_counter()
+            out = stream.push(tokens[:, start:stop], last)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            spent = time.perf_counter() - began
+            fresh = (stop - start if last else stop - start - stream.lookahead) / TOKENS_PER_SECOND
+            report.append((i, spent, fresh))
+            audio.append(out[0].float().cpu().numpy())
+            progress.update(i + 1)
+    write_audio(args.output, np.clip(np.concatenate(audio), -1.0, 1.0), model.vocoder_cfg.sampling_rate)
+    for i, spent, fresh in report:
+        if not fresh:  # a last call with no tokens only flushes the vocoder
+            print(f"chunk {i + 1}: {spent:.3f} s, flushing the vocoder")
+            continue
+        over = "  over the cadence" if spent > fresh else ""
+        print(f"chunk {i + 1}: {spent:.3f} s for {fresh:.2f} s of speech (SPEAK {spent / fresh:.2f}){over}")
+    total = sum(len(a) for a in audio) / model.vocoder_cfg.sampling_rate
+    print(f"wrote {args.output} ({total:.2f} s)")

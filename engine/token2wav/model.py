@@ -1,0 +1,79 @@
+"""A Step-Audio2 token2wav model loaded from its official directory.
+
+The directory holds `flow.yaml` and `flow.pt` (the flow-matching decoder) and `config.yaml`
+and `hift.pt` (the causal HiFT vocoder). The YAML files are read for their numbers only
+(engine.token2wav.config); the `.pt` files are read with `weights_only=True`, so a file
+cannot run code, and their keys and shapes are checked against our modules, naming the file.
+The speech tokenizer and speaker model (ONNX files beside them) are not used: a voice prompt
+comes prepared (engine.token2wav.stream.Prompt).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import load_into
+from ..errors import CheckpointError
+from .config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
+from .flow import Flow, new_noise
+from .vocoder import CausalHiFTGenerator
+
+FILES = ("flow.yaml", "flow.pt", "config.yaml", "hift.pt")
+
+
+@dataclasses.dataclass
+class Token2wavModel:
+    path: Path
+    flow: Flow
+    vocoder: CausalHiFTGenerator
+    flow_cfg: FlowConfig
+    vocoder_cfg: VocoderConfig
+    noise: torch.Tensor
+    """The flow's noise table (engine.token2wav.flow.new_noise), in the flow's dtype."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.flow.input_embedding.weight.device
+
+
+def read_pt(path: Path) -> dict[str, torch.Tensor]:
+    """A state dict from a `.pt` file, with weights_only=True; problems name the file."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a weights-only PyTorch state dict ({str(exc).splitlines()[0]})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a mapping of parameter names to tensors")
+    return state
+
+
+def load_token2wav(path: str | Path, device: str | torch.device = "cpu", fp16: bool = False,
+                   seed: int = 0) -> Token2wavModel:
+    """The model in `path` on `device`; `fp16` runs the flow in float16 (the vocoder stays
+    float32, as the stock runtime runs it). `seed` draws the vocoder's excitation noise and the
+    flow's noise tables (the stock model draws them from the process's generator when built)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a directory holding {', '.join(FILES)}")
+    missing = [name for name in FILES if not (path / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{path}: missing {', '.join(missing)} (a Step-Audio2 token2wav directory holds "
+                              f"{', '.join(FILES)})")
+    flow_cfg, vocoder_cfg = read_flow_config(path / "flow.yaml"), read_vocoder_config(path / "config.yaml")
+    # Built on the host and then moved: the modules compute tables (windows, frequencies) when
+    # built, which a meta-device build would leave empty. They are small next to an LM.
+    flow = Flow(flow_cfg)
+    generator = torch.Generator().manual_seed(seed)
+    vocoder = CausalHiFTGenerator.from_config(vocoder_cfg, generator)
+    noise = new_noise(flow_cfg.output_size, generator)
+    for module, name in ((flow, "flow.pt"), (vocoder, "hift.pt")):
+        load_into(module, read_pt(path / name), path / name)
+    dtype = torch.float16 if fp16 else torch.float32
+    flow = flow.to(device, dtype).eval().requires_grad_(False)
+    return Token2wavModel(path, flow, vocoder.to(device).eval().requires_grad_(False), flow_cfg, vocoder_cfg,
+                          noise.to(device, dtype))

@@ -1,0 +1,392 @@
+"""Step-Audio2's causal HiFT vocoder (CosyVoice3 `CausalHiFTGenerator` + `CausalConvRNNF0Predictor`),
+whole-signal and streaming.
+
+Mel [1, 80, T] -> F0 per frame (float64) -> a harmonic excitation at 24 kHz (the neural source
+filter) -> a causal upsampling conv net fed with the excitation's STFT -> magnitude and phase
+-> ISTFT -> audio [1, T * 480].
+
+`StreamingVocoder` is the stock `BoundedVocoder`: fresh mel in, audio out, with a bounded mel and
+excitation history, a float64 F0 and a continuous float64 harmonic phase. Its state is a dict of
+fixed-shape tensors, allocated once and updated in place.
+
+Randomness: the stock model draws, when it is built, an initial phase per harmonic and a table of
+uniform noise (300 s x 9 harmonics) from torch's global generator; inference then reads the table
+by absolute sample position and draws nothing. Ours draws the same two tensors in the same order
+from `generator` (the global one if None), so a generator seeded like the global one before the
+stock model was built gives identical audio.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils.parametrizations import weight_norm
+
+from ..state import Region
+from .vocoder_layers import CausalConv1d, CausalF0Predictor, DownsampleConv1d, ResBlock, UpsampleConv1d
+
+NOISE_TABLE_SAMPLES = 300 * 24000
+"""Length of the stock noise table (300 s at 24 kHz); positions past it wrap around."""
+
+
+class HarmonicSource(nn.Module):
+    """F0 [B, T] (Hz per mel frame) -> excitation [B, 1, T * hop]: F0 and its harmonics as sines
+    (voiced frames only) plus uniform noise from the fixed table, merged by a linear layer + tanh.
+    Named `m_source` in the generator, like the stock SourceModuleHnNSF (only `l_linear` has weights)."""
+
+    def __init__(self, sampling_rate: int, hop: int, harmonics: int, sine_amp: float, noise_std: float,
+                 voiced_threshold: float, noise_samples: int, generator: torch.Generator | None):
+        super().__init__()
+        self.sampling_rate, self.hop, self.harmonics = sampling_rate, hop, harmonics
+        self.sine_amp, self.noise_std, self.voiced_threshold = sine_amp, noise_std, voiced_threshold
+        # Drawn before anything else, in the stock order. The initial phases never reach the audio
+        # (stock adds them to sample 0 only, and reads each frame's increment at the frame's middle);
+        # they are drawn so that the table comes from the same place in the generator's stream.
+        torch.rand(1, harmonics, generator=generator)
+        noise = torch.rand(noise_samples, harmonics, generator=generator)
+        self.register_buffer("noise", noise, persistent=False)  # not in hift.pt: built, not trained
+        self.l_linear = nn.Linear(harmonics, 1)
+
+    def increments(self, f0: torch.Tensor) -> torch.Tensor:
+        """Phase advance per sample in cycles, fractional part [B, T, H]."""
+        harmonics = torch.arange(1, self.harmonics + 1, device=f0.device, dtype=f0.dtype)
+        return (f0[:, :, None] * harmonics / self.sampling_rate).remainder(1)
+
+    def noise_at(self, first: int, count: int) -> torch.Tensor:
+        """Table rows for absolute samples first.., wrapping at the end of the table."""
+        size = self.noise.shape[0]
+        first %= size
+        if first + count <= size:
+            return self.noise[first:first + count]
+        return self.noise.index_select(0, torch.arange(first, first + count, device=self.noise.device) % size)
+
+    def excitation(self, sine: torch.Tensor, f0: torch.Tensor, first_sample: int,
+                   harmonics_major: bool = False) -> torch.Tensor:
+        """Per-frame sines [B, T, H] and F0 [B, T] -> merged excitation [B, 1, T * hop]."""
+        sine = sine.repeat_interleave(self.hop, dim=1)
+        voiced = (f0[:, :, None] > self.voiced_threshold).to(f0.dtype).repeat_interleave(self.hop, dim=1)
+        # Noise as loud as the sines where unvoiced, faint where voiced.
+        noise_amp = voiced * self.noise_std + (1 - voiced) * self.sine_amp / 3
+        noise = self.noise_at(first_sample, sine.shape[1]).to(f0.dtype)
+        mixed = sine * self.sine_amp * voiced + noise_amp * noise
+        if harmonics_major:
+            # Same values, laid out [B, H, T * hop] in memory as the stock whole-signal path leaves
+            # them: the linear layer's sums round differently per layout, by a last bit that the
+            # conv net then amplifies about a hundredfold.
+            mixed = mixed.transpose(1, 2).contiguous().transpose(1, 2)
+        return torch.tanh(self.l_linear(mixed)).transpose(1, 2)
+
+    def forward(self, f0: torch.Tensor) -> torch.Tensor:
+        """A whole signal, as the stock generator computes it: the running phase is a float32
+        cumulative sum over frames (each frame holds its increment for `hop` samples)."""
+        phase = torch.cumsum(self.increments(f0), dim=1) * 2 * math.pi * self.hop
+        return self.excitation(torch.sin(phase), f0, 0, harmonics_major=True)
+
+    def stream(self, f0: torch.Tensor, phase: torch.Tensor, first_sample: int) -> torch.Tensor:
+        """The next frames of a stream, as the stock BoundedVocoder computes them: the phase is
+        carried in float64 cycles modulo 1 (`phase` [1, 1, H], updated in place), so it stays exact
+        however long the stream runs."""
+        cycles = self.increments(f0).double().cumsum(dim=1) * self.hop + phase
+        phase.copy_(cycles[:, -1:].remainder(1))
+        sine = (cycles.remainder(1) * (2 * math.pi)).sin().to(f0.dtype)
+        return self.excitation(sine, f0, first_sample)
+
+
+class CausalHiFTGenerator(nn.Module):
+    """The vocoder's modules and weights (keys as in the official `hift.pt`). Defaults: the
+    official Step-Audio2 / CosyVoice3 configuration."""
+
+    def __init__(self, in_channels: int = 80, base_channels: int = 512, nb_harmonics: int = 8,
+                 sampling_rate: int = 24000, nsf_alpha: float = 0.1, nsf_sigma: float = 0.003,
+                 nsf_voiced_threshold: float = 10, upsample_rates: Sequence[int] = (8, 5, 3),
+                 upsample_kernel_sizes: Sequence[int] = (16, 11, 7), istft_n_fft: int = 16, istft_hop_len: int = 4,
+                 resblock_kernel_sizes: Sequence[int] = (3, 7, 11),
+                 resblock_dilation_sizes: Sequence[Sequence[int]] = ((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+                 source_resblock_kernel_sizes: Sequence[int] = (7, 7, 11),
+                 source_resblock_dilation_sizes: Sequence[Sequence[int]] = ((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+                 lrelu_slope: float = 0.1, audio_limit: float = 0.99, conv_pre_look_right: int = 4,
+                 f0_cond_channels: int = 512, noise_samples: int = NOISE_TABLE_SAMPLES,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        stages = len(upsample_rates)
+        if sampling_rate == 22050:
+            raise ValueError("22.05 kHz HiFT uses the older sine generator, which this vocoder does not implement")
+        if not (len(upsample_kernel_sizes) == len(source_resblock_kernel_sizes)
+                == len(source_resblock_dilation_sizes) == stages):
+            raise ValueError("upsample rates/kernels and source resblock kernels/dilations need one entry per stage")
+        if len(resblock_kernel_sizes) != len(resblock_dilation_sizes):
+            raise ValueError("resblock kernels and dilations need one entry per resblock")
+        self.upsample_rates = tuple(upsample_rates)
+        self.n_fft, self.istft_hop = istft_n_fft, istft_hop_len
+        self.stft_per_frame = math.prod(upsample_rates)  # STFT frames per mel frame
+        self.frame_samples = self.stft_per_frame * istft_hop_len  # audio samples per mel frame
+        self.lrelu_slope, self.audio_limit = lrelu_slope, audio_limit
+        self.conv_pre_look_right = conv_pre_look_right
+        self.per_stage = len(resblock_kernel_sizes)
+
+        # Built first so that its draws come first, as in the stock model.
+        self.m_source = HarmonicSource(sampling_rate, self.frame_samples, nb_harmonics + 1, nsf_alpha, nsf_sigma,
+                                       nsf_voiced_threshold, noise_samples, generator)
+        self.conv_pre = weight_norm(CausalConv1d(in_channels, base_channels, conv_pre_look_right + 1, right=True))
+        channels = [base_channels // 2 ** i for i in range(stages + 1)]
+        self.ups = nn.ModuleList(
+            weight_norm(UpsampleConv1d(channels[i], channels[i + 1], k, u))
+            for i, (u, k) in enumerate(zip(upsample_rates, upsample_kernel_sizes)))
+        # The excitation's STFT (real and imaginary bins) joins each stage at that stage's rate.
+        self.source_downs = nn.ModuleList()
+        for i in range(stages):
+            stride = math.prod(upsample_rates[i + 1:])
+            self.source_downs.append(CausalConv1d(istft_n_fft + 2, channels[i + 1], 1) if stride == 1 else
+                                     DownsampleConv1d(istft_n_fft + 2, channels[i + 1], 2 * stride, stride))
+        self.source_resblocks = nn.ModuleList(
+            ResBlock(channels[i + 1], k, tuple(d))
+            for i, (k, d) in enumerate(zip(source_resblock_kernel_sizes, source_resblock_dilation_sizes)))
+        self.resblocks = nn.ModuleList(
+            ResBlock(channels[i + 1], k, tuple(d))
+            for i in range(stages) for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes))
+        self.conv_post = weight_norm(CausalConv1d(channels[-1], istft_n_fft + 2, 7))
+        window = torch.hann_window(istft_n_fft, periodic=True, dtype=torch.float64).float()  # as scipy's
+        self.register_buffer("stft_window", window, persistent=False)
+        self.f0_predictor = CausalF0Predictor(in_channels, f0_cond_channels)
+
+    @classmethod
+    def from_config(cls, config, generator: torch.Generator | None = None) -> CausalHiFTGenerator:
+        """From a dataclass whose fields are this constructor's arguments (engine.token2wav.config)."""
+        return cls(**dataclasses.asdict(config), generator=generator)
+
+    def predict_f0(self, mel: torch.Tensor, finalize: bool = True) -> torch.Tensor:
+        """F0 [B, T] in mel's dtype, computed in float64: its error would grow into phase error."""
+        return self.f0_predictor(mel.double(), finalize).to(mel.dtype)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        """A whole signal: mel [B, C, T] -> audio [B, T * hop]."""
+        return self.decode(mel, self.m_source(self.predict_f0(mel)))
+
+    def decode(self, mel: torch.Tensor, source: torch.Tensor, finalize: bool = True) -> torch.Tensor:
+        """mel [B, C, T] and excitation [B, 1, T * hop] -> audio [B, T * hop]. With finalize=False
+        the last conv_pre_look_right frames are look-ahead only and the frame before them is held
+        back (its ISTFT overlap is incomplete): (T - look_right - 1) * hop samples come out."""
+        spec = torch.stft(source.squeeze(1), self.n_fft, self.istft_hop, self.n_fft, window=self.stft_window,
+                          return_complex=True)
+        s = torch.cat([spec.real, spec.imag], dim=1)
+        x = self.conv_pre(mel, padded=finalize)
+        if not finalize:
+            s = s[..., :-self.conv_pre_look_right * self.stft_per_frame]
+        for i, up in enumerate(self.ups):
+            x = up(F.leaky_relu(x, self.lrelu_slope))
+            if i == len(self.ups) - 1:
+                x = F.pad(x, (1, 0), mode="reflect")  # one more frame: the STFT's centred last frame
+            x = x + self.source_resblocks[i](self.source_downs[i](s))
+            blocks = self.resblocks[i * self.per_stage:(i + 1) * self.per_stage]
+            xs = blocks[0](x)
+            for block in blocks[1:]:
+                xs = xs + block(x)
+            x = xs / self.per_stage
+        x = self.conv_post(F.leaky_relu(x))  # torch's default slope here, as trained
+        bins = self.n_fft // 2 + 1
+        magnitude = torch.exp(x[:, :bins]).clamp(max=1e2)
+        phase = torch.sin(x[:, bins:])
+        spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
+        audio = torch.istft(spec, self.n_fft, self.istft_hop, self.n_fft, window=self.stft_window)
+        if not finalize:
+            audio = audio[:, :-self.frame_samples]
+        return audio.clamp(-self.audio_limit, self.audio_limit)
+
+
+def decoder_history(model: CausalHiFTGenerator) -> int:
+    """Mel frames of history after which decode() no longer sees the past: its receptive field to
+    the left (upsampling convs, source STFT and downsampling convs, resblocks, conv_post, ISTFT)
+    in mel frames, rounded up, plus two frames for the resampling grids (the stock sizing)."""
+    rate = model.stft_per_frame
+    transform = Fraction(model.n_fft, model.frame_samples)  # one STFT window, in mel frames
+    history, scale = Fraction(0), 1
+    for i, up in enumerate(model.ups):
+        scale *= model.upsample_rates[i]
+        history += Fraction(up.pad, scale)
+        down = model.source_downs[i]
+        source = (transform + Fraction(down.kernel_size[0] - 1, rate)
+                  + Fraction(model.source_resblocks[i].history, scale))
+        blocks = model.resblocks[i * model.per_stage:(i + 1) * model.per_stage]
+        history = max(history, source) + Fraction(max(block.history for block in blocks), scale)
+    history += Fraction(model.conv_post.pad + 1, rate) + transform
+    return math.ceil(history) + 2
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamGeometry:
+    """How far a stream reaches back and ahead, in mel frames."""
+
+    f0_history: int  # the F0 predictor's left receptive field (8)
+    f0_lookahead: int  # its right one (3)
+    history: int  # decode()'s left receptive field (31)
+    decode_lookahead: int  # conv_pre's look-ahead + the held-back ISTFT frame (5)
+    block_frames: int  # mel is taken in blocks of at most this many frames (16)
+
+    @property
+    def delay(self) -> int:
+        """Frames received but not yet vocoded in a running stream (8)."""
+        return self.f0_lookahead + self.decode_lookahead
+
+    @property
+    def mel_frames(self) -> int:
+        """Mel kept: the history before the oldest frame not yet vocoded, the delay, one block (55)."""
+        return max(self.history, self.f0_history - self.decode_lookahead) + self.delay + self.block_frames
+
+    @property
+    def source_frames(self) -> int:
+        """Excitation frames kept: history, decode look-ahead, and the most one step adds (52)."""
+        return self.history + self.decode_lookahead + max(self.block_frames, self.f0_lookahead)
+
+    def source_end(self, received: int, final: bool) -> int:
+        """Frames with excitation once `received` mel frames are in."""
+        return received if final else max(0, received - self.f0_lookahead)
+
+    def emitted(self, received: int, final: bool) -> int:
+        """Frames vocoded once `received` mel frames are in."""
+        return received if final else max(0, received - self.delay)
+
+
+def stream_geometry(model: CausalHiFTGenerator, block_frames: int = 16) -> StreamGeometry:
+    if block_frames < 1:
+        raise ValueError(f"block_frames must be positive, got {block_frames}")
+    return StreamGeometry(model.f0_predictor.history, model.f0_predictor.lookahead, decoder_history(model),
+                          model.conv_pre_look_right + 1, block_frames)
+
+
+def _window(buf: torch.Tensor, first: int, stop: int, end: int, per_frame: int = 1) -> torch.Tensor:
+    """Frames [first, stop) of a buffer whose last column holds the last sample of frame end - 1."""
+    size = buf.shape[-1]
+    if (end - first) * per_frame > size:
+        raise RuntimeError(f"stream window of {end - first} frames exceeds its buffer")  # a geometry bug
+    return buf[..., size - (end - first) * per_frame:size - (end - stop) * per_frame]
+
+
+def _shift(buf: torch.Tensor, count: int) -> None:
+    """Drop the oldest `count` columns, making room at the end (in place)."""
+    if count:
+        buf[..., :-count] = buf[..., count:].clone()  # overlapping: copy_ needs a separate source
+
+
+class StreamingVocoder:
+    """One stream through `model`, equal to the stock BoundedVocoder: feed fresh mel [1, C, n] to
+    `stream`; each call returns the audio that became final, [1, samples]; finalize=True returns
+    the rest and ends the stream. A running stream holds back `geometry.delay` frames.
+
+    State, a dict of fixed-shape tensors (`state_shapes()`), updated in place:
+      mel     [1, C, mel_frames] float32: the last mel frames received, the newest at the end;
+      source  [1, 1, source_frames * hop] float32: the excitation of the last frames, newest at the end;
+      phase   [1, 1, H] float64: each harmonic's phase in cycles (modulo 1) after the last frame.
+    Which frames these hold follows from how many frames were received: that count is the stream's
+    clock, kept on the host (`frames`), since it sets the window sizes, i.e. tensor shapes; reading
+    it from the device would stall every chunk. `process` is the same step for state placed elsewhere.
+    """
+
+    def __init__(self, model: CausalHiFTGenerator, block_frames: int = 16,
+                 state: Mapping[str, torch.Tensor] | None = None):
+        self.model = model
+        self.geometry = stream_geometry(model, block_frames)
+        self.hop = model.frame_samples
+        self.state = self.new_state() if state is None else self._checked(state)
+        self.frames, self.finalized = 0, False
+
+    def state_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        g, harmonics = self.geometry, self.model.m_source.harmonics
+        return {"mel": ((1, self.model.conv_pre.in_channels, g.mel_frames), torch.float32),
+                "source": ((1, 1, g.source_frames * self.hop), torch.float32),
+                "phase": ((1, 1, harmonics), torch.float64)}
+
+    def regions(self, prefix: str = "vocoder") -> list[Region]:
+        """The state as engine regions (fixed: their size never depends on the stream's length)."""
+        return [Region(f"{prefix}.{name}", shape, dtype) for name, (shape, dtype) in self.state_shapes().items()]
+
+    def new_state(self, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+        device = self.model.conv_pre.bias.device if device is None else device
+        return {name: torch.zeros(shape, dtype=dtype, device=device) for name, (shape, dtype) in
+                self.state_shapes().items()}
+
+    def _checked(self, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        for name, (shape, dtype) in self.state_shapes().items():
+            if name not in state or tuple(state[name].shape) != shape or state[name].dtype != dtype:
+                raise ValueError(f"vocoder state {name!r} must be {shape} {dtype}")
+        return state
+
+    def reset(self) -> None:
+        """A new stream: state zeroed in place, clock back to zero."""
+        for tensor in self.state.values():
+            tensor.zero_()
+        self.frames, self.finalized = 0, False
+
+    def stream(self, mel: torch.Tensor, finalize: bool = False) -> torch.Tensor:
+        if mel.dim() != 3 or tuple(mel.shape[:2]) != (1, self.model.conv_pre.in_channels):
+            raise ValueError(f"vocoder stream needs fresh mel [1, {self.model.conv_pre.in_channels}, frames], "
+                             f"got {tuple(mel.shape)}")
+        if self.finalized:
+            if mel.shape[-1] or not finalize:
+                raise ValueError("vocoder stream already finalized; reset() for a new one")
+            return mel.new_zeros(1, 0)
+        audio = self.process(self.state, mel, self.frames, finalize)
+        self.frames += mel.shape[-1]
+        self.finalized = finalize
+        return audio
+
+    @torch.inference_mode()
+    def process(self, state: Mapping[str, torch.Tensor], mel: torch.Tensor, received: int,
+                finalize: bool) -> torch.Tensor:
+        """One call of a stream that had received `received` frames: mel [1, C, n] -> audio [1, samples]."""
+        g, hop = self.geometry, self.hop
+        fresh = mel.shape[-1]
+        out = torch.empty(1, (g.emitted(received + fresh, finalize) - g.emitted(received, False)) * hop,
+                          dtype=torch.float32, device=mel.device)
+        written = 0
+        with torch.autocast(mel.device.type, enabled=False):
+            # Block by block, as the stock stream does: each block's windows, hence its rounding, match.
+            for first in range(0, fresh, g.block_frames):
+                block = mel[..., first:first + g.block_frames]
+                _shift(state["mel"], block.shape[-1])
+                state["mel"][..., -block.shape[-1]:] = block
+                written += self._step(state, received, received + block.shape[-1], False, out[:, written:])
+                received += block.shape[-1]
+            if finalize:
+                written += self._step(state, received, received, True, out[:, written:])
+        if written != out.shape[1]:
+            raise RuntimeError(f"vocoder stream wrote {written} samples, expected {out.shape[1]}")
+        return out
+
+    def _step(self, state: Mapping[str, torch.Tensor], before: int, received: int, final: bool,
+              out: torch.Tensor) -> int:
+        """Bring excitation and audio up to `received` frames (all of them if final); returns samples written."""
+        g, hop = self.geometry, self.hop
+        start, end = g.source_end(before, False), g.source_end(received, final)
+        if end > start:
+            self._extend_source(state, received, start, end, final)
+        done, ready = g.emitted(before, False), g.emitted(received, final)
+        if ready <= done:
+            return 0
+        first = max(0, done - g.history)
+        mel = _window(state["mel"], first, end, received)
+        source = _window(state["source"], first, end, end, hop)
+        audio = self.model.decode(mel, source, finalize=final)[:, (done - first) * hop:]
+        out[:, :audio.shape[1]] = audio
+        return audio.shape[1]
+
+    def _extend_source(self, state: Mapping[str, torch.Tensor], received: int, start: int, end: int,
+                       final: bool) -> None:
+        """Excitation for frames [start, end) appended to state["source"]."""
+        g, hop, buf = self.geometry, self.hop, state["source"]
+        first = max(0, start - g.f0_history)
+        f0 = self.model.predict_f0(_window(state["mel"], first, received, received), finalize=final)
+        f0 = f0[:, start - first:]
+        if f0.shape[1] != end - start:
+            raise RuntimeError(f"F0 for {f0.shape[1]} frames, expected {end - start}")
+        _shift(buf, (end - start) * hop)
+        base = buf.shape[-1] - (end - start) * hop
+        # In blocks, as stock does: the float64 phase sums then round the same way.
+        for i in range(0, end - start, g.block_frames):
+            part = f0[:, i:i + g.block_frames]
+            at = base + i * hop
+            buf[..., at:at + part.shape[1] * hop] = self.model.m_source.stream(part, state["phase"], (start + i) * hop)

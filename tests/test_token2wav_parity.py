@@ -1,0 +1,160 @@
+"""Our Step-Audio2 token2wav against the stock one (minicpmo-utils 1.0.7), end to end: the same
+random weights written as an official model directory (flow.yaml, flow.pt, config.yaml,
+hift.pt) and read by our loader, the same prepared voice prompt, the same token chunks.
+
+The stock side is its own `Token2wav.set_stream_cache` and `Token2wav.stream` (cache trimming
+and the vocoder's first-chunk silence included), run on a Token2wav whose constructor is
+skipped: it loads the ONNX speech tokenizer and speaker model and needs CUDA, neither of which
+a prepared prompt on the CPU uses. The DiT is full size (the stock decoder's cache buffers
+only fit it); the conformer and the vocoder are small.
+"""
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from engine.errors import CheckpointError
+from engine.token2wav.model import load_token2wav
+from engine.token2wav.stream import Prompt, Token2wavStream
+from tests.stepaudio2_reference import stock, stock_token2wav
+from tests.test_token2wav_config import FLOW_YAML, VOCODER_YAML
+
+STEPS = 2
+VOCAB = 300
+SMALL_ENCODER = {"output_size: 512": "output_size: 64", "input_size: 512\n        pre": "input_size: 64\n        pre",
+                 "attention_heads: 8": "attention_heads: 2", "linear_units: 2048": "linear_units: 128",
+                 "num_blocks: 6": "num_blocks: 2", "num_up_blocks: 4": "num_up_blocks: 2",
+                 "    input_size: 512\n    output_size: 80": "    input_size: 64\n    output_size: 80",
+                 "vocab_size: 6561": f"vocab_size: {VOCAB}"}
+SMALL_VOCODER = {"base_channels: 512": "base_channels: 64", "cond_channels: 512": "cond_channels: 64"}
+
+
+def _small(text: str, changes: dict) -> str:
+    for old, new in changes.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def _stock_models():
+    enc = stock("cosyvoice2.transformer.upsample_encoder_v2")
+    dit, cfm = stock("cosyvoice2.flow.decoder_dit"), stock("cosyvoice2.flow.flow_matching")
+    flow_mod = stock("cosyvoice2.flow.flow")
+    gen, f0 = stock("causal_vocoder.generator"), stock("causal_vocoder.f0_predictor")
+    torch.manual_seed(0)
+    encoder = enc.UpsampleConformerEncoderV2(input_size=64, output_size=64, attention_heads=2, linear_units=128,
+                                             num_blocks=2, num_up_blocks=2, pre_lookahead_len=3, up_stride=2,
+                                             up_scale_factor=2, key_bias=True)
+    estimator = dit.DiT(in_channels=320, out_channels=80, mlp_ratio=4.0, depth=16, num_heads=8, head_dim=64,
+                        hidden_size=512)
+    flow = flow_mod.CausalMaskedDiffWithXvec(input_size=64, output_size=80, spk_embed_dim=192, vocab_size=VOCAB,
+                                             encoder=encoder, decoder=cfm.CausalConditionalCFM(estimator, 0.7))
+    hift = gen.CausalHiFTGenerator(
+        in_channels=80, base_channels=64, nb_harmonics=8, sampling_rate=24000, upsample_rates=[8, 5, 3],
+        upsample_kernel_sizes=[16, 11, 7], istft_params={"n_fft": 16, "hop_len": 4},
+        resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5]] * 3,
+        source_resblock_kernel_sizes=[7, 7, 11], source_resblock_dilation_sizes=[[1, 3, 5]] * 3,
+        conv_pre_look_right=4, f0_predictor=f0.CausalConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=64))
+    with torch.no_grad():  # the stock init zeroes the DiT's gates and output: make every weight matter
+        for p in (*flow.parameters(), *hift.parameters()):
+            p.add_(torch.randn_like(p) * 0.02)
+    return flow.eval(), hift.eval()
+
+
+@pytest.fixture(autouse=True)
+def stock_eagerly():
+    """The stock encoder wraps a method in torch.compile(backend="eager"): the same computation,
+    run without its seconds of tracing."""
+    with torch.compiler.set_stance("force_eager"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("token2wav")
+    flow, hift = _stock_models()
+    (folder / "flow.yaml").write_text(_small(FLOW_YAML, SMALL_ENCODER))
+    (folder / "config.yaml").write_text(_small(VOCODER_YAML, SMALL_VOCODER))
+    torch.save(flow.state_dict(), folder / "flow.pt")
+    torch.save(hift.state_dict(), folder / "hift.pt")
+    return folder, flow, hift
+
+
+def _prompt(frames_per_token: int = 2, tokens: int = 10):
+    g = torch.Generator().manual_seed(3)
+    return Prompt(torch.randint(0, VOCAB, (1, tokens), generator=g, dtype=torch.int32),
+                  torch.randn(1, 192, generator=g), torch.randn(1, tokens * frames_per_token, 80, generator=g))
+
+
+def _stock_stream(flow, hift, prompt):
+    t2w = stock_token2wav()
+    bounded = stock("causal_vocoder.bounded_vocoder").BoundedVocoder(hift)
+    ref = t2w.Token2wav.__new__(t2w.Token2wav)
+    ref.float16, ref.n_timesteps, ref.device = False, STEPS, torch.device("cpu")
+    ref.flow, ref.hift, ref.bounded_vocoder = flow, hift, bounded
+    ref.sample_rate, ref.hop_samples = 24000, 480
+    ref.vocoder_delay_frames = hift.f0_predictor.condnet[0].causal_padding + hift.conv_pre_look_right + 1
+    ref.source_cache_len = ref.vocoder_delay_frames * 480
+    lens = torch.tensor([prompt.tokens.shape[1]], dtype=torch.int32)
+    ref.cache = {"voice": (prompt.tokens, lens, prompt.speaker, prompt.mel, lens * 2)}
+    ref.stream_cache, ref.hift_cache_dict, ref._stream_prompt = None, {}, None
+    ref.set_stream_cache("voice")
+    return ref
+
+
+def _chunks(tokens: torch.Tensor, size: int = 25, lookahead: int = 3):
+    """(tokens, last) per call as a caller streams them: `size` fresh plus `lookahead`, then the rest."""
+    n, start = tokens.shape[1], 0
+    while start + size + lookahead <= n:
+        yield tokens[:, start:start + size + lookahead], False
+        start += size
+    yield tokens[:, start:], True
+
+
+@torch.inference_mode()
+def test_streamed_audio_equals_the_stock_token2wav(models):
+    folder, flow, hift = models
+    model = load_token2wav(folder)
+    # Tables both runtimes draw when built, not stored in a checkpoint: the stock's are copied.
+    model.vocoder.m_source.noise.copy_(hift.m_source.l_sin_gen.sine_waves[0])
+    prompt = _prompt()
+    ref = _stock_stream(flow, hift, prompt)
+    ours = Token2wavStream(model, prompt, steps=STEPS, noise=flow.decoder.rand_noise)
+    tokens = torch.randint(0, VOCAB, (1, 25 * 3 + 9), generator=torch.Generator().manual_seed(4), dtype=torch.int32)
+    total, calls = 0, 0
+    for chunk, last in _chunks(tokens):
+        expected = ref.stream(chunk[0].tolist(), "voice", last_chunk=last, return_waveform=True)
+        got = ours.push(chunk, last).numpy()
+        assert got.shape == expected.shape, (calls, got.shape, expected.shape)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5, err_msg=f"call {calls}")
+        total, calls = total + got.shape[1], calls + 1
+    # Three full chunks and a last one: the caches were trimmed to prompt + 100 frames on the way.
+    assert calls == 4 and total == 8 * 480 + (25 * 3 + 9) * 2 * 480
+    assert ours.flow.est[0][1].shape[3] == ours.flow.enc_att.shape[3] == prompt.mel.shape[1] + 100
+
+
+def test_loading_errors_name_the_file(models, tmp_path):
+    folder, flow, _ = models
+    with pytest.raises(CheckpointError, match=r"missing flow\.pt, hift\.pt"):
+        (tmp_path / "flow.yaml").write_text("x: 1")
+        (tmp_path / "config.yaml").write_text("x: 1")
+        load_token2wav(tmp_path)
+    for name in ("flow.yaml", "config.yaml", "hift.pt"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    state = flow.state_dict()
+    state.pop("encoder_proj.weight")
+    torch.save(state, tmp_path / "flow.pt")
+    with pytest.raises(CheckpointError, match=r"flow\.pt: missing key encoder_proj\.weight"):
+        load_token2wav(tmp_path)
+    save_file({"a": torch.zeros(1)}, str(tmp_path / "flow.pt"))
+    with pytest.raises(CheckpointError, match=r"flow\.pt: not a weights-only PyTorch state dict"):
+        load_token2wav(tmp_path)
+    # A pickle that would run code is refused by weights_only, never executed.
+    import pickle
+
+    class Exploit:
+        def __reduce__(self):
+            return (print, ("executed",))
+    (tmp_path / "flow.pt").write_bytes(pickle.dumps({"w": Exploit()}))
+    with pytest.raises(CheckpointError, match=r"flow\.pt: not a weights-only PyTorch state dict"):
+        load_token2wav(tmp_path)
