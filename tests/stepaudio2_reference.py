@@ -11,8 +11,11 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import math
 import sys
 import types
+
+import torch
 
 
 def stock(module: str):
@@ -71,3 +74,17 @@ def _unavailable(module: str, attribute: str):
     def refuse(*args, **kwargs):
         raise RuntimeError(f"{module}.{attribute} is not installed here; the parity tests do not use it")
     return refuse
+
+
+def randomize(model: torch.nn.Module) -> None:
+    """Weights of a typical scale in every linear, conv and affine norm: the stock
+    initialisation zeroes some layers, which would hide differences in what follows them."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d)):
+                module.weight.copy_(torch.randn_like(module.weight) / math.sqrt(module.weight[0].numel()))
+                if module.bias is not None:
+                    module.bias.copy_(0.1 * torch.randn_like(module.bias))
+            elif isinstance(module, torch.nn.LayerNorm) and module.weight is not None:
+                module.weight.copy_(1 + 0.1 * torch.randn_like(module.weight))
+                module.bias.copy_(0.1 * torch.randn_like(module.bias))

@@ -8,14 +8,13 @@ first `prompt_frames` and last 100 rows between calls.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
 
 from engine.token2wav.config import DiTConfig
 from engine.token2wav.dit import DiT
-from tests.stepaudio2_reference import stock
+from tests.stepaudio2_reference import randomize, stock
 
 SMALL = dict(in_channels=32, out_channels=8, mlp_ratio=4.0, depth=2, num_heads=2, head_dim=24, hidden_size=64)
 PROMPT_FRAMES = 60
@@ -23,23 +22,13 @@ CHUNKS = [PROMPT_FRAMES, 50, 50, 13, 50, 1, 50]  # the first one goes in without
 TAIL = 100  # rows Token2wav keeps from the end of the cache
 
 
-def _randomize(model: torch.nn.Module) -> None:
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d)):
-                fan_in = module.weight[0].numel()
-                module.weight.copy_(torch.randn_like(module.weight) / math.sqrt(fan_in))
-                module.bias.copy_(0.1 * torch.randn_like(module.bias))
-            elif isinstance(module, torch.nn.LayerNorm) and module.weight is not None:
-                module.weight.copy_(1 + 0.1 * torch.randn_like(module.weight))
-                module.bias.copy_(0.1 * torch.randn_like(module.bias))
 
 
 def _pair(batch: int = 2, capacity: int = 400):
     """(stock, ours) with the same random weights, the stock's chunk buffers sized for SMALL."""
     torch.manual_seed(0)
     ref = stock("cosyvoice2.flow.decoder_dit").DiT(**SMALL).eval()
-    _randomize(ref)
+    randomize(ref)
     # The stock writes every chunk's caches into these fixed buffers, shaped for the official model.
     ref.att_cache_buffer = torch.zeros(SMALL["depth"], batch, SMALL["num_heads"], capacity, 2 * SMALL["head_dim"])
     ref.cnn_cache_buffer = torch.zeros(SMALL["depth"], batch, 2 * SMALL["hidden_size"], 2)
@@ -96,7 +85,7 @@ def test_forward_without_spks_and_cond():
     torch.manual_seed(1)
     config = dict(SMALL, in_channels=16)
     ref = stock("cosyvoice2.flow.decoder_dit").DiT(**config).eval()
-    _randomize(ref)
+    randomize(ref)
     ours = DiT(**config).eval()
     ours.load_state_dict(ref.state_dict(), strict=True)
     x, mu = torch.randn(2, 8, 21), torch.randn(2, 8, 21)

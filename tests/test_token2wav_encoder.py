@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import math
 import textwrap
 import types
 from pathlib import Path
@@ -22,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.token2wav.config import EncoderConfig
 from engine.token2wav.encoder import UpsampleConformerEncoder
-from tests.stepaudio2_reference import stock
+from tests.stepaudio2_reference import randomize, stock
 
 SMALL = dict(input_size=64, output_size=64, attention_heads=2, linear_units=96, num_blocks=2, num_up_blocks=2)
 OFFICIAL = dict(input_size=512, output_size=512, attention_heads=8, linear_units=2048, num_blocks=6, num_up_blocks=4,
@@ -37,24 +36,13 @@ def _stock_module():
     return stock("cosyvoice2.transformer.upsample_encoder_v2")
 
 
-def _randomize(model: torch.nn.Module) -> None:
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d)):
-                fan_in = module.weight[0].numel()
-                module.weight.copy_(torch.randn_like(module.weight) / math.sqrt(fan_in))
-                if module.bias is not None:
-                    module.bias.copy_(0.1 * torch.randn_like(module.bias))
-            elif isinstance(module, torch.nn.LayerNorm):
-                module.weight.copy_(1 + 0.1 * torch.randn_like(module.weight))
-                module.bias.copy_(0.1 * torch.randn_like(module.bias))
 
 
 def _pair(dtype: torch.dtype = torch.float32):
     """(stock, ours) in eval mode with the same random weights."""
     torch.manual_seed(0)
     ref = _stock_module().UpsampleConformerEncoderV2(**SMALL).eval()
-    _randomize(ref)
+    randomize(ref)
     ours = UpsampleConformerEncoder(**SMALL).eval()
     ours.load_state_dict(ref.state_dict(), strict=True)
     return ref.to(dtype), ours.to(dtype)

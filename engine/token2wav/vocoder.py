@@ -34,6 +34,24 @@ NOISE_TABLE_SAMPLES = 300 * 24000
 """Length of the stock noise table (300 s at 24 kHz); positions past it wrap around."""
 
 
+def istft(spec: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:
+    """torch.istft(spec, n_fft, hop, n_fft, window) (centred, one-sided) by the very same steps, bit for
+    bit, minus its check that the window envelope never vanishes: that check reads a value back to
+    the host, a device sync on every streamed chunk. The constructor checks the envelope once."""
+    frames = torch.fft.irfft(spec.transpose(1, 2), n=n_fft, dim=-1) * window  # [B, frames, n_fft]
+    length = n_fft + hop * (frames.shape[1] - 1)
+    audio = torch.ops.aten.unfold_backward(frames, [frames.shape[0], length], 1, n_fft, hop)  # overlap-add
+    half = n_fft // 2
+    return audio[:, half:-half] / _envelope(window, frames.shape[1], n_fft, hop)
+
+
+def _envelope(window: torch.Tensor, count: int, n_fft: int, hop: int) -> torch.Tensor:
+    """The overlap-added squared window of `count` frames, centre-trimmed: [1, hop * (count - 1)]."""
+    length = n_fft + hop * (count - 1)
+    envelope = torch.ops.aten.unfold_backward(window.pow(2).expand(1, count, n_fft), [1, length], 1, n_fft, hop)
+    return envelope[:, n_fft // 2:-(n_fft // 2)]
+
+
 class HarmonicSource(nn.Module):
     """F0 [B, T] (Hz per mel frame) -> excitation [B, 1, T * hop]: F0 and its harmonics as sines
     (voiced frames only) plus uniform noise from the fixed table, merged by a linear layer + tanh.
@@ -58,7 +76,8 @@ class HarmonicSource(nn.Module):
         return (f0[:, :, None] * harmonics / self.sampling_rate).remainder(1)
 
     def noise_at(self, first: int, count: int) -> torch.Tensor:
-        """Table rows for absolute samples first.., wrapping at the end of the table."""
+        """Table rows for absolute samples first.., wrapping at the end of the table as the stock
+        stream does (the stock whole-signal path fails past it instead)."""
         size = self.noise.shape[0]
         first %= size
         if first + count <= size:
@@ -83,7 +102,8 @@ class HarmonicSource(nn.Module):
 
     def forward(self, f0: torch.Tensor) -> torch.Tensor:
         """A whole signal, as the stock generator computes it: the running phase is a float32
-        cumulative sum over frames (each frame holds its increment for `hop` samples)."""
+        cumulative sum over frames. Stock computes it per sample, then keeps each frame's middle
+        sample and repeats it over the frame, which are the same numbers as computing per frame."""
         phase = torch.cumsum(self.increments(f0), dim=1) * 2 * math.pi * self.hop
         return self.excitation(torch.sin(phase), f0, 0, harmonics_major=True)
 
@@ -151,6 +171,8 @@ class CausalHiFTGenerator(nn.Module):
             for i in range(stages) for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes))
         self.conv_post = weight_norm(CausalConv1d(channels[-1], istft_n_fft + 2, 7))
         window = torch.hann_window(istft_n_fft, periodic=True, dtype=torch.float64).float()  # as scipy's
+        if _envelope(window, 2 * istft_n_fft // istft_hop_len + 1, istft_n_fft, istft_hop_len).min() < 1e-11:
+            raise ValueError(f"a Hann window of {istft_n_fft} at hop {istft_hop_len} cannot be inverted (NOLA)")
         self.register_buffer("stft_window", window, persistent=False)
         self.f0_predictor = CausalF0Predictor(in_channels, f0_cond_channels)
 
@@ -192,7 +214,7 @@ class CausalHiFTGenerator(nn.Module):
         magnitude = torch.exp(x[:, :bins]).clamp(max=1e2)
         phase = torch.sin(x[:, bins:])
         spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        audio = torch.istft(spec, self.n_fft, self.istft_hop, self.n_fft, window=self.stft_window)
+        audio = istft(spec, self.n_fft, self.istft_hop, self.stft_window)
         if not finalize:
             audio = audio[:, :-self.frame_samples]
         return audio.clamp(-self.audio_limit, self.audio_limit)
