@@ -10,6 +10,7 @@ its clock ticks and keeps the last `retain` of them; a fixed region has a consta
 
 - ``frame``     one tick per 80 ms frame (12.5 Hz): the LM's temporal KV;
 - ``mimi_step`` one tick per 40 ms codec transformer step (25 Hz): Mimi's KV;
+- ``mel``       one tick per token2wav mel frame (50 Hz): the token2wav flow's attention rows;
 - ``fixed``     never advances: conv tails, counters, delay lines, and the depformer's KV
                 (its position restarts every frame, so its size never depends on the
                 conversation's length).
@@ -26,7 +27,7 @@ from typing import Protocol
 
 import torch
 
-CLOCKS = ("frame", "mimi_step", "fixed")
+CLOCKS = ("frame", "mimi_step", "mel", "fixed")
 
 
 @dataclasses.dataclass(frozen=True)

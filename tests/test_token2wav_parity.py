@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from engine.errors import CheckpointError
+from engine.options import RuntimeOptions
 from engine.token2wav.model import load_token2wav
 from engine.token2wav.stream import Prompt, Token2wavStream
 from tests.stepaudio2_reference import stock, stock_token2wav
@@ -130,7 +131,28 @@ def test_streamed_audio_equals_the_stock_token2wav(models):
         total, calls = total + got.shape[1], calls + 1
     # Three full chunks and a last one: the caches were trimmed to prompt + 100 frames on the way.
     assert calls == 4 and total == 8 * 480 + (25 * 3 + 9) * 2 * 480
-    assert ours.flow.est[0][1].shape[3] == ours.flow.enc_att.shape[3] == prompt.mel.shape[1] + 100
+    assert len(ours.flow.est_order) == 2 * ours.flow.enc_tokens == prompt.mel.shape[1] + 100
+
+
+@torch.inference_mode()
+def test_placement_is_bit_identical_and_memory_follows_the_stream(models):
+    """Demand-sized placement (on the CPU its emulation: rows not backed yet hold NaN, so a read
+    of one would show) against full-size placement: the same audio, bit for bit, with less
+    state held while the stream is young."""
+    folder, flow, _ = models
+    model = load_token2wav(folder)
+    prompt = _prompt()
+    tokens = torch.randint(0, VOCAB, (1, 25 * 3 + 9), generator=torch.Generator().manual_seed(5), dtype=torch.int32)
+    runs = {}
+    for demand in (False, True):
+        stream = Token2wavStream(model, prompt, steps=STEPS, noise=flow.decoder.rand_noise,
+                                 options=RuntimeOptions(demand_sized_state=demand, graph_replay=False))
+        young = stream.store.nbytes("t2w.estimator")
+        runs[demand] = [stream.push(chunk, last) for chunk, last in _chunks(tokens)], young
+        assert stream.store.regions["t2w.estimator.att"].clock == "mel"
+    for full, demand in zip(runs[False][0], runs[True][0], strict=True):
+        assert torch.equal(full, demand)
+    assert runs[True][1] < runs[False][1]
 
 
 def test_loading_errors_name_the_file(models, tmp_path):

@@ -45,25 +45,24 @@ class CausalCFM(nn.Module):
         t = torch.linspace(0, 1, steps + 1, device=like.device, dtype=like.dtype)
         return 1 - torch.cos(t * 0.5 * math.pi)
 
-    def solve_chunk(self, x: torch.Tensor, mu: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor,
-                    steps: int, caches: list[tuple[torch.Tensor, torch.Tensor]] | None):
-        """Euler steps over a chunk: x noise [1, 80, T] -> mel, and each step's new estimator
-        caches (cnn, att). `caches`: the previous chunk's, one pair per step (None: first chunk)."""
+    def solve_chunk(self, x: torch.Tensor, mu: torch.Tensor, spks: torch.Tensor, cond: torch.Tensor, steps: int,
+                    cnn: torch.Tensor, att: list[torch.Tensor], att_len: int) -> torch.Tensor:
+        """Euler steps over a chunk: x noise [1, 80, T] -> mel. The estimator's state is placed
+        by the caller and updated in place: `cnn` [steps, depth, 2, 2 * hidden, 2], and per step
+        `att[s]` (depth, 2, heads, att_len + T, 2 * head_dim), the cached rows then T free ones."""
         t_span = self.schedule(steps, mu)
         t, dt = t_span[:1], t_span[1] - t_span[0]
         # Guidance: the second half of the batch sees no condition, speaker or prompt.
         mu2, spks2, cond2 = (torch.cat([v, torch.zeros_like(v)]) for v in (mu, spks, cond))
-        new = []
         for step in range(1, steps + 1):
-            cnn, att = caches[step - 1] if caches is not None else (None, None)
-            v, cnn, att = self.estimator.forward_chunk(x.repeat(2, 1, 1), mu2, t.repeat(2), spks2, cond2, cnn, att)
+            v = self.estimator.forward_chunk_into(x.repeat(2, 1, 1), mu2, t.repeat(2), spks2, cond2, cnn[step - 1],
+                                                  att[step - 1], att_len)
             guided, free = v.chunk(2, dim=0)
             x = x + dt * ((1.0 + self.cfg_rate) * guided - self.cfg_rate * free)
             t = t + dt
             if step < steps:
                 dt = t_span[step + 1] - t
-            new.append((cnn, att))
-        return x, new
+        return x
 
 
 class Flow(nn.Module):

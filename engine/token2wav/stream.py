@@ -16,6 +16,9 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import read_safetensors
+from ..options import RuntimeOptions
+from ..runtime.placement import new_store
+from ..state import Region
 from .flow import Flow
 from .vocoder import StreamingVocoder, stream_geometry
 
@@ -63,62 +66,124 @@ class Prompt:
 
 
 class FlowStream:
-    """The flow's side of a stream: prompt caches, then one chunk of mel per call."""
+    """The flow's side of a stream: prompt caches, then one chunk of mel per call.
 
-    def __init__(self, flow: Flow, noise: torch.Tensor, prompt: Prompt, steps: int):
+    Its caches are declared regions (`regions`) in a store the caller places: the conformer's
+    and every Euler step's estimator attention rows on the `mel` clock (one entry per mel
+    frame, up to the prompt, the retained frames and one chunk), their convolution tails
+    fixed. Rows are kept in arrival order and written in place; each call reads views of
+    exactly the rows in use, never a row a demand-sized store has not backed, and trimming
+    moves the kept rows down within the same memory.
+    """
+
+    def __init__(self, flow: Flow, noise: torch.Tensor, prompt: Prompt, steps: int, store,
+                 max_chunk: int = 28):
         prompt.check(flow.up_rate)
-        self.flow, self.noise, self.steps = flow, noise, steps
+        self.flow, self.noise, self.steps, self.store = flow, noise, steps, store
         self.prompt_frames = prompt.mel.shape[1]
+        self.max_frames = flow.up_rate * max(max_chunk, prompt.tokens.shape[1] + flow.pre_lookahead_len)
         self.spk = flow.speaker(prompt.speaker)
+        self.enc_tokens = 0  # token entries in the conformer's cache
+        self.est_order: list[int] = []  # the estimator's rows in use, in the stock cache's order
         lookahead = prompt.tokens[:, :flow.pre_lookahead_len]  # the stock setup's stand-in lookahead
-        tokens = torch.cat([prompt.tokens, lookahead], dim=1)
-        self._run(tokens, last=False, cond=prompt.mel.transpose(1, 2), first=True)
+        self._run(torch.cat([prompt.tokens, lookahead], dim=1), last=False, cond=prompt.mel.transpose(1, 2))
+
+    @staticmethod
+    def regions(flow: Flow, prompt_frames: int, steps: int, max_chunk: int = 28, prefix: str = "t2w") -> list[Region]:
+        """The stream's state for a prompt of `prompt_frames` mel frames, `steps` Euler steps
+        and chunks of at most `max_chunk` tokens (fresh plus lookahead)."""
+        enc, dit = flow.encoder, flow.decoder.estimator
+        attn = enc.encoders[0].self_attn
+        rows = prompt_frames + RETAINED_FRAMES + flow.up_rate * max(max_chunk, prompt_frames // flow.up_rate
+                                                                     + flow.pre_lookahead_len)
+        dtype = flow.input_embedding.weight.dtype
+        layers = len(enc.encoders) + len(enc.up_encoders)
+        return [
+            Region(f"{prefix}.encoder.att", (layers, 1, attn.h, 2 * attn.d_k), dtype, "mel", rows),
+            Region(f"{prefix}.encoder.cnn", (1, enc.output_size(), 2 + 2 * flow.up_rate), dtype),
+            Region(f"{prefix}.estimator.att", (steps, len(dit.blocks), 2, dit.num_heads, 2 * dit.head_dim), dtype,
+                   "mel", rows),
+            Region(f"{prefix}.estimator.cnn", (steps, len(dit.blocks), 2, 2 * dit.hidden_size, 2), dtype),
+        ]
 
     def chunk(self, tokens: torch.Tensor, last: bool) -> torch.Tensor:
         """tokens [1, n] (n > lookahead unless last) -> mel [1, 80, frames] for the fresh tokens."""
-        mel = self._run(tokens, last, cond=None, first=False)
+        if tokens.shape[1] * self.flow.up_rate > self.max_frames:
+            raise ValueError(f"a chunk of {tokens.shape[1]} tokens is longer than this stream's state holds "
+                             f"({self.max_frames // self.flow.up_rate})")
+        mel = self._run(tokens, last, cond=None)
         self._trim()
         return mel
 
-    def _run(self, tokens, last: bool, cond, first: bool) -> torch.Tensor:
-        flow = self.flow
-        x = flow.input_embedding(tokens)
-        h, cnn, att = flow.encoder.forward_chunk(x, last, None if first else self.enc_cnn,
-                                                 None if first else self.enc_att)
-        self.enc_cnn, self.enc_att = cnn, att
+    def _views(self, name: str, rows: int) -> torch.Tensor:
+        """Rows [0, rows) of an attention region [rows, a, b, heads, 2d] as (a, b, heads, rows, 2d)."""
+        return self.store[name][:rows].permute(1, 2, 3, 0, 4)
+
+    def _run(self, tokens, last: bool, cond) -> torch.Tensor:
+        flow, store = self.flow, self.store
+        fresh = tokens.shape[1] - (0 if last else flow.pre_lookahead_len)
+        frames = flow.up_rate * fresh
+        store.advance("mel", frames)  # before the rows are written: demand-sized rings back them first
+        enc_rows = flow.up_rate * (self.enc_tokens + fresh)
+        att_len = torch.tensor(self.enc_tokens, device=tokens.device)
+        h = flow.encoder.forward_chunk_fixed(flow.input_embedding(tokens), last, store["t2w.encoder.cnn"],
+                                             self._views("t2w.encoder.att", enc_rows), att_len)
+        self.enc_tokens += fresh
         mu = flow.encoder_proj(h).transpose(1, 2)
         cond = torch.zeros_like(mu) if cond is None else cond
-        offset = 0 if first else self.est[0][1].shape[3]  # frames the estimator has cached
-        noise = self.noise[:, :, offset:offset + mu.shape[2]].to(mu.dtype)
-        mel, self.est = flow.decoder.solve_chunk(noise, mu, self.spk, cond, self.steps, None if first else self.est)
-        return mel
+        # The noise is read where the stock reads it: at the estimator's cached length.
+        used = len(self.est_order)
+        x = self.noise[:, :, used:used + frames].to(mu.dtype)
+        att = store["t2w.estimator.att"][:used + frames]  # [rows, steps, depth, 2, heads, 2d]
+        views = [att[:, s].permute(1, 2, 3, 0, 4) for s in range(self.steps)]
+        x = flow.decoder.solve_chunk(x, mu, self.spk, cond, self.steps, store["t2w.estimator.cnn"], views, used)
+        self.est_order = list(range(used, used + frames)) + self.est_order  # the stock puts new rows first
+        return x
 
     def _trim(self) -> None:
-        keep, tail = self.prompt_frames, RETAINED_FRAMES
-        if self.est[0][1].shape[3] > keep + tail:
-            self.est = [(cnn, torch.cat([att[:, :, :, :keep], att[:, :, :, -tail:]], dim=3)) for cnn, att in self.est]
-        att = self.enc_att
-        if att.shape[3] > keep + tail:
-            # Token-rate layers hold half as many entries, stored twice over (as [cache, cache]);
-            # the upsampled layers hold mel-rate entries. Each is trimmed at its own rate.
-            depth = len(self.flow.encoder.encoders)
-            tokens = att[:depth, :, :, :att.shape[3] // 2]
-            tokens = torch.cat([tokens[:, :, :, :keep // 2], tokens[:, :, :, tokens.shape[3] - tail // 2:]], dim=3)
-            mels = torch.cat([att[depth:, :, :, :keep], att[depth:, :, :, att.shape[3] - tail:]], dim=3)
-            self.enc_att = torch.cat([tokens.repeat(1, 1, 1, 2, 1), mels], dim=0)
+        """The stock retention: keep the first prompt-length and the last 100 entries of each
+        cache as the stock lists them. Its conformer cache lists rows oldest first (the prompt's
+        rows and the newest 100 stay; token-rate layers at half rate), as they are stored here.
+        Its estimator cache puts each chunk's rows before the older ones, so which rows stay
+        follows that order, tracked in `est_order`; attention there has no positions, so the
+        kept rows are compacted in any physical order."""
+        keep, tail, up = self.prompt_frames, RETAINED_FRAMES, self.flow.up_rate
+        if len(self.est_order) > keep + tail:
+            kept = self.est_order[:keep] + self.est_order[-tail:]
+            att = self.store["t2w.estimator.att"]
+            att[:len(kept)] = att[torch.tensor(kept, device=att.device)]  # a gather: a copy, never aliased
+            self.est_order = list(range(len(kept)))
+        if up * self.enc_tokens > keep + tail:
+            att, depth, tokens = self.store["t2w.encoder.att"], len(self.flow.encoder.encoders), self.enc_tokens
+            kept = keep // up
+            att[kept:kept + tail // up, :depth] = att[tokens - tail // up:tokens, :depth].clone()
+            att[keep:keep + tail, depth:] = att[up * tokens - tail:up * tokens, depth:].clone()
+            self.enc_tokens = kept + tail // up
 
 
 class Token2wavStream:
     """A whole stream: the flow's chunks through the vocoder. `push` returns the audio [1, n]
     (24 kHz, float32) that became final; the first audio of a stream that goes on starts with
     the vocoder's delay in silence, as the stock runtime plays it (so a chunk's audio lines up
-    with its tokens)."""
+    with its tokens).
 
-    def __init__(self, model, prompt: Prompt, steps: int = 10, noise: torch.Tensor | None = None):
+    Its state is declared (`FlowStream.regions` and the vocoder's) and placed by
+    `options.demand_sized_state` as a conversation's is: full size at once, or memory that
+    follows the `mel` clock at stable addresses; the output is the same either way."""
+
+    @torch.inference_mode()
+    def __init__(self, model, prompt: Prompt, steps: int = 10, noise: torch.Tensor | None = None,
+                 options: RuntimeOptions | None = None, max_chunk: int = 28):
         flow = model.flow
         noise = model.noise if noise is None else noise
-        self.flow = FlowStream(flow, noise, prompt.to(model.device, flow.input_embedding.weight.dtype), steps)
+        prompt = prompt.to(model.device, flow.input_embedding.weight.dtype)
         self.vocoder = StreamingVocoder(model.vocoder)
+        regions = (FlowStream.regions(flow, prompt.mel.shape[1], steps, max_chunk)
+                   + self.vocoder.regions("t2w.vocoder"))
+        self.store = new_store(regions, model.device, options or RuntimeOptions())
+        self.vocoder = StreamingVocoder(model.vocoder, state={name: self.store[f"t2w.vocoder.{name}"]
+                                                              for name in self.vocoder.state_shapes()})
+        self.flow = FlowStream(flow, noise, prompt, steps, self.store, max_chunk)
         self.lookahead = flow.pre_lookahead_len
         self.silence = stream_geometry(model.vocoder).delay * self.vocoder.hop
         self.started = False
