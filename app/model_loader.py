@@ -3,6 +3,7 @@ building its session), and listing checkpoints in the local Hugging Face cache. 
 and with it torch, is imported here, never on the GUI thread."""
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from dataclasses import dataclass
@@ -80,6 +81,9 @@ class ModelLoader(threading.Thread):
         log.info("torch %s (CUDA %s) from %s", torch.__version__, torch.version.cuda, torch.__file__)
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
         from engine.memory_plan import plan
+        if device.startswith("cuda"):  # the replaced model's memory back to the device before asking what is free
+            gc.collect()
+            torch.cuda.empty_cache()
         memory = plan(self.source, self.weights, device)
         memory.check()  # before any weight is read: a model that does not fit is refused, not half-loaded
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
