@@ -86,31 +86,17 @@ class _Tally:
 def measure(model_dir: Path, frames: int, seed: int = 0) -> dict:
     """Teacher-forced logits of our bf16 LM and the stock LM in bf16 against the stock LM in
     fp32, all loaded from `model_dir` (official layout with config.json) on CUDA."""
-    from moshi.models import loaders
-
-    from .. import load_model
+    from .. import hub, load_model
     from ..state import StateStore
-    from .stock import _stock_kwargs
 
-    kwargs = _stock_kwargs(json.loads((model_dir / "config.json").read_text()))
-    info = loaders.CheckpointInfo(model_dir / loaders.MOSHI_NAME, model_dir / loaders.MIMI_NAME,
-                                  model_dir / loaders.TEXT_TOKENIZER_NAME, lm_config=kwargs)
-    reference = _Stock(info.get_moshi(device="cuda", dtype=torch.float32).eval())
+    lm_file = hub.lm_file(model_dir)
+    reference = _Stock(_stock_lm(lm_file, "cuda", torch.float32))
     model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
-    runtimes = {"ours bf16": _Ours(model.lm, StateStore(model.lm.regions(), "cuda")),
-                "stock bf16": _Stock(info.get_moshi(device="cuda", dtype=torch.bfloat16).eval())}
+    pairs = {"ours bf16": (reference, _Ours(model.lm, StateStore(model.lm.regions(), "cuda"))),
+             "stock bf16": (reference, _Stock(_stock_lm(lm_file, "cuda", torch.bfloat16)))}
     frames = min(frames, model.cfg.context)  # teacher forcing within one attention window
-    tallies = {name: _Tally() for name in runtimes}
-    for tokens in _history(model.cfg, frames, seed, "cuda"):
-        ref_text, ref_audio = reference.frame(tokens)
-        for name, runtime in runtimes.items():
-            text, audio = runtime.frame(tokens)
-            tallies[name].add("text", text, ref_text)
-            tallies[name].add("audio", audio, ref_audio)
-    for runtime in (reference, *runtimes.values()):
-        runtime.close()
     return {"frames": frames, "reference": "stock fp32",
-            "runtimes": {name: tally.summary() for name, tally in tallies.items()}}
+            "runtimes": _teacher_forced(pairs, model.cfg, frames, seed, "cuda")}
 
 
 @torch.no_grad()
@@ -136,18 +122,26 @@ def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", 
             q8_file = export_q8(path_or_name, tmp, device)
             pairs["stock q8"] = (_Stock(_stock_lm(hub.lm_file(reference.path), device, reference.lm.dtype)),
                                  _Stock(_stock_lm(q8_file, device, reference.lm.dtype)))
-        tallies = {name: _Tally() for name in pairs}
-        for tokens in _history(model.cfg, frames, seed, device):
-            for name, (float_lm, int8_lm) in pairs.items():
-                ref_text, ref_audio = float_lm.frame(tokens)
-                text, audio = int8_lm.frame(tokens)
-                tallies[name].add("text", text, ref_text)
-                tallies[name].add("audio", audio, ref_audio)
-    for pair in pairs.values():
-        for runtime in pair:
-            runtime.close()
+        summaries = _teacher_forced(pairs, model.cfg, frames, seed, device)
     return {"frames": frames, "reference": f"the same runtime with float weights ({str(reference.lm.dtype)[6:]})",
-            "runtimes": {name: tally.summary() for name, tally in tallies.items()}}
+            "runtimes": summaries}
+
+
+def _teacher_forced(pairs: dict, cfg, frames: int, seed: int, device) -> dict:
+    """name -> (reference runtime, runtime): each fed the same random history, the runtime's
+    logits tallied against its reference's. A runtime shared by several pairs (one reference
+    for all) steps once per frame."""
+    runtimes = {id(r): r for pair in pairs.values() for r in pair}
+    tallies = {name: _Tally() for name in pairs}
+    for tokens in _history(cfg, frames, seed, device):
+        logits = {key: runtime.frame(tokens) for key, runtime in runtimes.items()}
+        for name, (reference, runtime) in pairs.items():
+            (ref_text, ref_audio), (text, audio) = logits[id(reference)], logits[id(runtime)]
+            tallies[name].add("text", text, ref_text)
+            tallies[name].add("audio", audio, ref_audio)
+    for runtime in runtimes.values():
+        runtime.close()
+    return {name: tally.summary() for name, tally in tallies.items()}
 
 
 def _stock_lm(lm_file: Path, device: str, dtype: torch.dtype):

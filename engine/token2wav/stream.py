@@ -20,7 +20,7 @@ from ..options import RuntimeOptions
 from ..runtime.placement import new_store
 from ..state import Region
 from .flow import Flow
-from .vocoder import StreamingVocoder, stream_geometry
+from .vocoder import StreamingVocoder
 
 RETAINED_FRAMES = 100
 """Mel frames of history the caches keep beyond the voice prompt."""
@@ -81,7 +81,7 @@ class FlowStream:
         prompt.check(flow.up_rate)
         self.flow, self.noise, self.steps, self.store = flow, noise, steps, store
         self.prompt_frames = prompt.mel.shape[1]
-        self.max_frames = flow.up_rate * max(max_chunk, prompt.tokens.shape[1] + flow.pre_lookahead_len)
+        self.max_frames = self._chunk_frames(flow, self.prompt_frames, max_chunk)
         self.spk = flow.speaker(prompt.speaker)
         self.enc_tokens = 0  # token entries in the conformer's cache
         self.est_order: list[int] = []  # the estimator's rows in use, in the stock cache's order
@@ -89,13 +89,17 @@ class FlowStream:
         self._run(torch.cat([prompt.tokens, lookahead], dim=1), last=False, cond=prompt.mel.transpose(1, 2))
 
     @staticmethod
+    def _chunk_frames(flow: Flow, prompt_frames: int, max_chunk: int) -> int:
+        """The most mel frames one call adds: a chunk, or the prompt with its stand-in lookahead."""
+        return flow.up_rate * max(max_chunk, prompt_frames // flow.up_rate + flow.pre_lookahead_len)
+
+    @staticmethod
     def regions(flow: Flow, prompt_frames: int, steps: int, max_chunk: int = 28, prefix: str = "t2w") -> list[Region]:
         """The stream's state for a prompt of `prompt_frames` mel frames, `steps` Euler steps
         and chunks of at most `max_chunk` tokens (fresh plus lookahead)."""
         enc, dit = flow.encoder, flow.decoder.estimator
         attn = enc.encoders[0].self_attn
-        rows = prompt_frames + RETAINED_FRAMES + flow.up_rate * max(max_chunk, prompt_frames // flow.up_rate
-                                                                     + flow.pre_lookahead_len)
+        rows = prompt_frames + RETAINED_FRAMES + FlowStream._chunk_frames(flow, prompt_frames, max_chunk)
         dtype = flow.input_embedding.weight.dtype
         layers = len(enc.encoders) + len(enc.up_encoders)
         return [
@@ -115,10 +119,6 @@ class FlowStream:
         self._trim()
         return mel
 
-    def _views(self, name: str, rows: int) -> torch.Tensor:
-        """Rows [0, rows) of an attention region [rows, a, b, heads, 2d] as (a, b, heads, rows, 2d)."""
-        return self.store[name][:rows].permute(1, 2, 3, 0, 4)
-
     def _run(self, tokens, last: bool, cond) -> torch.Tensor:
         flow, store = self.flow, self.store
         fresh = tokens.shape[1] - (0 if last else flow.pre_lookahead_len)
@@ -127,7 +127,7 @@ class FlowStream:
         enc_rows = flow.up_rate * (self.enc_tokens + fresh)
         att_len = torch.tensor(self.enc_tokens, device=tokens.device)
         h = flow.encoder.forward_chunk_fixed(flow.input_embedding(tokens), last, store["t2w.encoder.cnn"],
-                                             self._views("t2w.encoder.att", enc_rows), att_len)
+                                             _rows_on_axis_3(store["t2w.encoder.att"][:enc_rows]), att_len)
         self.enc_tokens += fresh
         mu = flow.encoder_proj(h).transpose(1, 2)
         cond = torch.zeros_like(mu) if cond is None else cond
@@ -135,7 +135,7 @@ class FlowStream:
         used = len(self.est_order)
         x = self.noise[:, :, used:used + frames].to(mu.dtype)
         att = store["t2w.estimator.att"][:used + frames]  # [rows, steps, depth, 2, heads, 2d]
-        views = [att[:, s].permute(1, 2, 3, 0, 4) for s in range(self.steps)]
+        views = [_rows_on_axis_3(att[:, s]) for s in range(self.steps)]
         x = flow.decoder.solve_chunk(x, mu, self.spk, cond, self.steps, store["t2w.estimator.cnn"], views, used)
         self.est_order = list(range(used, used + frames)) + self.est_order  # the stock puts new rows first
         return x
@@ -161,6 +161,12 @@ class FlowStream:
             self.enc_tokens = kept + tail // up
 
 
+def _rows_on_axis_3(rows: torch.Tensor) -> torch.Tensor:
+    """Attention rows stored entry-major [rows, layers, batch, heads, 2d], as the modules take
+    them: (layers, batch, heads, rows, 2d) (a view: writes land in the store)."""
+    return rows.permute(1, 2, 3, 0, 4)
+
+
 class Token2wavStream:
     """A whole stream: the flow's chunks through the vocoder. `push` returns the audio [1, n]
     (24 kHz, float32) that became final; the first audio of a stream that goes on starts with
@@ -181,11 +187,10 @@ class Token2wavStream:
         regions = (FlowStream.regions(flow, prompt.mel.shape[1], steps, max_chunk)
                    + self.vocoder.regions("t2w.vocoder"))
         self.store = new_store(regions, model.device, options or RuntimeOptions())
-        self.vocoder = StreamingVocoder(model.vocoder, state={name: self.store[f"t2w.vocoder.{name}"]
-                                                              for name in self.vocoder.state_shapes()})
+        self.vocoder.place({name: self.store[f"t2w.vocoder.{name}"] for name in self.vocoder.state_shapes()})
         self.flow = FlowStream(flow, noise, prompt, steps, self.store, max_chunk)
         self.lookahead = flow.pre_lookahead_len
-        self.silence = stream_geometry(model.vocoder).delay * self.vocoder.hop
+        self.silence = self.vocoder.geometry.delay * self.vocoder.hop
         self.started = False
 
     @torch.inference_mode()

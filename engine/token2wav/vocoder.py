@@ -310,11 +310,23 @@ class StreamingVocoder:
 
     def __init__(self, model: CausalHiFTGenerator, block_frames: int = 16,
                  state: Mapping[str, torch.Tensor] | None = None):
+        """`state`: tensors placed by the caller; None allocates them here, on first use, so
+        a caller may `place` them after reading `regions`."""
         self.model = model
         self.geometry = stream_geometry(model, block_frames)
         self.hop = model.frame_samples
-        self.state = self.new_state() if state is None else self._checked(state)
+        self._state = None if state is None else self._checked(state)
         self.frames, self.finalized = 0, False
+
+    @property
+    def state(self) -> Mapping[str, torch.Tensor]:
+        if self._state is None:
+            self._state = self.new_state()
+        return self._state
+
+    def place(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Use `state` (e.g. a store's regions, `regions()`) for this stream from now on."""
+        self._state = self._checked(state)
 
     def state_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         g, harmonics = self.geometry, self.model.m_source.harmonics
