@@ -50,7 +50,8 @@ def _bench(args) -> None:
         return
     from engine.bench.run import run_bench
     output = Path(args.output or f"bench_{args.model}.json")
-    run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames)
+    run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames,
+              args.int8_frames)
 
 
 def _token2wav(args) -> None:
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plain-frames", type=int, default=150,
                        help="frames for ours with the optimizations off (slow: fewer)")
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--int8-frames", type=int, default=3000,
+                       help="frames of the int8 runs (stock q8, ours int8 under a memory budget; default 3000, "
+                            "the whole context; 0: none)")
     bench.add_argument("--fidelity-frames", type=int, default=200,
                        help="teacher-forced frames comparing ours and stock bf16 to stock fp32 (0: skip)")
     bench.add_argument("--output", help="JSON report (default bench_MODEL.json, or bench_diffuplex_MODEL.json, "

@@ -7,16 +7,16 @@ what comes next. Per frame: the text logits of the temporal transformer, and the
 of every depformer step, each step fed the history's token of the previous codebook. Against
 the stock runtime in fp32 (the reference), per runtime: the relative L2 error of the logits
 (mean and max over frames) and the top-1 agreement (the share of rows whose argmax equals
-the reference's).
+the reference's). What int8 weights cost is measured the same way, each int8 runtime against
+its own float weights (ours int8 vs ours bf16, stock q8 vs stock bf16).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-RUNTIMES = ("ours bf16", "stock bf16")
+from .stock import stock_lm
 
 
 def _history(cfg, frames: int, seed: int, device) -> torch.Tensor:
@@ -83,20 +83,33 @@ class _Tally:
 
 
 @torch.no_grad()
-def measure(model_dir: Path, frames: int, seed: int = 0) -> dict:
+def measure(model_dir: Path, frames: int, seed: int = 0, q8_dir: Path | None = None) -> dict:
     """Teacher-forced logits of our bf16 LM and the stock LM in bf16 against the stock LM in
-    fp32, all loaded from `model_dir` (official layout with config.json) on CUDA."""
+    fp32, all loaded from `model_dir` (official layout with config.json) on CUDA. With
+    `q8_dir` (the same weights in the official q8 layout) also what int8 costs: our LM from
+    the q8 file against our bf16 LM, and the stock q8 LM against the stock bf16 LM."""
     from .. import hub, load_model
     from ..state import StateStore
 
+    def ours(path):
+        lm = load_model(path, device="cuda", dtype=torch.bfloat16).lm
+        return _Ours(lm, StateStore(lm.regions(), "cuda"))
+
     lm_file = hub.lm_file(model_dir)
-    reference = _Stock(_stock_lm(lm_file, "cuda", torch.float32))
-    model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
-    pairs = {"ours bf16": (reference, _Ours(model.lm, StateStore(model.lm.regions(), "cuda"))),
-             "stock bf16": (reference, _Stock(_stock_lm(lm_file, "cuda", torch.bfloat16)))}
-    frames = min(frames, model.cfg.context)  # teacher forcing within one attention window
-    return {"frames": frames, "reference": "stock fp32",
-            "runtimes": _teacher_forced(pairs, model.cfg, frames, seed, "cuda")}
+    reference = _Stock(stock_lm(lm_file, "cuda", torch.float32))
+    ours_bf16, stock_bf16 = ours(model_dir), _Stock(stock_lm(lm_file, "cuda", torch.bfloat16))
+    pairs = {"ours bf16": (reference, ours_bf16), "stock bf16": (reference, stock_bf16)}
+    references = dict.fromkeys(pairs, "stock fp32")
+    if q8_dir is not None:
+        pairs["ours int8"] = (ours_bf16, ours(q8_dir))
+        pairs["stock q8"] = (stock_bf16, _Stock(stock_lm(hub.lm_file(q8_dir), "cuda", torch.bfloat16)))
+        references.update({"ours int8": "ours bf16", "stock q8": "stock bf16"})
+    cfg = ours_bf16.lm.cfg
+    frames = min(frames, cfg.context)  # teacher forcing within one attention window
+    runtimes = _teacher_forced(pairs, cfg, frames, seed, "cuda")
+    for name, summary in runtimes.items():
+        summary["reference"] = references[name]
+    return {"frames": frames, "reference": "per row", "runtimes": runtimes}
 
 
 @torch.no_grad()
@@ -120,8 +133,8 @@ def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", 
     with tempfile.TemporaryDirectory() as tmp:
         if stock:
             q8_file = export_q8(path_or_name, tmp, device)
-            pairs["stock q8"] = (_Stock(_stock_lm(hub.lm_file(reference.path), device, reference.lm.dtype)),
-                                 _Stock(_stock_lm(q8_file, device, reference.lm.dtype)))
+            pairs["stock q8"] = (_Stock(stock_lm(hub.lm_file(reference.path), device, reference.lm.dtype)),
+                                 _Stock(stock_lm(q8_file, device, reference.lm.dtype)))
         summaries = _teacher_forced(pairs, model.cfg, frames, seed, device)
     return {"frames": frames, "reference": f"the same runtime with float weights ({str(reference.lm.dtype)[6:]})",
             "runtimes": summaries}
@@ -144,27 +157,13 @@ def _teacher_forced(pairs: dict, cfg, frames: int, seed: int, device) -> dict:
     return {name: tally.summary() for name, tally in tallies.items()}
 
 
-def _stock_lm(lm_file: Path, device: str, dtype: torch.dtype):
-    """The stock LMModel from a checkpoint file with a config.json beside it (a q8 file: quantized)."""
-    from moshi.models import loaders
-
-    from ..checkpoint import read_safetensors_layout
-    from ..quant import is_q8
-    from .stock import _stock_kwargs
-
-    kwargs = _stock_kwargs(json.loads((lm_file.parent / "config.json").read_text()))
-    kwargs["quantize"] = is_q8(read_safetensors_layout(lm_file))
-    info = loaders.CheckpointInfo(lm_file, lm_file.parent / loaders.MIMI_NAME,
-                                  lm_file.parent / loaders.TEXT_TOKENIZER_NAME, lm_config=kwargs)
-    return info.get_moshi(device=device, dtype=dtype).eval()
-
-
 def format_fidelity(result: dict) -> str:
     lines = [f"fidelity, teacher-forced over {result['frames']} frames, against {result['reference']}:",
              "| runtime | text rel err mean / max | text top-1 | audio rel err mean / max | audio top-1 |",
              "|---|---|---|---|---|"]
     for name, r in result["runtimes"].items():
         t, a = r["text"], r["audio"]
+        name = f"{name} vs {r['reference']}" if "reference" in r else name
         lines.append(f"| {name} | {t['rel_err_mean']:.4f} / {t['rel_err_max']:.4f} | {t['top1_agreement']:.3f} | "
                      f"{a['rel_err_mean']:.4f} / {a['rel_err_max']:.4f} | {a['top1_agreement']:.3f} |")
     return "\n".join(lines)

@@ -9,8 +9,9 @@ import numpy as np
 from ..frame import STAGES
 from ..runtime.timing import SpeakMeter
 
-CHECKPOINTS_S = (10, 30, 120)
-"""Conversation lengths (seconds) at which streaming-state memory is read."""
+CHECKPOINTS_S = (10, 30, 120, 240)
+"""Conversation lengths (seconds) at which streaming-state memory and the peak so far are
+read; 240 s (3,000 frames) fills the whole attention context."""
 
 
 @dataclasses.dataclass
@@ -24,6 +25,12 @@ class RunResult:
     """Per stage (and "frame"): kernels and GPU busy ms per frame (engine.bench.kernels)."""
     first_frame_s: float | None = None
     """The first frame's time: kernel compilation (or reading it from the cache) included."""
+    peak_at: dict = dataclasses.field(default_factory=dict)
+    """Conversation length -> peak memory so far (ours: torch's peak plus the mapped state)."""
+    budget: dict | None = None
+    """For a run under a memory budget: its limit, frames and whether it passed."""
+    failure: str | None = None
+    """Why the run stopped (running out of its memory budget)."""
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -63,12 +70,31 @@ def ratios(stock: RunResult, ours: RunResult, plain: RunResult) -> dict:
             "optimized_vs_plain_p50": p50(plain) / p50(ours)}
 
 
+def int8_ratios(stock: RunResult, ours: RunResult, stock_q8: RunResult, ours_int8: RunResult,
+                small: RunResult) -> dict:
+    """Ours int8 against stock bf16, our bf16 and stock q8; peaks over the whole context."""
+    out = {"int8_budget_full_context_passed": ours_int8.failure is None,
+           "int8_budget_120s_passed": small.failure is None}
+    if ours_int8.failure is None:
+        p50 = ours_int8.stages["total"]["p50_ms"]
+        out.update(int8_speedup_p50_vs_stock_bf16=stock.stages["total"]["p50_ms"] / p50,
+                   int8_speedup_p50_vs_ours_bf16=ours.stages["total"]["p50_ms"] / p50,
+                   int8_speedup_p50_vs_stock_q8=stock_q8.stages["total"]["p50_ms"] / p50)
+        last = max(ours_int8.peak_at, key=lambda k: int(k[:-1]), default=None)
+        if last is not None and last in stock_q8.peak_at:
+            out[f"int8_peak_{last}_fraction_of_stock_q8"] = ours_int8.peak_at[last] / stock_q8.peak_at[last]
+    return out
+
+
 def format_table(report: dict) -> str:
     lines = [f"{report['shape']} on {report['gpu']}, {report['frames']} frames, torch {report['torch']}",
              "| runtime | frame p50 ms | frame p99 ms | " + " | ".join(STAGES)
              + " | SPEAK s/s mean | state 10s/30s/120s MiB | peak GiB |",
              "|---" * (len(STAGES) + 6) + "|"]
     for r in report["runs"]:
+        if r.get("failure"):
+            lines.append(f"| {r['name']} | failed: {r['failure']} |")
+            continue
         st, mib = r["stages"], 1 << 20
         state = "/".join(f"{r['state_bytes'].get(f'{s}s', float('nan')) / mib:.0f}" for s in CHECKPOINTS_S)
         lines.append(f"| {r['name']} | {st['total']['p50_ms']:.2f} | {st['total']['p99_ms']:.2f} | "
@@ -79,6 +105,10 @@ def format_table(report: dict) -> str:
     lines.append(f"weight-read floor: {f['ms_per_frame']:.2f} ms/frame ({f['lm_bytes'] / 1e9:.1f} GB of LM "
                  f"weights at {f['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s)")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in q.items()))
+    lines += _peak_table(report["runs"])
+    if "int8_ratios" in report:
+        lines.append("int8: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                          for k, v in report["int8_ratios"].items()))
     first = [f"{r['name']} {r['first_frame_s']:.2f} s" for r in report["runs"] if r.get("first_frame_s") is not None]
     if first:
         lines.append("first frame (kernel compilation or Triton's on-disk cache included): " + ", ".join(first))
@@ -98,4 +128,18 @@ def _kernel_table(runs: list[dict]) -> list[str]:
         if k:
             lines.append(f"| {r['name']} | " + " | ".join(f"{k[c]['kernels']:.0f} / {k[c]['busy_ms']:.2f}"
                                                        for c in columns) + " |")
+    return lines
+
+
+def _peak_table(runs: list[dict]) -> list[str]:
+    """Peak memory so far at each conversation length, and the memory budgets' outcomes."""
+    lines = ["", "peak GiB at " + " / ".join(f"{s} s" for s in CHECKPOINTS_S)
+             + " (torch's allocations plus mapped state):"]
+    for r in runs:
+        peaks = "/".join(f"{r['peak_at'][f'{s}s'] / (1 << 30):.2f}" if f"{s}s" in r.get("peak_at", {}) else "-"
+                         for s in CHECKPOINTS_S)
+        budget = r.get("budget")
+        verdict = "" if budget is None else (f"; budget {budget['limit_bytes'] / (1 << 30):.1f} GiB over "
+                                             f"{budget['frames']} frames: {'passed' if budget['passed'] else 'FAILED'}")
+        lines.append(f"- {r['name']}: {peaks}{verdict}")
     return lines

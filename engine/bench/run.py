@@ -8,6 +8,7 @@ conversation, peak memory; then the ratios ours/stock and the weight-read floor.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
@@ -19,11 +20,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import DeviceMemoryError
 from ..frame import FRAME_RATE, FRAME_SIZE
-from .report import CHECKPOINTS_S, RunResult, format_table, ratios, summarize
+from .report import CHECKPOINTS_S, RunResult, format_table, int8_ratios, ratios, summarize
 
 SHAPES = {"moshiko": 8, "personaplex": 16}  # name: depformer steps
 WARMUP_FRAMES = 12  # start-up frames and graph capture are excluded from the statistics
+GIB = 1 << 30
+BUDGETS = {"moshiko": (10 * GIB, round(9.3 * GIB)), "personaplex": (round(10.5 * GIB), round(9.3 * GIB))}
+"""Memory budgets of the int8 runs (torch's allocations plus mapped state): a whole
+conversation on a 12 GB card, two minutes on a 10 GB card."""
 
 
 def input_frames(frames: int) -> np.ndarray:
@@ -54,69 +60,110 @@ def copy_bandwidth(device: str = "cuda", gib: int = 4) -> float:
 
 
 def _marks() -> dict[int, str]:
-    """Frame count -> label of the conversation lengths at which state memory is read."""
+    """Frame count -> label of the conversation lengths at which memory is read."""
     return {round(s * FRAME_RATE): f"{s}s" for s in CHECKPOINTS_S}
 
 
-def run_stock(model_dir: Path, frames: np.ndarray, shape: str) -> tuple[RunResult, int]:
+def _fresh_device() -> None:
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def run_stock(model_dir: Path, frames: np.ndarray, name: str) -> tuple[RunResult, int]:
+    """The stock runtime over `frames`; a q8 checkpoint in `model_dir` runs as its q8 LM."""
     from .kernels import profile_stages
     from .stock import StockRunner, load_stock, stock_state_bytes
 
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    mimi, lm = load_stock(model_dir, SHAPES[shape])
+    _fresh_device()
+    mimi, lm = load_stock(model_dir)
     runner = StockRunner(mimi, lm)
-    state, marks = {}, _marks()
+    state, peak, marks = {}, {}, _marks()
     for i, frame in enumerate(frames):
         runner.step(frame)
         if i + 1 in marks:
             state[marks[i + 1]] = stock_state_bytes(mimi, lm, runner.gen)
-    result = summarize("stock moshi 0.2.13", runner.records[WARMUP_FRAMES:], state,
-                       torch.cuda.max_memory_allocated())
+            peak[marks[i + 1]] = torch.cuda.max_memory_allocated()
+    result = summarize(name, runner.records[WARMUP_FRAMES:], state, torch.cuda.max_memory_allocated())
+    result.peak_at = peak
     result.kernels = profile_stages(functools.partial(runner.step, frames[-1]), runner.timer)
     lm_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
     runner.close()
     del runner, mimi, lm
-    gc.collect()
-    torch.cuda.empty_cache()
+    _fresh_device()
     return result, lm_bytes
 
 
-def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool) -> RunResult:
+def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, budget_bytes: int | None = None,
+             profile: bool = True) -> RunResult:
+    """Ours over `frames` (the LM's weights as `model_dir` holds them). With `budget_bytes`,
+    everything from loading on runs under that memory budget (torch's allocations and the
+    mapped state together); running out of it is recorded in the result, not raised."""
+    from ..runtime.memory_budget import memory_budget
+
+    _fresh_device()
+    result = RunResult(name, {}, {}, {}, 0)
+    budget = memory_budget(budget_bytes) if budget_bytes else contextlib.nullcontext()
+    try:
+        with budget:
+            result = _run_ours(model_dir, frames, optimized, name, profile)
+    except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
+        result.failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if budget_bytes:
+        result.budget = {"limit_bytes": budget_bytes, "frames": len(frames), "passed": result.failure is None}
+    _fresh_device()
+    return result
+
+
+def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, profile: bool) -> RunResult:
     from .. import DuplexSession, Persona, RuntimeOptions, load_model
     from .kernels import profile_stages
 
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
     model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
     options = RuntimeOptions(graph_replay=optimized, demand_sized_state=optimized)
     # No persona prompts: the stock runtime runs none, so both start from an empty context.
     session = DuplexSession(model, options, Persona(None, ""))
-    records, state, marks = [], {}, _marks()
-    for i, frame in enumerate(frames):
-        records.append(session.step(frame).timings)
-        if i + 1 in marks:
-            state[marks[i + 1]] = session.state_bytes()
-    name = "ours, " + ("graph_replay + demand_sized_state" if optimized else "optimizations off")
-    # Demand-sized rings are mapped outside torch's allocator; they only grow, so the peak
-    # is torch's peak plus what is mapped at the end.
-    peak = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
-    result = summarize(name, records[WARMUP_FRAMES:], state, peak)
-    result.first_frame_s = records[0]["total"]
-    result.kernels = profile_stages(functools.partial(session.step, frames[-1]), session.timer)
-    session.close()
-    del session, model
-    gc.collect()
-    torch.cuda.empty_cache()
+    try:
+        records, state, peak, marks = [], {}, {}, _marks()
+        for i, frame in enumerate(frames):
+            records.append(session.step(frame).timings)
+            if i + 1 in marks:
+                state[marks[i + 1]] = session.state_bytes()
+                # Demand-sized rings are mapped outside torch's allocator and only grow, so the
+                # peak so far is torch's peak plus what is mapped now.
+                peak[marks[i + 1]] = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
+        result = summarize(name, records[WARMUP_FRAMES:], state,
+                           torch.cuda.max_memory_allocated() + session.store.mapped_bytes())
+        result.peak_at = peak
+        result.first_frame_s = records[0]["total"]
+        if profile:
+            result.kernels = profile_stages(functools.partial(session.step, frames[-1]), session.timer)
+    finally:
+        session.close()
     return result
 
 
+def run_int8(q8_dir: Path, pcm: np.ndarray, shape: str) -> list[RunResult]:
+    """The int8 rows: stock q8 and ours from the same official q8 file, over the whole context,
+    ours under the budget of the card it is meant for; then ours for two minutes under the
+    smaller card's budget."""
+    stock_q8, _ = run_stock(q8_dir, pcm, "stock q8 (bitsandbytes)")
+    full, two_minutes = BUDGETS[shape]
+    ours = run_ours(q8_dir, pcm, optimized=True, name="ours int8", budget_bytes=full)
+    small = run_ours(q8_dir, pcm[:round(120 * FRAME_RATE)], optimized=True, name="ours int8, 120 s",
+                     budget_bytes=two_minutes, profile=False)
+    return [stock_q8, ours, small]
+
+
 def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Path,
-              fidelity_frames: int = 0) -> dict:
+              fidelity_frames: int = 0, int8_frames: int = 0) -> dict:
     """Stock, ours optimized (`frames` frames) and ours plain (`plain_frames`, slow) on the same
-    full-size random weights of `shape`, then (`fidelity_frames` > 0) the teacher-forced
-    fidelity of both in bf16 against the stock runtime in fp32; writes the JSON report to
-    `output`, prints the tables."""
+    full-size random weights of `shape`; then (`int8_frames` > 0) the same weights in the
+    official q8 layout, stock q8 and ours int8 over `int8_frames` (ours under a memory
+    budget); then (`fidelity_frames` > 0) the teacher-forced fidelity of both runtimes in
+    bf16 against the stock runtime in fp32, and in int8 against their bf16. Writes the JSON
+    report to `output`, prints the tables."""
+    from ..q8_export import export_q8
     from .stock import write_stock_checkpoint
 
     if not torch.cuda.is_available():
@@ -126,21 +173,32 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
     if plain_frames < WARMUP_FRAMES + round(2 * FRAME_RATE):
         raise SystemExit(f"--plain-frames must cover the {WARMUP_FRAMES} warm-up frames and 2 s more "
                          f"({WARMUP_FRAMES + round(2 * FRAME_RATE)} frames)")
-    pcm = input_frames(frames)
-    report: dict = {"shape": shape, "frames": frames, "gpu": torch.cuda.get_device_name(),
-                    "torch": torch.__version__, "python": platform.python_version()}
+    if int8_frames and int8_frames < round(120 * FRAME_RATE):
+        raise SystemExit("--int8-frames must cover at least 120 s (1500 frames): the smaller budget is checked "
+                         "over two minutes")
+    pcm = input_frames(max(frames, int8_frames))
+    report: dict = {"shape": shape, "frames": frames, "int8_frames": int8_frames,
+                    "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "python": platform.python_version()}
     bandwidth = copy_bandwidth()
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
-        model_dir = Path(tmp)
+        model_dir, q8_dir = Path(tmp) / "bf16", Path(tmp) / "q8"
+        model_dir.mkdir()
         write_stock_checkpoint(model_dir, SHAPES[shape], seed=seed)
-        stock, lm_bytes = run_stock(model_dir, pcm, shape)
-        ours = run_ours(model_dir, pcm, optimized=True)
-        plain = run_ours(model_dir, pcm[:plain_frames], optimized=False)
-        report["runs"] = [r.as_dict() for r in (stock, ours, plain)]
+        stock, lm_bytes = run_stock(model_dir, pcm[:frames], "stock moshi 0.2.13")
+        ours = run_ours(model_dir, pcm[:frames], True, "ours, graph_replay + demand_sized_state")
+        plain = run_ours(model_dir, pcm[:plain_frames], False, "ours, optimizations off")
+        runs = [stock, ours, plain]
         report["ratios"] = ratios(stock, ours, plain)
+        if int8_frames:
+            export_q8(model_dir, q8_dir, "cuda")
+            int8 = run_int8(q8_dir, pcm[:int8_frames], shape)
+            runs += int8
+            report["int8_ratios"] = int8_ratios(stock, ours, *int8)
+        report["runs"] = [r.as_dict() for r in runs]
         if fidelity_frames:
             from .fidelity import measure
-            report["fidelity"] = measure(model_dir, fidelity_frames, seed)
+            report["fidelity"] = measure(model_dir, fidelity_frames, seed, q8_dir if int8_frames else None)
     report["floor"] = {"lm_bytes": lm_bytes, "copy_bandwidth_bytes_per_s": bandwidth,
                        "ms_per_frame": 1000.0 * lm_bytes / bandwidth,
                        "speak_s_per_second": FRAME_RATE * lm_bytes / bandwidth}

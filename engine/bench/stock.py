@@ -55,16 +55,30 @@ def _stock_kwargs(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k not in (*METADATA_KEYS, PROMPT_TOKENS_KEY)}
 
 
-def load_stock(folder: Path, dep_q: int):
-    """The stock runtime's own loaders over the same files (Mimi in fp32, LM in bf16, as it runs)."""
+def load_stock(folder: Path):
+    """The stock runtime's own loaders over the same files (Mimi in fp32, the LM in bf16, as it
+    runs; a q8 checkpoint's LM through its bitsandbytes layers)."""
     from moshi.models import loaders
 
-    info = loaders.CheckpointInfo(folder / loaders.MOSHI_NAME, folder / loaders.MIMI_NAME,
-                                  folder / loaders.TEXT_TOKENIZER_NAME,
-                                  lm_config=_stock_kwargs(json.loads((folder / "config.json").read_text())))
-    mimi = loaders.get_mimi(info.mimi_weights, device="cuda", num_codebooks=8)
-    lm = info.get_moshi(device="cuda", dtype=torch.bfloat16)
-    return mimi.eval(), lm.eval()
+    from .. import hub
+
+    mimi = loaders.get_mimi(folder / loaders.MIMI_NAME, device="cuda", num_codebooks=8)
+    return mimi.eval(), stock_lm(hub.lm_file(folder, json.loads((folder / "config.json").read_text())),
+                                 "cuda", torch.bfloat16)
+
+
+def stock_lm(lm_file: Path, device: str, dtype: torch.dtype):
+    """The stock LMModel from a checkpoint file with a config.json beside it (a q8 file: quantized)."""
+    from moshi.models import loaders
+
+    from ..checkpoint import read_safetensors_layout
+    from ..quant import is_q8
+
+    kwargs = _stock_kwargs(json.loads((lm_file.parent / "config.json").read_text()))
+    kwargs["quantize"] = is_q8(read_safetensors_layout(lm_file))
+    info = loaders.CheckpointInfo(lm_file, lm_file.parent / loaders.MIMI_NAME,
+                                  lm_file.parent / loaders.TEXT_TOKENIZER_NAME, lm_config=kwargs)
+    return info.get_moshi(device=device, dtype=dtype).eval()
 
 
 def stock_state_bytes(*modules) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .memory_budget import charge
+
 
 def _driver():
     from cuda.bindings import driver
@@ -116,11 +118,17 @@ class VmmBuffer:
         target = _round_up(min(max(nbytes, 1), self.reserved_bytes), self.granularity)
         while self.mapped_bytes < target:
             at = self.base + self.mapped_bytes
-            handle = _check(cu.cuMemCreate(self.granularity, self._prop, 0), "cuMemCreate")
+            charge(self.ordinal, self.granularity)  # refused here if it would exceed a memory budget
+            try:
+                handle = _check(cu.cuMemCreate(self.granularity, self._prop, 0), "cuMemCreate")
+            except RuntimeError:
+                charge(self.ordinal, -self.granularity)
+                raise
             try:
                 _check(cu.cuMemMap(at, self.granularity, 0, handle, 0), "cuMemMap")
             except RuntimeError:
                 cu.cuMemRelease(handle)
+                charge(self.ordinal, -self.granularity)
                 raise
             self._handles.append(handle)
             _check(cu.cuMemSetAccess(at, self.granularity, [self._access], 1), "cuMemSetAccess")
@@ -151,6 +159,7 @@ class VmmBuffer:
             at = self.base + self.mapped_bytes - self.granularity
             _check(cu.cuMemUnmap(at, self.granularity), "cuMemUnmap")
             _check(cu.cuMemRelease(self._handles.pop()), "cuMemRelease")
+            charge(self.ordinal, -self.granularity)
 
     def __enter__(self) -> VmmBuffer:
         return self

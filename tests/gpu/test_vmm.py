@@ -58,3 +58,23 @@ def test_mapped_memory_is_device_memory_and_is_returned(record):
     assert free0 - free_reserved < 64 * MiB  # reserving address space costs no memory
     assert abs((free0 - free_mapped) - size) < 64 * MiB
     assert free0 - free_closed < 64 * MiB
+
+
+def test_memory_budget_counts_mappings_and_torch_together():
+    from engine.errors import DeviceMemoryError
+    from engine.runtime.memory_budget import memory_budget
+
+    torch.cuda.empty_cache()
+    limit = torch.cuda.memory_reserved() + 64 * MiB
+    with memory_budget(limit) as budget, VmmBuffer(256 * MiB, "cuda") as buf:
+        buf.ensure(32 * MiB)
+        assert budget.mapped == buf.mapped_bytes == 32 * MiB
+        with pytest.raises(DeviceMemoryError, match="memory budget"):
+            buf.ensure(128 * MiB)  # 32 MiB mapped + 96 more > 64
+        assert buf.mapped_bytes == budget.mapped  # a refused granule is not counted
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(48 * MiB, dtype=torch.uint8, device="cuda")  # torch has only what is not mapped
+        buf.shrink(0)
+        torch.empty(48 * MiB, dtype=torch.uint8, device="cuda")  # unmapped state gives room back
+    assert budget.mapped == 0
+    torch.empty(128 * MiB, dtype=torch.uint8, device="cuda")  # the cap is gone with the block
