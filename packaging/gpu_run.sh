@@ -19,7 +19,7 @@ if [ "${GPU_CHECK:-1}" != 0 ]; then
     grep -E "passed|failed|error" "$OUT/gpu_check.log"
 fi
 for shape in "${@:-moshiko}"; do
-    "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep -v -i warn | tail -22
+    "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep -v -i warn | tail -40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     if [ "$shape" = personaplex ]; then
         "$PYTHON" -m app.cli bench --model personaplex --diffuplex --output "$OUT/bench_diffuplex_personaplex.json" \

@@ -7,7 +7,7 @@ GIB = 1 << 30
 
 
 def _run(name, ms, peak_gib, failure=None):
-    records = [{**{s: ms / 4000 for s in STAGES}, "total": ms / 1000} for _ in range(50)]
+    records = [{**dict.fromkeys(STAGES, ms / 4000), "total": ms / 1000} for _ in range(50)]
     result = summarize(name, records, {f"{s}s": 1 << 20 for s in (10, 30, 120)}, int(peak_gib * GIB))
     result.peak_at = {"10s": int(peak_gib * GIB) // 2, "240s": int(peak_gib * GIB)}
     result.failure = failure

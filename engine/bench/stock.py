@@ -78,7 +78,20 @@ def stock_lm(lm_file: Path, device: str, dtype: torch.dtype):
     kwargs["quantize"] = is_q8(read_safetensors_layout(lm_file))
     info = loaders.CheckpointInfo(lm_file, lm_file.parent / loaders.MIMI_NAME,
                                   lm_file.parent / loaders.TEXT_TOKENIZER_NAME, lm_config=kwargs)
-    return info.get_moshi(device=device, dtype=dtype).eval()
+    lm = info.get_moshi(device=device, dtype=dtype).eval()
+    if kwargs["quantize"] and dtype != torch.float32:
+        # moshi 0.2.13's loader casts every float tensor of the file to the model's dtype, the
+        # q8 scales too, which its own QLinear then refuses ("Expected `weight_scb` to have
+        # type float"): put the file's float32 scales back, as its quantize module intends.
+        from safetensors import safe_open
+
+        with safe_open(str(lm_file), "pt", device=str(device)) as f:
+            names = f.keys()  # safe_open has no __iter__
+            scales = {k: f.get_tensor(k) for k in names if k.endswith("_scb")}
+        unexpected = lm.load_state_dict(scales, strict=False, assign=True).unexpected_keys
+        if unexpected:
+            raise RuntimeError(f"{lm_file}: the stock LM has no parameter for {unexpected[0]}")
+    return lm
 
 
 def stock_state_bytes(*modules) -> int:

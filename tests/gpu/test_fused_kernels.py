@@ -76,6 +76,8 @@ def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, weights
     from engine.quant import int8_layout, quantize_checkpoint
     from engine.transformer import StreamingTransformer
 
+    if weights == "int8" and kind == "mimi":
+        pytest.skip("Mimi's transformer stays in float (only the LM's linears are int8)")
     monkeypatch.setattr(fused_linear, "SEPARATE_PROLOGUE_BYTES", 0 if prologue == "own kernel" else 1 << 62)
 
     torch.manual_seed(0)
