@@ -130,6 +130,10 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
         raise CheckpointError(f"{lm_path}: the LM expects {cfg.card} codes per codebook, "
                               f"the Mimi has {mimi.cardinality}")
     tokenizer = _read_tokenizer(root / meta.get("tokenizer_name", hub.TOKENIZER_NAME), cfg)
+    if device.type == "cuda":
+        # Loading (and quantizing on load) leaves freed transients in torch's cache; on a
+        # small card that is memory the conversation's state needs.
+        torch.cuda.empty_cache()
     return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.is_personaplex else {})
 
 

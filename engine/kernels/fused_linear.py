@@ -187,7 +187,7 @@ class _Config(NamedTuple):
     num_stages: int
 
 
-def _config(N: int, K: int, dtype: torch.dtype) -> _Config:
+def _config(N: int, K: int, dtype: torch.dtype, int8: bool = False) -> _Config:
     """Tile sizes: a function of the static shape only (the order of the fp32 sums depends
     on BK and on the reduction layout, so it must not depend on anything that changes
     between an eager and a replayed call). From tests/gpu/bench_linear.py's sweep on an H200
@@ -238,7 +238,7 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
     M, N = x.shape[0], w.shape[0]
     if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] != k:
         raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
-    cfg = _config(N, k, x.dtype)
+    cfg = _config(N, k, x.dtype, w.dtype == torch.int8)
     if (norm is not None or act is not None) and _separate_prologue(N, k, cfg, x):
         x = _prologue(x, k, norm, act)
         norm = act = None

@@ -5,7 +5,8 @@ Each timed call reads a different copy of the weight (the copies together overfl
 cache), as a frame reads each layer's weights once. Prints, per shape, torch's time, the
 best configuration's time and its effective bandwidth; writes everything as JSON.
 
-    python -m tests.gpu.bench_linear OUT.json
+    python -m tests.gpu.bench_linear OUT.json          # bf16 / fp32 weights
+    python -m tests.gpu.bench_linear OUT.json --int8   # the LM's shapes with int8 weights
 """
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ SHAPES = {  # name: (N, K, dtype)
 }
 CONFIGS = [fused_linear._Config(bn, bk, w, s)
            for bn, bk, w, s in itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8), (1, 3))]
+INT8_SHAPES = [name for name in SHAPES if not name.startswith("mimi")]  # Mimi stays in float
+INT8_CONFIGS = [fused_linear._Config(bn, bk, w, 3)
+                for bn, bk, w in itertools.product((2, 4), (2048, 4096), (4, 8))]
+"""Int8 tiles: an int8 weight tile is half the bytes of a bf16 one, so wider K chunks (or more
+rows per program) keep as many bytes in flight."""
 CALLS = 24
 L2_BYTES = 256 << 20
 
@@ -50,19 +56,33 @@ def _time(fn, weights, x) -> float:
     return replay_ms(calls, 10) / 1000 / CALLS
 
 
-def main(path: str) -> None:
+def _weights(N: int, K: int, dtype: torch.dtype, int8: bool, copies: int) -> list:
+    from engine.quant import Int8Weight, quantize_rows
+
+    if not int8:
+        return [torch.randn(N, K, device="cuda").to(dtype) for _ in range(copies)]
+    return [Int8Weight(*quantize_rows(torch.randn(N, K, device="cuda"))) for _ in range(copies)]
+
+
+def main(path: str, int8: bool = False) -> None:
+    from engine.quant import dequantize
+
     results = {}
-    for name, (N, K, dtype) in SHAPES.items():
-        nbytes = N * K * dtype.itemsize
+    shapes, configs = (INT8_SHAPES, INT8_CONFIGS) if int8 else (list(SHAPES), CONFIGS)
+    for name in shapes:
+        N, K, dtype = SHAPES[name]
+        nbytes = N * K * (1 if int8 else dtype.itemsize)
         copies = max(2, min(CALLS, -(-L2_BYTES // nbytes)))
-        weights = [torch.randn(N, K, device="cuda").to(dtype) for _ in range(copies)]
+        weights = _weights(N, K, dtype, int8, copies)
         x = torch.randn(1, K, device="cuda").to(dtype)
-        row = {"torch_s": _time(lambda a, w: F.linear(a, w), weights, x), "configs": {}}
-        ref = F.linear(x.double(), weights[0].double())
-        for cfg in CONFIGS:
+        dense = [dequantize(w).to(dtype) for w in weights[:2]] if int8 else weights
+        # torch's product on float weights of the same shape: what the bf16 path costs
+        row = {"torch_s": _time(lambda a, w: F.linear(a, w), dense, x), "configs": {}}
+        ref = F.linear(x.double(), (dequantize(weights[0]) if int8 else weights[0]).double())
+        for cfg in configs:
             if cfg.bk > triton_next_pow2(K):
                 continue
-            fused_linear._config = lambda n, k, d, cfg=cfg: cfg
+            fused_linear._config = lambda *shape, cfg=cfg: cfg
             try:
                 err = (fused_linear.linear(x, weights[0]).double() - ref).abs().max().item()
                 row["configs"][str(tuple(cfg))] = {"s": _time(fused_linear.linear, weights, x), "max_err": err}
@@ -72,10 +92,10 @@ def main(path: str) -> None:
         best = min(timed, key=lambda k: timed[k]["s"])
         row["best"] = best
         results[name] = row
-        print(f"{name:18s} N={N:6d} K={K:6d}: torch {row['torch_s'] * 1e6:7.1f} us "
-              f"({nbytes / row['torch_s'] / 1e12:.2f} TB/s), best {best} {timed[best]['s'] * 1e6:7.1f} us "
-              f"({nbytes / timed[best]['s'] / 1e12:.2f} TB/s)", flush=True)
-        del weights
+        print(f"{name:18s} N={N:6d} K={K:6d}: torch {row['torch_s'] * 1e6:7.1f} us, best {best} "
+              f"{timed[best]['s'] * 1e6:7.1f} us ({nbytes / timed[best]['s'] / 1e12:.2f} TB/s of "
+              f"{'int8' if int8 else 'float'} weights)", flush=True)
+        del weights, dense
         torch.cuda.empty_cache()
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
@@ -86,4 +106,5 @@ def triton_next_pow2(n: int) -> int:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench_linear.json")
+    args = [a for a in sys.argv[1:] if a != "--int8"]
+    main(args[0] if args else "bench_linear.json", int8="--int8" in sys.argv)
