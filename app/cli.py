@@ -43,6 +43,10 @@ def _offline(args) -> None:
 def _bench(args) -> None:
     from pathlib import Path
 
+    if args.tail:
+        from engine.bench.token2wav import run_token2wav_bench
+        run_token2wav_bench(Path(args.output or "bench_token2wav.json"), args.seed)
+        return
     if args.diffuplex:
         from engine.bench.diffuplex import run_diffuplex_bench
         output = Path(args.output or f"bench_diffuplex_{args.model}.json")
@@ -169,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="instead: DiffuPlex against our AR path, with acceptance forced to 0..K frames per wake "
                             "(personaplex only; a full-size predictor with random weights)")
     bench.add_argument("--block", type=int, default=4, help="with --diffuplex: K, frames one wake predicts")
+    bench.add_argument("--tail", choices=["step-audio2"],
+                       help="instead: the speech tail, Step-Audio2's token2wav, ours against the stock minicpmo-utils "
+                            "1.0.7 (full-size random weights; --seed and --output apply, default output "
+                            "bench_token2wav.json)")
     bench.set_defaults(func=_bench)
 
     t2w = sub.add_parser("token2wav", help="speech tokens to audio through Step-Audio2's token2wav, streamed in "

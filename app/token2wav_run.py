@@ -39,20 +39,12 @@ def read_tokens(path: str | Path, vocab: int) -> np.ndarray:
     return tokens.astype(np.int64)
 
 
-def chunks(count: int, lookahead: int, size: int = TOKENS_PER_SECOND):
-    """(start, stop, last) of each call: `size` fresh tokens plus `lookahead` more, then the rest."""
-    start = 0
-    while start + size + lookahead <= count:
-        yield start, start + size + lookahead, False
-        start += size
-    yield start, count, True
-
-
 def run_token2wav(args) -> None:
     import torch
 
     from engine.device import limit_cpu_threads, select_device
     from engine.token2wav import Prompt, Token2wavStream, load_token2wav
+    from engine.token2wav.chunk_plan import chunk_bounds
 
     check_writable(args.output)
     output_format(args.output)
@@ -64,19 +56,22 @@ def run_token2wav(args) -> None:
     tokens = torch.from_numpy(read_tokens(args.tokens, model.flow_cfg.vocab_size)).view(1, -1).to(device)
     prompt = Prompt.read(args.prompt)
     stream = Token2wavStream(model, prompt, steps=args.steps)
-    plan = list(chunks(tokens.shape[1], stream.lookahead))
+    plan = list(chunk_bounds(tokens.shape[1], stream.lookahead, TOKENS_PER_SECOND))
     audio, report = [], []
-    with Progress(len(plan), unit="chunks") as progress:
-        for i, (start, stop, last) in enumerate(plan):
-            began = time.perf_counter()
-            out = stream.push(tokens[:, start:stop], last)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            spent = time.perf_counter() - began
-            fresh = (stop - start if last else stop - start - stream.lookahead) / TOKENS_PER_SECOND
-            report.append((i, spent, fresh))
-            audio.append(out[0].float().cpu().numpy())
-            progress.update(i + 1)
+    try:
+        with Progress(len(plan), unit="chunks") as progress:
+            for i, (start, stop, last) in enumerate(plan):
+                began = time.perf_counter()
+                out = stream.push(tokens[:, start:stop], last)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                spent = time.perf_counter() - began
+                fresh = (stop - start if last else stop - start - stream.lookahead) / TOKENS_PER_SECOND
+                report.append((i, spent, fresh))
+                audio.append(out[0].float().cpu().numpy())  # before the next push reuses the stream's output
+                progress.update(i + 1)
+    finally:
+        stream.close()
     write_audio(args.output, np.clip(np.concatenate(audio), -1.0, 1.0), model.vocoder_cfg.sampling_rate)
     for i, spent, fresh in report:
         if not fresh:  # a last call with no tokens only flushes the vocoder

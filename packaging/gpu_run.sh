@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one run: the GPU test suite (runtime primitives and
-# session bit-identity) and the benchmarks against the stock runtime (and, for personaplex,
-# DiffuPlex against our AR path). Results go to $OUT. GPU_CHECK=0 runs the benchmarks alone (the
+# session bit-identity) and the benchmarks against the stock runtimes (and, for personaplex,
+# DiffuPlex against our AR path; then Step-Audio2's token2wav). Results go to $OUT. GPU_CHECK=0 runs the benchmarks alone (the
 # device tool allows 10 minutes a call: the suite with moshiko in one, personaplex in another).
 # On the device machine (torch 2.11, no network) the missing wheels travel in .whl:
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -27,4 +27,10 @@ for shape in "${@:-moshiko}"; do
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     fi
 done
+# Step-Audio2's token2wav against the stock minicpmo-utils 1.0.7 (its wheel travels in .whl too).
+if [ "${TAIL:-1}" != 0 ]; then
+    "$PYTHON" -m app.cli bench --tail step-audio2 --output "$OUT/bench_token2wav.json" 2>&1 \
+        | tee "$OUT/bench_token2wav.log" | grep -v -i warn | tail -18
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 exit $status

@@ -1,85 +1,9 @@
 """Reading the numbers of Step-Audio2's token2wav YAML files without executing them."""
 import pytest
 
+from engine.bench.stock_token2wav import FLOW_YAML, VOCODER_YAML
 from engine.errors import CheckpointError
 from engine.token2wav.config import DiTConfig, EncoderConfig, read_flow_config, read_vocoder_config
-
-FLOW_YAML = """\
-# HyperPyYAML as the official files write it (object tags, references)
-sample_rate: 24000
-token_frame_rate: 25
-flow: !new:cosyvoice2.flow.flow.CausalMaskedDiffWithXvec
-    input_size: 512
-    output_size: 80
-    spk_embed_dim: 192
-    output_type: 'mel'
-    vocab_size: 6561
-    encoder: !new:cosyvoice2.transformer.upsample_encoder_v2.UpsampleConformerEncoderV2
-        output_size: 512
-        attention_heads: 8
-        linear_units: 2048
-        num_blocks: 6
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.1
-        normalize_before: True
-        input_layer: 'linear'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        input_size: 512
-        pre_lookahead_len: 3
-        num_up_blocks: 4
-        up_stride: 2
-        up_scale_factor: 2
-        key_bias: True
-    decoder: !new:cosyvoice2.flow.flow_matching.CausalConditionalCFM
-        inference_cfg_rate: 0.7
-        estimator: !new:cosyvoice2.flow.decoder_dit.DiT
-            in_channels: 320
-            out_channels: 80
-            mlp_ratio: 4.0
-            depth: 16
-            num_heads: 8
-            head_dim: 64
-            hidden_size: 512
-"""
-
-VOCODER_YAML = """\
-sample_rate: 24000
-hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
-    in_channels: 80
-    base_channels: 512
-    nb_harmonics: 8
-    sampling_rate: !ref <sample_rate>
-    nsf_alpha: 0.1
-    nsf_sigma: 0.003
-    nsf_voiced_threshold: 10
-    upsample_rates: [8, 5, 3]
-    upsample_kernel_sizes: [16, 11, 7]
-    istft_params:
-        n_fft: 16
-        hop_len: 4
-    resblock_kernel_sizes: [3, 7, 11]
-    resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    source_resblock_kernel_sizes: [7, 7, 11]
-    source_resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    lrelu_slope: 0.1
-    audio_limit: 0.99
-    conv_pre_look_right: 4
-    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor
-        num_class: 1
-        in_channels: 80
-        cond_channels: 512
-feat_extractor: !name:matcha.utils.audio.mel_spectrogram
-    n_fft: 1920
-    num_mels: 80
-    sampling_rate: !ref <sample_rate>
-    hop_size: 480
-    win_size: 1920
-    fmin: 0
-    fmax: 8000
-    center: False
-"""
 
 
 def _write(tmp_path, name, text):

@@ -13,12 +13,18 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from engine.bench.stock_token2wav import (
+    FLOW_YAML,
+    VOCODER_YAML,
+    start_stock_stream,
+    stock_token2wav_runtime,
+    write_model_dir,
+)
 from engine.errors import CheckpointError
 from engine.options import RuntimeOptions
+from engine.token2wav.chunk_plan import chunk_bounds
 from engine.token2wav.model import load_token2wav
 from engine.token2wav.stream import Prompt, Token2wavStream
-from tests.stepaudio2_reference import stock, stock_token2wav
-from tests.test_token2wav_config import FLOW_YAML, VOCODER_YAML
 
 STEPS = 2
 VOCAB = 300
@@ -37,31 +43,6 @@ def _small(text: str, changes: dict) -> str:
     return text
 
 
-def _stock_models():
-    enc = stock("cosyvoice2.transformer.upsample_encoder_v2")
-    dit, cfm = stock("cosyvoice2.flow.decoder_dit"), stock("cosyvoice2.flow.flow_matching")
-    flow_mod = stock("cosyvoice2.flow.flow")
-    gen, f0 = stock("causal_vocoder.generator"), stock("causal_vocoder.f0_predictor")
-    torch.manual_seed(0)
-    encoder = enc.UpsampleConformerEncoderV2(input_size=64, output_size=64, attention_heads=2, linear_units=128,
-                                             num_blocks=2, num_up_blocks=2, pre_lookahead_len=3, up_stride=2,
-                                             up_scale_factor=2, key_bias=True)
-    estimator = dit.DiT(in_channels=320, out_channels=80, mlp_ratio=4.0, depth=16, num_heads=8, head_dim=64,
-                        hidden_size=512)
-    flow = flow_mod.CausalMaskedDiffWithXvec(input_size=64, output_size=80, spk_embed_dim=192, vocab_size=VOCAB,
-                                             encoder=encoder, decoder=cfm.CausalConditionalCFM(estimator, 0.7))
-    hift = gen.CausalHiFTGenerator(
-        in_channels=80, base_channels=64, nb_harmonics=8, sampling_rate=24000, upsample_rates=[8, 5, 3],
-        upsample_kernel_sizes=[16, 11, 7], istft_params={"n_fft": 16, "hop_len": 4},
-        resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5]] * 3,
-        source_resblock_kernel_sizes=[7, 7, 11], source_resblock_dilation_sizes=[[1, 3, 5]] * 3,
-        conv_pre_look_right=4, f0_predictor=f0.CausalConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=64))
-    with torch.no_grad():  # the stock init zeroes the DiT's gates and output: make every weight matter
-        for p in (*flow.parameters(), *hift.parameters()):
-            p.add_(torch.randn_like(p) * 0.02)
-    return flow.eval(), hift.eval()
-
-
 @pytest.fixture(autouse=True)
 def stock_eagerly():
     """The stock encoder wraps a method in torch.compile(backend="eager"): the same computation,
@@ -73,11 +54,8 @@ def stock_eagerly():
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("token2wav")
-    flow, hift = _stock_models()
-    (folder / "flow.yaml").write_text(_small(FLOW_YAML, SMALL_ENCODER))
-    (folder / "config.yaml").write_text(_small(VOCODER_YAML, SMALL_VOCODER))
-    torch.save(flow.state_dict(), folder / "flow.pt")
-    torch.save(hift.state_dict(), folder / "hift.pt")
+    flow, hift = write_model_dir(folder, seed=0, flow_yaml=_small(FLOW_YAML, SMALL_ENCODER),
+                                 vocoder_yaml=_small(VOCODER_YAML, SMALL_VOCODER))
     return folder, flow, hift
 
 
@@ -88,28 +66,15 @@ def _prompt(frames_per_token: int = 2, tokens: int = 10):
 
 
 def _stock_stream(flow, hift, prompt):
-    t2w = stock_token2wav()
-    bounded = stock("causal_vocoder.bounded_vocoder").BoundedVocoder(hift)
-    ref = t2w.Token2wav.__new__(t2w.Token2wav)
-    ref.float16, ref.n_timesteps, ref.device = False, STEPS, torch.device("cpu")
-    ref.flow, ref.hift, ref.bounded_vocoder = flow, hift, bounded
-    ref.sample_rate, ref.hop_samples = 24000, 480
-    ref.vocoder_delay_frames = hift.f0_predictor.condnet[0].causal_padding + hift.conv_pre_look_right + 1
-    ref.source_cache_len = ref.vocoder_delay_frames * 480
-    lens = torch.tensor([prompt.tokens.shape[1]], dtype=torch.int32)
-    ref.cache = {"voice": (prompt.tokens, lens, prompt.speaker, prompt.mel, lens * 2)}
-    ref.stream_cache, ref.hift_cache_dict, ref._stream_prompt = None, {}, None
-    ref.set_stream_cache("voice")
-    return ref
+    runtime = stock_token2wav_runtime(flow, hift, STEPS)
+    start_stock_stream(runtime, prompt)
+    return runtime
 
 
 def _chunks(tokens: torch.Tensor, size: int = 25, lookahead: int = 3):
     """(tokens, last) per call as a caller streams them: `size` fresh plus `lookahead`, then the rest."""
-    n, start = tokens.shape[1], 0
-    while start + size + lookahead <= n:
-        yield tokens[:, start:start + size + lookahead], False
-        start += size
-    yield tokens[:, start:], True
+    for start, stop, last in chunk_bounds(tokens.shape[1], lookahead, size):
+        yield tokens[:, start:stop], last
 
 
 @torch.inference_mode()

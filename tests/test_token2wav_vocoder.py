@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from engine.state import StateStore
-from engine.token2wav.vocoder import CausalHiFTGenerator, StreamingVocoder, stream_geometry
+from engine.token2wav.vocoder import CausalHiFTGenerator
+from engine.token2wav.vocoder_stream import StreamingVocoder, stream_geometry
 from tests.stepaudio2_reference import stock
 
 NOISE_SEED = 7

@@ -193,7 +193,16 @@ def _config(N: int, K: int, dtype: torch.dtype, int8: bool = False) -> _Config:
     between an eager and a replayed call). From tests/gpu/bench_linear.py's sweep on an H200
     (one row, graph-replayed, weights read from memory): two output features per program and
     wide K chunks keep the most loads in flight; each rule below is within 1-2% of the best
-    configuration swept for the frame's shapes, and 9-40% faster than cuBLAS on them."""
+    configuration swept for the frame's shapes, and 9-40% faster than cuBLAS on them.
+
+    Int8 weights (`bench_linear.py --int8`): a 4096-wide K chunk of int8 rows is the bytes in
+    flight of a 2048-wide bf16 one; the temporal products then run 1.4-1.7x faster than
+    cuBLAS on the same weights in bf16 (about 3 TB/s of int8 weights: each program also reads
+    the whole input row). The depformer's small products want more rows per program."""
+    if int8:
+        if K >= 4096:
+            return _Config(2, min(4096, triton.next_power_of_2(K)), 8 if K > 8192 else 4, 3)
+        return _Config(16, min(512, triton.next_power_of_2(K)), 8, 3)
     bk = min(2048, triton.next_power_of_2(K))
     if K > 8192:  # the temporal FFN's output product
         return _Config(4, bk, 4, 1)

@@ -34,6 +34,7 @@ from ..lm.predictor import Predictor
 from ..lm.sampling import SamplingParams, sample
 from ..mimi import Mimi
 from ..state import Store, copy_state
+from .graphs import Graphs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,39 +80,6 @@ class _Plan(NamedTuple):
     forced: torch.Tensor  # [reach, n_q + 1] bool
 
 
-class _Graphs:
-    """Captured CUDA graphs by stage key, sharing one memory pool. The session's generator is
-    registered with each, so a replay draws the same random numbers as the eager path.
-
-    A graph captured later may hold its outputs where an earlier one keeps scratch memory, so
-    every output is read before another graph replays, except along a plain frame, whose
-    graphs replay in the order they were captured."""
-
-    def __init__(self, device: torch.device, generator: torch.Generator | None):
-        self.device, self.generator = device, generator
-        self.pool = None
-        self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
-
-    def run(self, key: Any, stage: Callable[[], Any]) -> Any:
-        if key not in self.graphs:
-            graph = torch.cuda.CUDAGraph()
-            if self.generator is not None:
-                graph.register_generator_state(self.generator)
-            if self.pool is None:
-                self.pool = torch.cuda.graph_pool_handle()
-            torch.cuda.synchronize(self.device)
-            with torch.cuda.graph(graph, pool=self.pool):
-                outputs = stage()  # recorded, not run: the replay below runs it
-            self.graphs[key] = graph, outputs
-        graph, outputs = self.graphs[key]
-        graph.replay()
-        return outputs
-
-    def clear(self) -> None:
-        self.graphs.clear()
-        self.pool = None
-
-
 class _WakeInputs(NamedTuple):
     """A wake's inputs at fixed addresses, as its graph reads them."""
     user: torch.Tensor  # [reach, user_q]: the user's codes, frame by frame
@@ -138,7 +106,7 @@ class FrameRunner:
         self.replay = False
         self.frames = 0
         """LM frames run since the reset (host side): decides when output starts."""
-        self._graphs = _Graphs(self.device, generator) if self.device.type == "cuda" else None
+        self._graphs = Graphs(self.device, generator) if self.device.type == "cuda" else None
         self._ran: set[Any] = set()
         """Stage keys run eagerly in this store: their lazy initialisation is done, so they may
         be captured."""

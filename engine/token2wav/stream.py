@@ -7,207 +7,200 @@ last chunk carries none and flushes. After every chunk the caches keep the voice
 the last RETAINED_FRAMES mel frames (the stock Token2wav's policy: attention reaches the
 prompt and the recent past, so memory and time per chunk stay bounded in a long stream).
 The vocoder runs on each chunk's fresh mel with its own bounded history.
+
+A push is planned on the host first (`Token2wavStream.plan`: from host counters only, a
+`ChunkKey` that fixes every shape and host branch of the chunk's device work, and the counters
+after it), then the device work runs: eagerly, or, with `RuntimeOptions.graph_replay` on CUDA,
+as the CUDA graph captured for that key (engine.runtime.graphs), one per key in one memory
+pool. The work reads its inputs from tensors at fixed addresses (the store, the noise table,
+a token buffer per chunk length, device constants built once per key) and never reads a value
+back to the host, so replaying it is running it: the output is bit-identical either way.
 """
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
+from functools import partial
+from typing import NamedTuple
 
 import torch
 
-from ..checkpoint import read_safetensors
 from ..options import RuntimeOptions
+from ..runtime.graphs import Graphs
 from ..runtime.placement import new_store
-from ..state import Region
-from .flow import Flow
-from .vocoder import StreamingVocoder
+from .chunk_plan import RETAINED_FRAMES, FlowCounters, FlowPlan
+from .flow_stream import FlowInputs, FlowStream
+from .prompt import Prompt
+from .vocoder_stream import StreamingVocoder, VocoderPlan
 
-RETAINED_FRAMES = 100
-"""Mel frames of history the caches keep beyond the voice prompt."""
+__all__ = ["RETAINED_FRAMES", "ChunkKey", "Counters", "Prompt", "Token2wavStream"]
 
-
-@dataclasses.dataclass(frozen=True)
-class Prompt:
-    """A voice prompt, prepared: speech tokens [1, Tp] (int), the speaker's CAM++ embedding
-    [1, 192] and the prompt's 80-band mel [1, 2 * Tp, 80] (24 kHz, 480-sample hop)."""
-    tokens: torch.Tensor
-    speaker: torch.Tensor
-    mel: torch.Tensor
-
-    @classmethod
-    def read(cls, path: str | Path, device: str | torch.device = "cpu") -> Prompt:
-        """A prepared prompt saved as safetensors: `tokens` [Tp] or [1, Tp] (int), `speaker`
-        [192] or [1, 192], `mel` [2 Tp, 80] or [1, 2 Tp, 80]."""
-        tensors = read_safetensors(path)
-        missing = [k for k in ("tokens", "speaker", "mel") if k not in tensors]
-        if missing:
-            raise ValueError(f"{path}: a prepared prompt needs tensors tokens, speaker and mel; missing {missing}")
-        prompt = cls(*(tensors[k].to(device).reshape(1, *tensors[k].shape[-(2 if k == "mel" else 1):])
-                       for k in ("tokens", "speaker", "mel")))
-        try:
-            prompt.check()
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-        return prompt
-
-    def to(self, device: torch.device | str, dtype: torch.dtype) -> Prompt:
-        """On `device`, the embedding and mel in `dtype` (the flow's)."""
-        return Prompt(self.tokens.to(device), self.speaker.to(device, dtype), self.mel.to(device, dtype))
-
-    def check(self, up_rate: int = 2) -> None:
-        if self.tokens.dim() != 2 or self.tokens.shape[0] != 1 or self.tokens.is_floating_point():
-            raise ValueError(f"prompt tokens must be int [1, T], got {tuple(self.tokens.shape)} {self.tokens.dtype}")
-        if tuple(self.speaker.shape) != (1, 192):
-            raise ValueError(f"prompt speaker embedding must be [1, 192], got {tuple(self.speaker.shape)}")
-        frames = self.tokens.shape[1] * up_rate
-        if self.mel.dim() != 3 or tuple(self.mel.shape[::2]) != (1, 80) or self.mel.shape[1] != frames:
-            raise ValueError(f"prompt mel must be [1, {frames}, 80] ({up_rate} frames per prompt token), "
-                             f"got {tuple(self.mel.shape)}")
+WARM_UP_CHUNKS = 8
+"""The most chunk keys a stream captures at creation (the first chunks and the steady one)."""
 
 
-class FlowStream:
-    """The flow's side of a stream: prompt caches, then one chunk of mel per call.
-
-    Its caches are declared regions (`regions`) in a store the caller places: the conformer's
-    and every Euler step's estimator attention rows on the `mel` clock (one entry per mel
-    frame, up to the prompt, the retained frames and one chunk), their convolution tails
-    fixed. Rows are kept in arrival order and written in place; each call reads views of
-    exactly the rows in use, never a row a demand-sized store has not backed, and trimming
-    moves the kept rows down within the same memory.
-    """
-
-    def __init__(self, flow: Flow, noise: torch.Tensor, prompt: Prompt, steps: int, store,
-                 max_chunk: int = 28):
-        prompt.check(flow.up_rate)
-        self.flow, self.noise, self.steps, self.store = flow, noise, steps, store
-        self.prompt_frames = prompt.mel.shape[1]
-        self.max_frames = self._chunk_frames(flow, self.prompt_frames, max_chunk)
-        self.spk = flow.speaker(prompt.speaker)
-        self.enc_tokens = 0  # token entries in the conformer's cache
-        self.est_order: list[int] = []  # the estimator's rows in use, in the stock cache's order
-        lookahead = prompt.tokens[:, :flow.pre_lookahead_len]  # the stock setup's stand-in lookahead
-        self._run(torch.cat([prompt.tokens, lookahead], dim=1), last=False, cond=prompt.mel.transpose(1, 2))
-
-    @staticmethod
-    def _chunk_frames(flow: Flow, prompt_frames: int, max_chunk: int) -> int:
-        """The most mel frames one call adds: a chunk, or the prompt with its stand-in lookahead."""
-        return flow.up_rate * max(max_chunk, prompt_frames // flow.up_rate + flow.pre_lookahead_len)
-
-    @staticmethod
-    def regions(flow: Flow, prompt_frames: int, steps: int, max_chunk: int = 28, prefix: str = "t2w") -> list[Region]:
-        """The stream's state for a prompt of `prompt_frames` mel frames, `steps` Euler steps
-        and chunks of at most `max_chunk` tokens (fresh plus lookahead)."""
-        enc, dit = flow.encoder, flow.decoder.estimator
-        attn = enc.encoders[0].self_attn
-        rows = prompt_frames + RETAINED_FRAMES + FlowStream._chunk_frames(flow, prompt_frames, max_chunk)
-        dtype = flow.input_embedding.weight.dtype
-        layers = len(enc.encoders) + len(enc.up_encoders)
-        return [
-            Region(f"{prefix}.encoder.att", (layers, 1, attn.h, 2 * attn.d_k), dtype, "mel", rows),
-            Region(f"{prefix}.encoder.cnn", (1, enc.output_size(), 2 + 2 * flow.up_rate), dtype),
-            Region(f"{prefix}.estimator.att", (steps, len(dit.blocks), 2, dit.num_heads, 2 * dit.head_dim), dtype,
-                   "mel", rows),
-            Region(f"{prefix}.estimator.cnn", (steps, len(dit.blocks), 2, 2 * dit.hidden_size, 2), dtype),
-        ]
-
-    def chunk(self, tokens: torch.Tensor, last: bool) -> torch.Tensor:
-        """tokens [1, n] (n > lookahead unless last) -> mel [1, 80, frames] for the fresh tokens."""
-        if tokens.shape[1] * self.flow.up_rate > self.max_frames:
-            raise ValueError(f"a chunk of {tokens.shape[1]} tokens is longer than this stream's state holds "
-                             f"({self.max_frames // self.flow.up_rate})")
-        mel = self._run(tokens, last, cond=None)
-        self._trim()
-        return mel
-
-    def _run(self, tokens, last: bool, cond) -> torch.Tensor:
-        flow, store = self.flow, self.store
-        fresh = tokens.shape[1] - (0 if last else flow.pre_lookahead_len)
-        frames = flow.up_rate * fresh
-        store.advance("mel", frames)  # before the rows are written: demand-sized rings back them first
-        enc_rows = flow.up_rate * (self.enc_tokens + fresh)
-        att_len = torch.tensor(self.enc_tokens, device=tokens.device)
-        h = flow.encoder.forward_chunk_fixed(flow.input_embedding(tokens), last, store["t2w.encoder.cnn"],
-                                             _rows_on_axis_3(store["t2w.encoder.att"][:enc_rows]), att_len)
-        self.enc_tokens += fresh
-        mu = flow.encoder_proj(h).transpose(1, 2)
-        cond = torch.zeros_like(mu) if cond is None else cond
-        # The noise is read where the stock reads it: at the estimator's cached length.
-        used = len(self.est_order)
-        x = self.noise[:, :, used:used + frames].to(mu.dtype)
-        att = store["t2w.estimator.att"][:used + frames]  # [rows, steps, depth, 2, heads, 2d]
-        views = [_rows_on_axis_3(att[:, s]) for s in range(self.steps)]
-        x = flow.decoder.solve_chunk(x, mu, self.spk, cond, self.steps, store["t2w.estimator.cnn"], views, used)
-        self.est_order = list(range(used, used + frames)) + self.est_order  # the stock puts new rows first
-        return x
-
-    def _trim(self) -> None:
-        """The stock retention: keep the first prompt-length and the last 100 entries of each
-        cache as the stock lists them. Its conformer cache lists rows oldest first (the prompt's
-        rows and the newest 100 stay; token-rate layers at half rate), as they are stored here.
-        Its estimator cache puts each chunk's rows before the older ones, so which rows stay
-        follows that order, tracked in `est_order`; attention there has no positions, so the
-        kept rows are compacted in any physical order."""
-        keep, tail, up = self.prompt_frames, RETAINED_FRAMES, self.flow.up_rate
-        if len(self.est_order) > keep + tail:
-            kept = self.est_order[:keep] + self.est_order[-tail:]
-            att = self.store["t2w.estimator.att"]
-            att[:len(kept)] = att[torch.tensor(kept, device=att.device)]  # a gather: a copy, never aliased
-            self.est_order = list(range(len(kept)))
-        if up * self.enc_tokens > keep + tail:
-            att, depth, tokens = self.store["t2w.encoder.att"], len(self.flow.encoder.encoders), self.enc_tokens
-            kept = keep // up
-            att[kept:kept + tail // up, :depth] = att[tokens - tail // up:tokens, :depth].clone()
-            att[keep:keep + tail, depth:] = att[up * tokens - tail:up * tokens, depth:].clone()
-            self.enc_tokens = kept + tail // up
+class ChunkKey(NamedTuple):
+    """One push's device work: equal keys, equal work (and one captured graph)."""
+    flow: FlowPlan | None  # None: an empty last push, which only flushes the vocoder
+    vocoder: VocoderPlan
+    silence: bool  # the stream's first audio: the vocoder's delay goes before it as silence
 
 
-def _rows_on_axis_3(rows: torch.Tensor) -> torch.Tensor:
-    """Attention rows stored entry-major [rows, layers, batch, heads, 2d], as the modules take
-    them: (layers, batch, heads, rows, 2d) (a view: writes land in the store)."""
-    return rows.permute(1, 2, 3, 0, 4)
+class Counters(NamedTuple):
+    """What the host knows of a stream between pushes: all a plan is computed from."""
+    flow: FlowCounters
+    vocoder: int  # mel frames the vocoder has received
+    finalized: bool  # the last chunk was pushed
+    started: bool  # audio has come out
 
 
 class Token2wavStream:
     """A whole stream: the flow's chunks through the vocoder. `push` returns the audio [1, n]
     (24 kHz, float32) that became final; the first audio of a stream that goes on starts with
     the vocoder's delay in silence, as the stock runtime plays it (so a chunk's audio lines up
-    with its tokens).
+    with its tokens). The audio is the stream's own tensor (a graph's output when replayed):
+    read or copy it before the next push.
 
     Its state is declared (`FlowStream.regions` and the vocoder's) and placed by
     `options.demand_sized_state` as a conversation's is: full size at once, or memory that
-    follows the `mel` clock at stable addresses; the output is the same either way."""
+    follows the `mel` clock at stable addresses. With `options.graph_replay` on CUDA, a key
+    runs eagerly the first time it occurs and is captured the second; at creation the stream
+    warms up (`warm_up`) so that the first chunks of `max_chunk` tokens and the steady one are
+    replays from the start. The output is the same with every toggle."""
 
     @torch.inference_mode()
     def __init__(self, model, prompt: Prompt, steps: int = 10, noise: torch.Tensor | None = None,
-                 options: RuntimeOptions | None = None, max_chunk: int = 28):
-        flow = model.flow
+                 options: RuntimeOptions | None = None, max_chunk: int = 28, warm_up: bool | None = None):
+        """`warm_up`: run (and with graphs, capture) the first chunks' keys before the prompt;
+        None: when graphs are replayed."""
+        flow, options = model.flow, options or RuntimeOptions()
         noise = model.noise if noise is None else noise
         prompt = prompt.to(model.device, flow.input_embedding.weight.dtype)
         self.vocoder = StreamingVocoder(model.vocoder)
         regions = (FlowStream.regions(flow, prompt.mel.shape[1], steps, max_chunk)
                    + self.vocoder.regions("t2w.vocoder"))
-        self.store = new_store(regions, model.device, options or RuntimeOptions())
+        self.store = new_store(regions, model.device, options)
         self.vocoder.place({name: self.store[f"t2w.vocoder.{name}"] for name in self.vocoder.state_shapes()})
         self.flow = FlowStream(flow, noise, prompt, steps, self.store, max_chunk)
-        self.lookahead = flow.pre_lookahead_len
+        self.lookahead, self.max_chunk = flow.pre_lookahead_len, max_chunk
         self.silence = self.vocoder.geometry.delay * self.vocoder.hop
         self.started = False
+        replay = options.graph_replay and model.device.type == "cuda"
+        self.graphs = Graphs(model.device) if replay else None
+        self._ran: set[ChunkKey] = set()  # keys run eagerly in this stream: they may be captured
+        self._tokens: dict[int, torch.Tensor] = {}  # static token buffers by chunk length
+        self._inputs: dict[FlowPlan, FlowInputs] = {}
+        if replay if warm_up is None else warm_up:
+            self.warm_up()
+        self.flow.start(prompt)
+
+    # --- the host side ---------------------------------------------------------------------
+
+    @property
+    def counters(self) -> Counters:
+        return Counters(self.flow.counters, self.vocoder.frames, self.vocoder.finalized, self.started)
+
+    def plan(self, tokens: int, last: bool, counters: Counters | None = None) -> tuple[ChunkKey, Counters]:
+        """A push of `tokens` tokens from `counters` (the stream's own by default): its key and
+        the counters after it. Host arithmetic only."""
+        counters = counters or self.counters
+        if counters.finalized:
+            raise ValueError("the stream has ended (its last chunk was pushed)")
+        if not last and tokens <= self.lookahead:
+            raise ValueError(f"a chunk that is not the last needs fresh tokens plus {self.lookahead} of lookahead, "
+                             f"got {tokens}")
+        flow, flow_after = None, counters.flow
+        if tokens:
+            flow, flow_after = self.flow.plan(counters.flow, tokens, last)
+        vocoder = self.vocoder.plan(counters.vocoder, flow.frames if flow else 0, last)
+        sounds = vocoder.samples > 0
+        key = ChunkKey(flow, vocoder, silence=sounds and not counters.started and not last)
+        return key, Counters(flow_after, counters.vocoder + vocoder.frames, last, counters.started or sounds)
+
+    def schedule(self, tokens: int, counters: Counters, limit: int) -> list[ChunkKey]:
+        """The keys of pushes of `tokens` tokens from `counters`, until one repeats (the steady
+        chunk) or `limit` keys."""
+        keys: list[ChunkKey] = []
+        while len(keys) < limit:
+            key, counters = self.plan(tokens, False, counters)
+            if key in keys:
+                break
+            keys.append(key)
+        return keys
+
+    # --- pushes --------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def push(self, tokens: torch.Tensor, last: bool = False) -> torch.Tensor:
         """tokens [1, n]: fresh tokens plus `lookahead` more (n > lookahead), or for the last
         chunk any number (0: flush the vocoder only)."""
-        n = tokens.shape[-1]
-        if not last and n <= self.lookahead:
-            raise ValueError(f"a chunk that is not the last needs fresh tokens plus {self.lookahead} of lookahead, "
-                             f"got {n}")
-        if n:
-            mel = self.flow.chunk(tokens.to(self.vocoder.state["mel"].device), last).float()
-        else:
-            mel = self.vocoder.state["mel"][:, :, :0]
-        audio = self.vocoder.stream(mel, finalize=last)
-        if audio.shape[-1] and not self.started:
-            self.started = True
-            if not last:
-                audio = torch.cat([audio.new_zeros(1, self.silence), audio], dim=1)
+        if tokens.dim() != 2 or tokens.shape[0] != 1:
+            raise ValueError(f"tokens must be [1, n], got {tuple(tokens.shape)}")
+        key, after = self.plan(tokens.shape[1], last)
+        if key.flow is not None:
+            self._token_buffer(key.flow.tokens).copy_(tokens)
+        audio = self._execute(key)
+        self.flow.counters, self.started = after.flow, after.started
+        self.vocoder.advance(key.vocoder)
+        return audio
+
+    @property
+    def captured(self) -> set[ChunkKey]:
+        return set() if self.graphs is None else set(self.graphs.graphs)
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Before the prompt runs: each key of the first chunks of `max_chunk` tokens, up to the
+        steady one, runs once eagerly (lazy initialisation: cuBLAS and cuFFT plans) and, with
+        graphs, is captured, so the stream's first chunk is already a replay. The keys come from
+        the counters the prompt leaves (host arithmetic, `schedule`); the work runs on the
+        store as it is (empty: values do not matter, only shapes and addresses do), then the
+        store is reset, so the state afterwards is the state before: zeros, no row backed."""
+        if self.store.ticks("t2w.estimator.att"):
+            raise RuntimeError("warm_up runs on a fresh stream, before its prompt")
+        prompt, flow_after = self.flow.prompt_plan()
+        start = Counters(flow_after, 0, False, False)
+        self.store.advance("mel", prompt.frames)  # the rows the prompt fills, backed as it would
+        for key in self.schedule(self.max_chunk, start, WARM_UP_CHUNKS):
+            self._execute(key)
+            if self.graphs is not None:
+                self.graphs.capture(key, self._stage(key))
+        self.store.reset()
+
+    def close(self) -> None:
+        """Graphs first: they may point into state mapped outside torch's allocator."""
+        if self.graphs is not None:
+            self.graphs.clear()
+        self.store.close()
+
+    # --- the device side -------------------------------------------------------------------
+
+    def _execute(self, key: ChunkKey) -> torch.Tensor:
+        """Tick the clock (demand-sized rings back the new rows first), then run the key's work:
+        by replay once it is captured or has run eagerly before, else eagerly."""
+        if key.flow is not None:
+            self.store.advance("mel", key.flow.frames)
+        stage = self._stage(key)
+        if self.graphs is not None and (key in self._ran or key in self.graphs.graphs):
+            return self.graphs.run(key, stage)
+        self._ran.add(key)
+        return stage()
+
+    def _stage(self, key: ChunkKey):
+        """The key's work as a function of fixed tensors: static inputs are made here, outside it."""
+        if key.flow is None:
+            return partial(self._work, key, None, None)
+        if key.flow not in self._inputs:
+            self._inputs[key.flow] = self.flow.inputs(key.flow)
+        return partial(self._work, key, self._token_buffer(key.flow.tokens), self._inputs[key.flow])
+
+    def _token_buffer(self, n: int) -> torch.Tensor:
+        if n not in self._tokens:
+            self._tokens[n] = torch.zeros(1, n, dtype=torch.int64, device=self.flow.spk.device)
+        return self._tokens[n]
+
+    def _work(self, key: ChunkKey, tokens: torch.Tensor | None, inputs: FlowInputs | None) -> torch.Tensor:
+        state = self.vocoder.state
+        mel = state["mel"][:, :, :0] if key.flow is None else self.flow.work(key.flow, tokens, inputs).float()
+        audio = self.vocoder.run(state, mel, key.vocoder)
+        if key.silence:
+            audio = torch.cat([audio.new_zeros(1, self.silence), audio], dim=1)
         return audio

@@ -5,9 +5,7 @@ Mel [1, 80, T] -> F0 per frame (float64) -> a harmonic excitation at 24 kHz (the
 filter) -> a causal upsampling conv net fed with the excitation's STFT -> magnitude and phase
 -> ISTFT -> audio [1, T * 480].
 
-`StreamingVocoder` is the stock `BoundedVocoder`: fresh mel in, audio out, with a bounded mel and
-excitation history, a float64 F0 and a continuous float64 harmonic phase. Its state is a dict of
-fixed-shape tensors, allocated once and updated in place.
+The stream (the stock `BoundedVocoder`) is `vocoder_stream.StreamingVocoder`.
 
 Randomness: the stock model draws, when it is built, an initial phase per harmonic and a table of
 uniform noise (300 s x 9 harmonics) from torch's global generator; inference then reads the table
@@ -19,15 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from fractions import Fraction
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.parametrizations import weight_norm
 
-from ..state import Region
 from .vocoder_layers import CausalConv1d, CausalF0Predictor, DownsampleConv1d, ResBlock, UpsampleConv1d
 
 NOISE_TABLE_SAMPLES = 300 * 24000
@@ -75,16 +71,20 @@ class HarmonicSource(nn.Module):
         harmonics = torch.arange(1, self.harmonics + 1, device=f0.device, dtype=f0.dtype)
         return (f0[:, :, None] * harmonics / self.sampling_rate).remainder(1)
 
-    def noise_at(self, first: int, count: int) -> torch.Tensor:
+    def noise_at(self, first: int | torch.Tensor, count: int) -> torch.Tensor:
         """Table rows for absolute samples first.., wrapping at the end of the table as the stock
-        stream does (the stock whole-signal path fails past it instead)."""
+        stream does (the stock whole-signal path fails past it instead). A stream gives `first`
+        as a device counter ([1] int64): the rows are gathered where it points, so the same
+        work (one captured graph) serves every position of a stream."""
         size = self.noise.shape[0]
+        if isinstance(first, torch.Tensor):
+            return self.noise.index_select(0, (torch.arange(count, device=self.noise.device) + first) % size)
         first %= size
         if first + count <= size:
             return self.noise[first:first + count]
         return self.noise.index_select(0, torch.arange(first, first + count, device=self.noise.device) % size)
 
-    def excitation(self, sine: torch.Tensor, f0: torch.Tensor, first_sample: int,
+    def excitation(self, sine: torch.Tensor, f0: torch.Tensor, first_sample: int | torch.Tensor,
                    harmonics_major: bool = False) -> torch.Tensor:
         """Per-frame sines [B, T, H] and F0 [B, T] -> merged excitation [B, 1, T * hop]."""
         sine = sine.repeat_interleave(self.hop, dim=1)
@@ -107,10 +107,11 @@ class HarmonicSource(nn.Module):
         phase = torch.cumsum(self.increments(f0), dim=1) * 2 * math.pi * self.hop
         return self.excitation(torch.sin(phase), f0, 0, harmonics_major=True)
 
-    def stream(self, f0: torch.Tensor, phase: torch.Tensor, first_sample: int) -> torch.Tensor:
+    def stream(self, f0: torch.Tensor, phase: torch.Tensor, first_sample: torch.Tensor) -> torch.Tensor:
         """The next frames of a stream, as the stock BoundedVocoder computes them: the phase is
         carried in float64 cycles modulo 1 (`phase` [1, 1, H], updated in place), so it stays exact
-        however long the stream runs."""
+        however long the stream runs; `first_sample` ([1] int64, on the device) is the absolute
+        sample of the first frame, where the noise table is read."""
         cycles = self.increments(f0).double().cumsum(dim=1) * self.hop + phase
         phase.copy_(cycles[:, -1:].remainder(1))
         sine = (cycles.remainder(1) * (2 * math.pi)).sin().to(f0.dtype)
@@ -218,209 +219,3 @@ class CausalHiFTGenerator(nn.Module):
         if not finalize:
             audio = audio[:, :-self.frame_samples]
         return audio.clamp(-self.audio_limit, self.audio_limit)
-
-
-def decoder_history(model: CausalHiFTGenerator) -> int:
-    """Mel frames of history after which decode() no longer sees the past: its receptive field to
-    the left (upsampling convs, source STFT and downsampling convs, resblocks, conv_post, ISTFT)
-    in mel frames, rounded up, plus two frames for the resampling grids (the stock sizing)."""
-    rate = model.stft_per_frame
-    transform = Fraction(model.n_fft, model.frame_samples)  # one STFT window, in mel frames
-    history, scale = Fraction(0), 1
-    for i, up in enumerate(model.ups):
-        scale *= model.upsample_rates[i]
-        history += Fraction(up.pad, scale)
-        down = model.source_downs[i]
-        source = (transform + Fraction(down.kernel_size[0] - 1, rate)
-                  + Fraction(model.source_resblocks[i].history, scale))
-        blocks = model.resblocks[i * model.per_stage:(i + 1) * model.per_stage]
-        history = max(history, source) + Fraction(max(block.history for block in blocks), scale)
-    history += Fraction(model.conv_post.pad + 1, rate) + transform
-    return math.ceil(history) + 2
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamGeometry:
-    """How far a stream reaches back and ahead, in mel frames."""
-
-    f0_history: int  # the F0 predictor's left receptive field (8)
-    f0_lookahead: int  # its right one (3)
-    history: int  # decode()'s left receptive field (31)
-    decode_lookahead: int  # conv_pre's look-ahead + the held-back ISTFT frame (5)
-    block_frames: int  # mel is taken in blocks of at most this many frames (16)
-
-    @property
-    def delay(self) -> int:
-        """Frames received but not yet vocoded in a running stream (8)."""
-        return self.f0_lookahead + self.decode_lookahead
-
-    @property
-    def mel_frames(self) -> int:
-        """Mel kept: the history before the oldest frame not yet vocoded, the delay, one block (55)."""
-        return max(self.history, self.f0_history - self.decode_lookahead) + self.delay + self.block_frames
-
-    @property
-    def source_frames(self) -> int:
-        """Excitation frames kept: history, decode look-ahead, and the most one step adds (52)."""
-        return self.history + self.decode_lookahead + max(self.block_frames, self.f0_lookahead)
-
-    def source_end(self, received: int, final: bool) -> int:
-        """Frames with excitation once `received` mel frames are in."""
-        return received if final else max(0, received - self.f0_lookahead)
-
-    def emitted(self, received: int, final: bool) -> int:
-        """Frames vocoded once `received` mel frames are in."""
-        return received if final else max(0, received - self.delay)
-
-
-def stream_geometry(model: CausalHiFTGenerator, block_frames: int = 16) -> StreamGeometry:
-    if block_frames < 1:
-        raise ValueError(f"block_frames must be positive, got {block_frames}")
-    return StreamGeometry(model.f0_predictor.history, model.f0_predictor.lookahead, decoder_history(model),
-                          model.conv_pre_look_right + 1, block_frames)
-
-
-def _window(buf: torch.Tensor, first: int, stop: int, end: int, per_frame: int = 1) -> torch.Tensor:
-    """Frames [first, stop) of a buffer whose last column holds the last sample of frame end - 1."""
-    size = buf.shape[-1]
-    if (end - first) * per_frame > size:
-        raise RuntimeError(f"stream window of {end - first} frames exceeds its buffer")  # a geometry bug
-    return buf[..., size - (end - first) * per_frame:size - (end - stop) * per_frame]
-
-
-def _shift(buf: torch.Tensor, count: int) -> None:
-    """Drop the oldest `count` columns, making room at the end (in place)."""
-    if count:
-        buf[..., :-count] = buf[..., count:].clone()  # overlapping: copy_ needs a separate source
-
-
-class StreamingVocoder:
-    """One stream through `model`, equal to the stock BoundedVocoder: feed fresh mel [1, C, n] to
-    `stream`; each call returns the audio that became final, [1, samples]; finalize=True returns
-    the rest and ends the stream. A running stream holds back `geometry.delay` frames.
-
-    State, a dict of fixed-shape tensors (`state_shapes()`), updated in place:
-      mel     [1, C, mel_frames] float32: the last mel frames received, the newest at the end;
-      source  [1, 1, source_frames * hop] float32: the excitation of the last frames, newest at the end;
-      phase   [1, 1, H] float64: each harmonic's phase in cycles (modulo 1) after the last frame.
-    Which frames these hold follows from how many frames were received: that count is the stream's
-    clock, kept on the host (`frames`), since it sets the window sizes, i.e. tensor shapes; reading
-    it from the device would stall every chunk. `process` is the same step for state placed elsewhere.
-    """
-
-    def __init__(self, model: CausalHiFTGenerator, block_frames: int = 16,
-                 state: Mapping[str, torch.Tensor] | None = None):
-        """`state`: tensors placed by the caller; None allocates them here, on first use, so
-        a caller may `place` them after reading `regions`."""
-        self.model = model
-        self.geometry = stream_geometry(model, block_frames)
-        self.hop = model.frame_samples
-        self._state = None if state is None else self._checked(state)
-        self.frames, self.finalized = 0, False
-
-    @property
-    def state(self) -> Mapping[str, torch.Tensor]:
-        if self._state is None:
-            self._state = self.new_state()
-        return self._state
-
-    def place(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Use `state` (e.g. a store's regions, `regions()`) for this stream from now on."""
-        self._state = self._checked(state)
-
-    def state_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        g, harmonics = self.geometry, self.model.m_source.harmonics
-        return {"mel": ((1, self.model.conv_pre.in_channels, g.mel_frames), torch.float32),
-                "source": ((1, 1, g.source_frames * self.hop), torch.float32),
-                "phase": ((1, 1, harmonics), torch.float64)}
-
-    def regions(self, prefix: str = "vocoder") -> list[Region]:
-        """The state as engine regions (fixed: their size never depends on the stream's length)."""
-        return [Region(f"{prefix}.{name}", shape, dtype) for name, (shape, dtype) in self.state_shapes().items()]
-
-    def new_state(self, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
-        device = self.model.conv_pre.bias.device if device is None else device
-        return {name: torch.zeros(shape, dtype=dtype, device=device) for name, (shape, dtype) in
-                self.state_shapes().items()}
-
-    def _checked(self, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
-        for name, (shape, dtype) in self.state_shapes().items():
-            if name not in state or tuple(state[name].shape) != shape or state[name].dtype != dtype:
-                raise ValueError(f"vocoder state {name!r} must be {shape} {dtype}")
-        return state
-
-    def reset(self) -> None:
-        """A new stream: state zeroed in place, clock back to zero."""
-        for tensor in self.state.values():
-            tensor.zero_()
-        self.frames, self.finalized = 0, False
-
-    def stream(self, mel: torch.Tensor, finalize: bool = False) -> torch.Tensor:
-        if mel.dim() != 3 or tuple(mel.shape[:2]) != (1, self.model.conv_pre.in_channels):
-            raise ValueError(f"vocoder stream needs fresh mel [1, {self.model.conv_pre.in_channels}, frames], "
-                             f"got {tuple(mel.shape)}")
-        if self.finalized:
-            if mel.shape[-1] or not finalize:
-                raise ValueError("vocoder stream already finalized; reset() for a new one")
-            return mel.new_zeros(1, 0)
-        audio = self.process(self.state, mel, self.frames, finalize)
-        self.frames += mel.shape[-1]
-        self.finalized = finalize
-        return audio
-
-    @torch.inference_mode()
-    def process(self, state: Mapping[str, torch.Tensor], mel: torch.Tensor, received: int,
-                finalize: bool) -> torch.Tensor:
-        """One call of a stream that had received `received` frames: mel [1, C, n] -> audio [1, samples]."""
-        g, hop = self.geometry, self.hop
-        fresh = mel.shape[-1]
-        out = torch.empty(1, (g.emitted(received + fresh, finalize) - g.emitted(received, False)) * hop,
-                          dtype=torch.float32, device=mel.device)
-        written = 0
-        with torch.autocast(mel.device.type, enabled=False):
-            # Block by block, as the stock stream does: each block's windows, hence its rounding, match.
-            for first in range(0, fresh, g.block_frames):
-                block = mel[..., first:first + g.block_frames]
-                _shift(state["mel"], block.shape[-1])
-                state["mel"][..., -block.shape[-1]:] = block
-                written += self._step(state, received, received + block.shape[-1], False, out[:, written:])
-                received += block.shape[-1]
-            if finalize:
-                written += self._step(state, received, received, True, out[:, written:])
-        if written != out.shape[1]:
-            raise RuntimeError(f"vocoder stream wrote {written} samples, expected {out.shape[1]}")
-        return out
-
-    def _step(self, state: Mapping[str, torch.Tensor], before: int, received: int, final: bool,
-              out: torch.Tensor) -> int:
-        """Bring excitation and audio up to `received` frames (all of them if final); returns samples written."""
-        g, hop = self.geometry, self.hop
-        start, end = g.source_end(before, False), g.source_end(received, final)
-        if end > start:
-            self._extend_source(state, received, start, end, final)
-        done, ready = g.emitted(before, False), g.emitted(received, final)
-        if ready <= done:
-            return 0
-        first = max(0, done - g.history)
-        mel = _window(state["mel"], first, end, received)
-        source = _window(state["source"], first, end, end, hop)
-        audio = self.model.decode(mel, source, finalize=final)[:, (done - first) * hop:]
-        out[:, :audio.shape[1]] = audio
-        return audio.shape[1]
-
-    def _extend_source(self, state: Mapping[str, torch.Tensor], received: int, start: int, end: int,
-                       final: bool) -> None:
-        """Excitation for frames [start, end) appended to state["source"]."""
-        g, hop, buf = self.geometry, self.hop, state["source"]
-        first = max(0, start - g.f0_history)
-        f0 = self.model.predict_f0(_window(state["mel"], first, received, received), finalize=final)
-        f0 = f0[:, start - first:]
-        if f0.shape[1] != end - start:
-            raise RuntimeError(f"F0 for {f0.shape[1]} frames, expected {end - start}")
-        _shift(buf, (end - start) * hop)
-        base = buf.shape[-1] - (end - start) * hop
-        # In blocks, as stock does: the float64 phase sums then round the same way.
-        for i in range(0, end - start, g.block_frames):
-            part = f0[:, i:i + g.block_frames]
-            at = base + i * hop
-            buf[..., at:at + part.shape[1] * hop] = self.model.m_source.stream(part, state["phase"], (start + i) * hop)

@@ -38,11 +38,13 @@ SHAPES = {  # name: (N, K, dtype)
 }
 CONFIGS = [fused_linear._Config(bn, bk, w, s)
            for bn, bk, w, s in itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8), (1, 3))]
-INT8_SHAPES = [name for name in SHAPES if not name.startswith("mimi")]  # Mimi stays in float
+INT8_SHAPES = ["temporal qkv", "temporal ffn in", "temporal ffn out", "depformer qkv", "depformer ffn in"]
 INT8_CONFIGS = [fused_linear._Config(bn, bk, w, 3)
-                for bn, bk, w in itertools.product((2, 4), (2048, 4096), (4, 8))]
-"""Int8 tiles: an int8 weight tile is half the bytes of a bf16 one, so wider K chunks (or more
-rows per program) keep as many bytes in flight."""
+                for (bn, bk), w in itertools.product(((2, 4096), (4, 2048), (8, 1024), (8, 2048), (16, 512),
+                                                      (16, 1024), (32, 256), (32, 512)), (4, 8))]
+"""Int8 tiles: every program reads the whole input row besides its weight rows, so with int8
+weights (half the bytes per row) more rows per program keep the input's share of the traffic
+down; the accumulator [BN, BK] bounds BN * BK."""
 CALLS = 24
 L2_BYTES = 256 << 20
 

@@ -1,0 +1,55 @@
+"""Captured CUDA graphs by key, sharing one memory pool: how the frame runner
+(engine.runtime.runner) and a token2wav stream (engine.token2wav.stream) replay their work.
+
+A key names one exact-shape piece of work (a stage of a frame, a chunk of a stream); the
+caller decides when capture is safe (after one eager run of that key has done every lazy
+initialisation: kernel compilation, cuBLAS/cuFFT plans, constant tables) and what the key is.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class Graphs:
+    """Captured CUDA graphs by key, sharing one memory pool. A generator given here is
+    registered with each graph, so a replay draws the same random numbers as the eager path.
+
+    A graph captured later may hold its outputs where an earlier one keeps scratch memory, so
+    every output is read before another graph replays, unless the graphs always replay in
+    the order they were captured."""
+
+    def __init__(self, device: torch.device, generator: torch.Generator | None = None):
+        self.device, self.generator = device, generator
+        self.pool = None
+        self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
+        self.replays = 0
+        """Replays since the graphs were made (what a test reads to see they were used)."""
+
+    def capture(self, key: Any, stage: Callable[[], Any]) -> None:
+        """Record `stage` as the graph of `key` without running it (a replay runs it)."""
+        graph = torch.cuda.CUDAGraph()
+        if self.generator is not None:
+            graph.register_generator_state(self.generator)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        torch.cuda.synchronize(self.device)
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = stage()  # recorded, not run
+        self.graphs[key] = graph, outputs
+
+    def run(self, key: Any, stage: Callable[[], Any]) -> Any:
+        """Replay the graph of `key`, capturing `stage` first if it has none; returns the
+        outputs the capture recorded (rewritten by each replay)."""
+        if key not in self.graphs:
+            self.capture(key, stage)
+        graph, outputs = self.graphs[key]
+        graph.replay()
+        self.replays += 1
+        return outputs
+
+    def clear(self) -> None:
+        self.graphs.clear()
+        self.pool = None
