@@ -4,7 +4,9 @@ Both runtimes run the same full-size random weights (built by the stock runtime,
 the official layout, read back by our loader) on the same input frames. Reported per runtime:
 per-frame p50/p99 of the deployment path (PCM in on the host -> PCM out on the host) and of
 each stage, SPEAK time per second, streaming-state memory at 10 / 30 / 120 s of
-conversation, peak memory; then the ratios ours/stock and the weight-read floor.
+conversation, peak memory; then the ratios ours/stock and the weight-read floor. The int8
+rows run the same weights from the official q8 layout through stock q8 (bitsandbytes) and
+ours, over the whole context and under memory budgets (engine.runtime.memory_budget).
 """
 from __future__ import annotations
 
