@@ -5,7 +5,7 @@ from pathlib import Path
 
 from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from engine.options import TOGGLES, WEIGHTS, RuntimeOptions
+from engine import TOGGLES, WEIGHTS, RuntimeOptions
 
 # Versioned: the first release stored both toggles off, its default then, not a choice.
 RUNTIME_GROUP = "runtime.v2"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
-from engine.frame import FRAME_SIZE
-from engine.frame import SAMPLE_RATE as ENGINE_RATE
+from engine import FRAME_SIZE
+from engine import SAMPLE_RATE as ENGINE_RATE
 
 from .audio_devices import AudioDevice, sd
 from .ring_buffer import SpscRing

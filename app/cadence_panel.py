@@ -2,20 +2,29 @@
 health, and the runtime switches."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from PyQt6.QtCore import pyqtSignal
 from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from engine.diffuplex_stats import DiffuPlexStats
-from engine.options import RuntimeOptions
+from engine import DiffuPlexStats, RuntimeOptions
 
 from .audio_io import AudioCounters
 from .cadence_chart import CadenceChart
 from .cadence_stats import CadenceStats
 from .runtime_controls import RuntimeControls
 
+if TYPE_CHECKING:
+    from .conversation import FrameReport
+
 
 class CadencePanel(QWidget):
+    options_changed = pyqtSignal(object)  # RuntimeOptions: the user changed a switch (RuntimeControls.changed)
+    adapter_requested = pyqtSignal()  # the user wants to pick a DiffuPlex predictor file
+
     def __init__(self, options: RuntimeOptions, parent=None):
         super().__init__(parent)
+        self._backlog_cap_s: float | None = None
         self.stats = CadenceStats()
         self.chart = CadenceChart(self.stats)
         self.speak_label = QLabel()
@@ -26,6 +35,8 @@ class CadencePanel(QWidget):
         self.diffuplex_label = QLabel()
         self.audio_label.setWordWrap(True)
         self.controls = RuntimeControls(options)
+        self.controls.changed.connect(self.options_changed)
+        self.controls.adapter_requested.connect(self.adapter_requested)
         controls_box = QGroupBox("Runtime (applies from the next frame)")
         QVBoxLayout(controls_box).addWidget(self.controls)
         layout = QVBoxLayout(self)
@@ -37,8 +48,10 @@ class CadencePanel(QWidget):
         layout.addWidget(controls_box)
         self.reset()
 
-    def reset(self) -> None:
-        """A new conversation starts a new chart; memory and audio lines wait for frames."""
+    def reset(self, backlog_cap_s: float | None = None) -> None:
+        """A new conversation starts a new chart; memory and audio lines wait for frames.
+        `backlog_cap_s`: the microphone queue's cap in this conversation (None: uncapped)."""
+        self._backlog_cap_s = backlog_cap_s
         self.stats = CadenceStats()
         self.diffuplex = DiffuPlexStats()
         self.diffuplex_label.setText("DiffuPlex: —")
@@ -48,23 +61,37 @@ class CadencePanel(QWidget):
         self.audio_label.setText("Audio: —")
         self.chart.update()
 
-    def add_frame(self, timings: dict, speak_s: list[float], gpu_memory: int | None,
-                  counters: AudioCounters, backlog_cap_s: float | None, state_memory: int | None = None,
-                  diffuplex=None) -> None:
-        """One frame's engine timings, SPEAK times of seconds completed with it, and what
-        DiffuPlex did in it (an engine WakeReport, or None)."""
-        self.stats.add_frame(timings)
-        self.diffuplex.add(diffuplex, timings)
+    def add_frame(self, report: FrameReport) -> None:
+        """One frame: its engine timings, the SPEAK times of seconds completed with it, what
+        DiffuPlex did in it, the memory in use after it, and the audio streams' health."""
+        out = report.output
+        self.stats.add_frame(out.timings)
+        self.diffuplex.add(out.diffuplex, out.timings)
         self.diffuplex_label.setText(self.diffuplex.summary() if self.diffuplex.frames else "DiffuPlex: off (AR)")
-        self.stats.add_seconds(speak_s)
+        self.stats.add_seconds(list(out.speak_s))
         self._refresh_labels()
-        memory = ("GPU memory in use: n/a (running on CPU)" if gpu_memory is None
-                  else f"GPU memory in use: {gpu_memory / 2**30:.2f} GiB")
-        if state_memory is not None:
-            memory += f" · streaming state {state_memory / 2**20:.1f} MiB"
+        memory = ("GPU memory in use: n/a (running on CPU)" if out.gpu_memory_bytes is None
+                  else f"GPU memory in use: {out.gpu_memory_bytes / 2**30:.2f} GiB")
+        memory += f" · streaming state {out.state_bytes / 2**20:.1f} MiB"
         self.memory_label.setText(memory)
-        self.audio_label.setText(_audio_line(counters, backlog_cap_s))
+        self.audio_label.setText(_audio_line(report.counters, self._backlog_cap_s))
         self.chart.update()
+
+    # The runtime switches, for the window (their widget stays the panel's own).
+    def apply_capabilities(self, reasons: dict[str, str | None] | None) -> None:
+        """What the loaded model can do, or with None that no model is loaded (RuntimeControls)."""
+        self.controls.apply_capabilities(reasons)
+
+    def show_adapter(self, name: str) -> None:
+        self.controls.show_adapter(name)
+
+    def options(self) -> RuntimeOptions:
+        """What will run: the user's choices where this model and machine can honour them."""
+        return self.controls.options()
+
+    def chosen_options(self) -> RuntimeOptions:
+        """What the user chose, whatever this model and machine can do (what the settings keep)."""
+        return self.controls.chosen()
 
     def _refresh_labels(self) -> None:
         s = self.stats

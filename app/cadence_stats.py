@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.frame import FRAME_SECONDS as FRAME_S
-from engine.frame import STAGES
+from engine import FRAME_SECONDS as FRAME_S
+from engine import STAGES
 
 
 class CadenceStats:

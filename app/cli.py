@@ -7,26 +7,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from engine.options import WEIGHTS
+from engine import WEIGHTS
 
 
 def _codec(args) -> None:
     import numpy as np
 
-    from engine import load_mimi
-    from engine.audio_io import check_writable, output_format, read_audio, split_frames, write_audio
-    from engine.codec import CodecSession
-    from engine.device import limit_cpu_threads, select_device
-    from engine.frame import SAMPLE_RATE
-    from engine.model import mimi_file
+    from engine import (
+        SAMPLE_RATE,
+        CodecSession,
+        check_writable,
+        limit_cpu_threads,
+        load_model_mimi,
+        output_format,
+        read_audio,
+        select_device,
+        split_frames,
+        write_audio,
+    )
 
     check_writable(args.output)
     output_format(args.output)
     device = select_device(args.device)
     limit_cpu_threads(device)
     pcm = read_audio(args.input)
-    codec = CodecSession(load_mimi(mimi_file(args.model), device=device))
+    codec = CodecSession(load_model_mimi(args.model, device=device))
     try:
         out = [codec.roundtrip(frame) for frame in split_frames(pcm)]
     finally:
@@ -40,19 +47,30 @@ def _offline(args) -> None:
     run_offline(args)
 
 
-def _bench(args) -> None:
-    from pathlib import Path
+BENCH_ROOT = Path(__file__).resolve().parent.parent
+"""Where `duplexcadence bench` finds bench/: the folder app/ is in, a checkout when app/ runs
+from one (an editable install imports it from there); an installed wheel and the PyInstaller
+bundle carry no bench/."""
 
+
+def _bench(args) -> None:
+    # Not an installed package: setuptools' editable finder maps only engine and app, so the
+    # checkout itself goes on the path.
+    if not (BENCH_ROOT / "bench" / "__init__.py").is_file():
+        raise FileNotFoundError("benchmarks run from a checkout of the repository (bench/ is not part of the "
+                                "installed app)")
+    if str(BENCH_ROOT) not in sys.path:
+        sys.path.insert(0, str(BENCH_ROOT))
     if args.tail:
-        from engine.bench.token2wav import run_token2wav_bench
+        from bench.token2wav import run_token2wav_bench
         run_token2wav_bench(Path(args.output or "bench_token2wav.json"), args.seed)
         return
     if args.diffuplex:
-        from engine.bench.diffuplex import run_diffuplex_bench
+        from bench.diffuplex import run_diffuplex_bench
         output = Path(args.output or f"bench_diffuplex_{args.model}.json")
         run_diffuplex_bench(args.model, args.frames or 375, args.block, args.seed, output)
         return
-    from engine.bench.run import run_bench
+    from bench.run import run_bench
     output = Path(args.output or f"bench_{args.model}.json")
     run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames,
               args.int8_frames)
@@ -65,20 +83,14 @@ def _token2wav(args) -> None:
 
 
 def _quantize(args) -> None:
-    from engine.device import select_device
-    from engine.q8_export import export_q8
+    from engine import export_q8, select_device
 
     path = export_q8(args.model, args.output, select_device(args.device))
     print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) and the checkpoint's other files")
 
 
 def _train(args) -> None:
-    from pathlib import Path
-
-    from engine import load_model
-    from engine.device import limit_cpu_threads, select_device
-    from engine.paths import SPEECH_SAMPLE
-    from engine.train_diffuplex import TrainSettings, print_progress, train
+    from engine import SPEECH_SAMPLE, TrainSettings, limit_cpu_threads, load_model, select_device, train_predictor
 
     out = Path(args.out)
     if out.suffix != ".safetensors":
@@ -92,8 +104,18 @@ def _train(args) -> None:
     device = select_device(args.device)
     limit_cpu_threads(device)
     model = load_model(args.model, device=device, dtype=torch_dtype(device))
-    train(model, Path(args.data) if args.data else SPEECH_SAMPLE, out, settings, args.resume, print_progress)
+    train_predictor(model, Path(args.data) if args.data else SPEECH_SAMPLE, out, settings, args.resume,
+                    _print_training_progress)
     print(f"wrote {out}", file=sys.stderr)
+
+
+def _print_training_progress(step: int, steps: int, loss: float) -> None:
+    """One line on stderr, redrawn every step, ended with the last."""
+    filled = 30 * step // steps
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] step {step}/{steps} loss {loss:.3f}")
+    if step == steps:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
 
 
 def torch_dtype(device: str):
@@ -155,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
 
-    bench = sub.add_parser("bench", help="ours against the stock runtime (needs a CUDA GPU and moshi==0.2.13; "
-                                         "random full-size weights)")
+    bench = sub.add_parser("bench", help="ours against the stock runtime (from a checkout of the repository; needs "
+                                         "a CUDA GPU and moshi==0.2.13; random full-size weights)")
     bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko")
     bench.add_argument("--frames", type=int, help="frames per run (default 1500 = 120 s; 375 with --diffuplex)")
     bench.add_argument("--plain-frames", type=int, default=150,

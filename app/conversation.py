@@ -9,6 +9,7 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PyQt6.QtCore import QObject, pyqtSignal
@@ -16,19 +17,23 @@ from PyQt6.QtCore import QObject, pyqtSignal
 from .audio_io import AudioCounters
 from .recorder import ConversationRecorder
 
+if TYPE_CHECKING:
+    from engine import DuplexSession, FrameOutput, RuntimeOptions
+
+    from .audio_io import AudioLink
+    from .file_feed import FileFeed
+
 log = logging.getLogger("duplexcadence.conversation")
 IDLE_WAIT_S = 0.004  # between polls of the microphone ring while no frame is complete
 
 
 @dataclass(frozen=True)
 class FrameReport:
+    """One frame of the conversation, for the GUI thread: the engine's output as the session
+    returned it (a new object each frame, holding its own copies, so the GUI thread can read
+    it while the engine runs the next), and what the app measured around it."""
     index: int
-    text: str
-    timings: dict             # seconds per stage (encode, backbone, depformer, decode) + total
-    speak_s: tuple            # SPEAK time of each second of conversation completed now
-    gpu_memory: int | None    # bytes in use on the model's GPU; None on CPU
-    state_memory: int         # bytes of streaming state the conversation holds
-    diffuplex: object         # engine WakeReport of the frame, or None when DiffuPlex did not run
+    output: FrameOutput
     level_dbfs: float         # of the microphone frame the engine heard
     counters: AudioCounters
 
@@ -49,10 +54,10 @@ class ConversationSignals(QObject):
 
 
 class ConversationWorker(threading.Thread):
-    """`session` is an engine.DuplexSession; `link` an AudioLink (or FileFeed); `recorder` may
-    be None (not recording); `persona` is (voice, role) for PersonaPlex models, else None."""
+    """`recorder` may be None (not recording); `persona` is (voice, role) for PersonaPlex
+    models, else None."""
 
-    def __init__(self, session, link, recorder: ConversationRecorder | None,
+    def __init__(self, session: DuplexSession, link: AudioLink | FileFeed, recorder: ConversationRecorder | None,
                  persona: tuple[str | None, str] | None, signals: ConversationSignals):
         """The session's options are set before the thread starts (set_options)."""
         super().__init__(name="engine-conversation", daemon=True)
@@ -62,7 +67,7 @@ class ConversationWorker(threading.Thread):
         self._muted = False
         self._stopping = threading.Event()
 
-    def set_options(self, options) -> None:
+    def set_options(self, options: RuntimeOptions) -> None:
         """GUI thread: checked now, applied by the engine before its next frame (the
         session's mailbox; it touches no device)."""
         try:
@@ -74,7 +79,11 @@ class ConversationWorker(threading.Thread):
         self._muted = muted
 
     def stop(self) -> None:
+        """GUI thread: silence at once (the audio link closes now); the engine thread finishes
+        its current frame and exits. Stopping comes first: a link closed by a stop is no
+        device problem to report."""
         self._stopping.set()
+        self.link.close()
 
     def run(self) -> None:
         try:
@@ -127,10 +136,7 @@ class ConversationWorker(threading.Thread):
                     options = self.session.options
                     self.recorder.note_options(dataclasses.asdict(options))
                 self.recorder.add_frame(frame, out.pcm, out.text)
-            self.signals.frame.emit(FrameReport(
-                index=index, text=out.text, timings=dict(out.timings), speak_s=out.speak_s,
-                gpu_memory=out.gpu_memory_bytes, state_memory=out.state_bytes, diffuplex=out.diffuplex,
-                level_dbfs=_dbfs(frame), counters=self.link.counters()))
+            self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters()))
             index += 1
 
     def _reset_session(self) -> None:

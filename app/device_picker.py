@@ -75,6 +75,13 @@ class DevicePicker(QGroupBox):
         if not running:
             self.meter.setValue(METER_FLOOR_DB)
 
+    def is_muted(self) -> bool:
+        return self.mute.isChecked()
+
+    def set_muted(self, muted: bool) -> None:
+        """As if the user ticked the switch (muted_changed is emitted on a change)."""
+        self.mute.setChecked(muted)
+
     def set_level(self, dbfs: float) -> None:
         self.meter.setValue(int(max(METER_FLOOR_DB, min(0.0, dbfs))))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio_io import read_audio
+from engine import read_audio
 
 from .audio_io import ENGINE_RATE, FRAME_SIZE, AudioCounters
 

@@ -1,22 +1,20 @@
 """The main window: pick a model and audio devices, talk, watch the cadence panel.
 
-Everything slow or numeric runs on engine threads (model loading, the conversation); this
-window only reacts to their queued signals."""
+The window lays out the widgets; two controllers drive them: the model (choosing, checking it
+fits, loading it) and the conversation (start, stop, frames to the panel). Everything slow or
+numeric runs on engine threads; the window only reacts to their queued signals."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import sys
 from pathlib import Path
 
-import soundfile as sf
 from PyQt6.QtCore import Qt, QTimer, QUrl
-from PyQt6.QtGui import QDesktopServices, QIcon, QTextCursor
+from PyQt6.QtGui import QDesktopServices, QIcon
 from PyQt6.QtWidgets import (
     QApplication,
     QCheckBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -30,18 +28,16 @@ from PyQt6.QtWidgets import (
 )
 
 from .app_settings import AppSettings
-from .audio_io import AudioConfig, AudioDeviceError, AudioLink
+from .audio_io import AudioConfig
 from .cadence_panel import CadencePanel
-from .cadence_stats import FRAME_S
-from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
+from .conversation_controller import ConversationController
 from .crash_reporting import CrashReporter, default_log_dir, setup_logging
 from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
 from .device_picker import DevicePicker
 from .message_bar import MessageBar
-from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, MemoryCheck, ModelLoader, PredictorLoader
+from .model_controller import ModelController
 from .model_picker import ModelPicker
 from .project_info import project_info
-from .recorder import ConversationRecorder
 
 log = logging.getLogger("duplexcadence")
 
@@ -57,30 +53,29 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(self.info.display_name)
         self.setWindowIcon(QIcon(str(self.info.icon)))
         self.settings = settings or AppSettings()
-        self.compute_device = device
-        self.audio_config = audio_config or AudioConfig()
-        self.loaded: LoadedModel | None = None
-        self.worker: ConversationWorker | None = None
-        self.loader: ModelLoader | None = None
         self.last_dialog: QMessageBox | None = None
-        self.last_end: ConversationEnd | None = None
-        self._start_when_loaded = False
-        self._pending_feed = None
-        self._backlog_cap: float | None = None
         self._recording_path = str(self.settings.recordings_dir)
-        self._build()
+        self._build_widgets()
+        self._build_layout()
         self._build_menu()
+        self.models = ModelController(
+            self.settings, device, picker=self.model_picker, panel=self.panel, compute_label=self.compute_label,
+            message_bar=self.message_bar, parent=self)
+        self.conversation = ConversationController(
+            self.models, self.settings, audio_config or AudioConfig(), start_button=self.start_button,
+            stop_button=self.stop_button, record_box=self.record_box, clock=self.clock, transcript=self.transcript,
+            panel=self.panel, model_picker=self.model_picker, device_picker=self.device_picker,
+            message_bar=self.message_bar, parent=self)
         self._connect()
         geometry = self.settings.geometry()
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
             self.resize(1100, 720)
-        CheckpointScan(self.loader_signals).start()
-        self.check_memory()
+        self.models.start_checks()
 
     # --- layout -------------------------------------------------------------------------
-    def _build(self) -> None:
+    def _build_widgets(self) -> None:
         self.hint_bar = MessageBar("Got it")
         if not self.settings.headphones_hint_done:
             self.hint_bar.show_message(HEADPHONES_HINT, "info")
@@ -106,6 +101,7 @@ class MainWindow(QMainWindow):
         self.compute_label = QLabel("Compute: no model loaded")
         self.statusBar().addPermanentWidget(self.compute_label)
 
+    def _build_layout(self) -> None:
         pickers = QHBoxLayout()
         pickers.addWidget(self.model_picker, 1)
         pickers.addWidget(self.device_picker, 1)
@@ -113,11 +109,22 @@ class MainWindow(QMainWindow):
         for widget in (self.start_button, self.stop_button, self.clock):
             buttons.addWidget(widget)
         buttons.addStretch(1)
-        buttons.addWidget(self.record_box)
-        buttons.addWidget(self.recordings_button)
-        buttons.addWidget(self.copy_path_button)
+        for widget in (self.record_box, self.recordings_button, self.copy_path_button):
+            buttons.addWidget(widget)
         recording_row = QHBoxLayout()
         recording_row.addWidget(self.recording_label, 1)
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        for item in (self.hint_bar, self.message_bar):
+            layout.addWidget(item)
+        layout.addLayout(pickers)
+        layout.addLayout(buttons)
+        layout.addLayout(recording_row)
+        layout.addWidget(self._conversation_area(), 1)
+        self.setCentralWidget(central)
+
+    def _conversation_area(self) -> QSplitter:
+        """The transcript beside the cadence panel."""
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
@@ -132,15 +139,20 @@ class MainWindow(QMainWindow):
         panel_area.setFrameShape(QScrollArea.Shape.NoFrame)
         splitter.addWidget(panel_area)
         splitter.setSizes([450, 650])
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        for item in (self.hint_bar, self.message_bar):
-            layout.addWidget(item)
-        layout.addLayout(pickers)
-        layout.addLayout(buttons)
-        layout.addLayout(recording_row)
-        layout.addWidget(splitter, 1)
-        self.setCentralWidget(central)
+        return splitter
+
+    def _connect(self) -> None:
+        self.models.failed.connect(self._show_load_failure)
+        self.conversation.status.connect(self._show_status)
+        self.conversation.recording_shown.connect(self._show_recording_path)
+        # The user's choices, remembered as they are made.
+        self.record_box.toggled.connect(lambda on: setattr(self.settings, "record", on))
+        self.panel.options_changed.connect(
+            lambda _: setattr(self.settings, "runtime_options", self.panel.chosen_options()))
+        self.hint_bar.dismissed.connect(
+            lambda: setattr(self.settings, "headphones_hint_done", True))
+        self.recordings_button.clicked.connect(self.open_recordings)
+        self.copy_path_button.clicked.connect(self.copy_recording_path)
 
     def _build_menu(self) -> None:
         help_menu = self.menuBar().addMenu("&Help")
@@ -186,217 +198,16 @@ class MainWindow(QMainWindow):
         self.gpu_dialog = GpuSupportDialog(manifest, gpu, self)
         self.gpu_dialog.open()
 
-    def _connect(self) -> None:
-        self.loader_signals = LoaderSignals()
-        self.loader_signals.progress.connect(self.model_picker.set_loading)
-        self.loader_signals.loaded.connect(self.set_model)
-        self.loader_signals.failed.connect(self._on_load_failed)
-        self.loader_signals.checkpoints.connect(self.model_picker.add_checkpoints)
-        self.loader_signals.fit.connect(self.model_picker.show_fit)
-        self.model_picker.choice_changed.connect(self.check_memory)
-        self.conversation_signals = ConversationSignals()
-        self.conversation_signals.started.connect(
-            lambda: self.statusBar().showMessage("Conversation running."))
-        self.conversation_signals.frame.connect(self._on_frame)
-        self.conversation_signals.notice.connect(lambda text: self.statusBar().showMessage(text))
-        self.conversation_signals.failed.connect(self.message_bar.show_message)
-        self.conversation_signals.finished.connect(self._on_finished)
-        self.model_picker.load_requested.connect(lambda _: self.load_model())
-        self.start_button.clicked.connect(lambda: self.start_conversation())
-        self.stop_button.clicked.connect(self.stop_conversation)
-        self.record_box.toggled.connect(lambda on: setattr(self.settings, "record", on))
-        self.recordings_button.clicked.connect(self.open_recordings)
-        self.copy_path_button.clicked.connect(self.copy_recording_path)
-        self.device_picker.muted_changed.connect(self._on_muted)
-        self.panel.controls.changed.connect(self._on_options)
-        self.panel.controls.adapter_requested.connect(self.choose_predictor)
-        self.predictor_signals = LoaderSignals()
-        self.predictor_signals.predictor.connect(self._on_predictor)
-        self.predictor_signals.failed.connect(
-            lambda _, message: self._predictor_done() and self.message_bar.show_message(message))
-        self.hint_bar.dismissed.connect(
-            lambda: setattr(self.settings, "headphones_hint_done", True))
-
-    # --- model --------------------------------------------------------------------------
-    def load_model(self) -> None:
-        if (self.loader is not None and self.loader.is_alive()) or self.worker is not None:
-            return
-        source = self.model_picker.source()
-        self.settings.model_source = source
-        previous, self.loaded = self.loaded, None  # freed first: two 7B models rarely fit
-        self.compute_label.setText("Compute: loading…")
-        self.panel.controls.apply_capabilities(None)
-        self.start_button.setEnabled(False)
-        self.model_picker.set_loading(f"Loading {source}…")
-        self.loader = ModelLoader(source, self.compute_device, self.loader_signals, previous,
-                                  self.model_picker.chosen_weights())
-        self.loader.start()
-
-    def check_memory(self) -> None:
-        """Whether the chosen model and weights fit, shown in the picker before loading."""
-        self.model_picker.fit.setText("Checking the memory it needs…")
-        MemoryCheck(self.model_picker.source(), self.model_picker.chosen_weights(), self.compute_device,
-                    self.loader_signals).start()
-
-    def set_model(self, loaded: LoadedModel) -> None:
-        """Talk with this (loaded) model from now on."""
-        self.loaded = loaded
-        self.model_picker.set_done(f"Loaded {loaded.name} on {loaded.device_label}.")
-        self.model_picker.fit.setText(loaded.memory)
-        self.model_picker.fit.setStyleSheet("")
-        self.model_picker.show_persona(loaded.voices, loaded.default_role)
-        # Where the model runs, and why there (on the CPU: no GPU, no driver, or no GPU support yet).
-        self.compute_label.setText(f"Compute: {loaded.device_reason}")
-        log.info("loaded %s on %s (%s)", loaded.source, loaded.device_label, loaded.device_reason)
-        self.panel.controls.apply_capabilities(loaded.capabilities)
-        self.panel.controls.adapter_label.setText(loaded.predictor or "none")
-        if loaded.notice:
-            self.message_bar.show_message(loaded.notice, "info")
-        self.start_button.setEnabled(True)
-        if self._start_when_loaded:
-            self._start_when_loaded = False
-            self.start_conversation()
-
-    def _on_load_failed(self, source: str, message: str) -> None:
-        self._start_when_loaded, self._pending_feed = False, None
-        self.compute_label.setText("Compute: no model loaded")
-        self.model_picker.set_done(f"Could not load {source}.")
-        self.start_button.setEnabled(True)
+    def _show_load_failure(self, source: str, message: str) -> None:
         self.last_dialog = QMessageBox(QMessageBox.Icon.Critical, "Could not load the model",
                                        message, QMessageBox.StandardButton.Ok, self)
         self.last_dialog.open()
 
-    # --- conversation -------------------------------------------------------------------
-    def start_conversation(self, feed=None) -> None:
-        """Talk through the chosen devices, or through `feed` (e.g. a FileFeed)."""
-        if self.worker is not None:
-            return
-        if self.loaded is None or self.loaded.source != self.model_picker.source():
-            self._start_when_loaded = True
-            self._pending_feed = feed
-            self.load_model()
-            return
-        feed, self._pending_feed = feed or self._pending_feed, None
-        self.message_bar.hide()
-        link = feed or self._open_audio()
-        if link is None:
-            return
-        self._backlog_cap = self.audio_config.max_input_backlog_s if feed is None else None
-        persona = None
-        if self.loaded.voices:
-            voice, role = self.model_picker.persona()
-            self.settings.set_persona(self.model_picker.voice.currentText(), role)
-            persona = (voice, role or self.loaded.default_role)
-        options = self.panel.controls.options()
-        recorder = None
-        if self.record_box.isChecked():
-            try:
-                recorder = ConversationRecorder(self.settings.recordings_dir, self.loaded.name,
-                                                dataclasses.asdict(options))
-            except (OSError, sf.SoundFileError) as exc:
-                link.close()
-                self.message_bar.show_message(f"Cannot write the recording: {exc}")
-                return
-        self.panel.reset()
-        if recorder is not None:
-            self._show_recording_path(recorder.wav_path, "Recording to")
-        self.transcript.appendPlainText(f"[{self.loaded.name} · {link.description}]\n")
-        self.worker = ConversationWorker(self.loaded.session, link, recorder, persona, self.conversation_signals)
-        self.worker.set_options(options)  # before the thread starts: later switches come after it
-        self.worker.set_muted(self.device_picker.mute.isChecked())
-        self.worker.start()
-        self._set_running(True)
-
-    def _open_audio(self) -> AudioLink | None:
-        microphone = self.device_picker.selected("input")
-        speaker = self.device_picker.selected("output")
-        if microphone is None or speaker is None:
-            missing = "microphone" if microphone is None else "speaker"
-            self.message_bar.show_message(
-                f"No {missing} found. Connect one, then press Refresh in the Audio box.")
-            return None
-        try:
-            return AudioLink(microphone, speaker, self.audio_config)
-        except AudioDeviceError as exc:
-            self.message_bar.show_message(str(exc))
-            return None
-
-    def stop_conversation(self) -> None:
-        """Silence at once; the engine thread finishes its current frame and exits."""
-        if self.worker is None:
-            return
-        self.worker.stop()
-        self.worker.link.close()
-        self.stop_button.setEnabled(False)
-        self.statusBar().showMessage("Stopping…")
-
-    def _on_frame(self, report: FrameReport) -> None:
-        if report.text:
-            self.transcript.moveCursor(QTextCursor.MoveOperation.End)
-            self.transcript.insertPlainText(report.text)
-        self.panel.add_frame(report.timings, list(report.speak_s), report.gpu_memory,
-                             report.counters, self._backlog_cap, report.state_memory, report.diffuplex)
-        self.device_picker.set_level(report.level_dbfs)
-        seconds = int((report.index + 1) * FRAME_S)
-        self.clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
-
-    def _on_finished(self, end: ConversationEnd) -> None:
-        self.last_end = end
-        if self.worker is not None:
-            self.worker.join(timeout=1.0)
-        self.worker = None
-        self._set_running(False)
-        self.transcript.appendPlainText("")
-        if end.recording is not None:
-            self.statusBar().showMessage(f"Recording saved: {end.recording}")
-            self._show_recording_path(end.recording, "Last recording")
+    def _show_status(self, text: str) -> None:
+        if text:
+            self.statusBar().showMessage(text)
         else:
             self.statusBar().clearMessage()
-
-    def _set_running(self, running: bool) -> None:
-        self.start_button.setEnabled(not running)
-        self.stop_button.setEnabled(running)
-        self.record_box.setEnabled(not running)
-        self.model_picker.set_controls_enabled(not running)
-        self.model_picker.voice.setEnabled(not running)
-        self.model_picker.role.setEnabled(not running)
-        self.device_picker.set_running(running)
-
-    def _on_options(self, options) -> None:
-        self.settings.runtime_options = self.panel.controls.chosen()
-        if self.worker is not None:
-            self.worker.set_options(options)
-
-    def choose_predictor(self, path: str | None = None) -> None:
-        """A DiffuPlex predictor file for the loaded model (used from the next conversation)."""
-        if self.loaded is None or self.worker is not None:
-            self.message_bar.show_message("Load a model, and stop the conversation, to choose a predictor.", "info")
-            return
-        if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "DiffuPlex predictor", "", "Predictor (*.safetensors)")
-            if not path:
-                return
-        self._predictor_loader = PredictorLoader(self.loaded.session, path, self.predictor_signals)
-        self.start_button.setEnabled(False)
-        self.model_picker.set_controls_enabled(False)
-        self._predictor_loader.start()
-
-    def _predictor_done(self) -> bool:
-        """The predictor loader has ended: the window's controls come back."""
-        self.start_button.setEnabled(self.worker is None)
-        self.model_picker.set_controls_enabled(self.worker is None)
-        return self.loaded is not None and self.loaded.session is self._predictor_loader.session
-
-    def _on_predictor(self, path: str, capabilities: dict) -> None:
-        if not self._predictor_done():
-            return
-        self.loaded = dataclasses.replace(self.loaded, capabilities=capabilities, predictor=Path(path).name)
-        self.panel.controls.adapter_label.setText(Path(path).name)
-        self.panel.controls.apply_capabilities(capabilities)
-
-    def _on_muted(self, muted: bool) -> None:
-        if self.worker is not None:
-            self.worker.set_muted(muted)
 
     def open_recordings(self) -> None:
         folder = self.settings.recordings_dir
@@ -419,10 +230,7 @@ class MainWindow(QMainWindow):
         self.recording_label.setText(f"{what}: {path}")
 
     def closeEvent(self, event) -> None:
-        if self.worker is not None:
-            self.worker.stop()
-            self.worker.link.close()
-            self.worker.join(timeout=5.0)
+        self.conversation.stop_and_wait()
         self.settings.set_geometry(self.saveGeometry())
         super().closeEvent(event)
 
@@ -451,7 +259,7 @@ def run_app(model: str | None = None, device: str = "auto") -> int:
     heartbeat.start()
     if model:
         window.model_picker.select(model)
-        window.load_model()
+        window.models.load()
     QTimer.singleShot(0, lambda: window.offer_gpu_support(first_run=True))
     try:
         status = app.exec()

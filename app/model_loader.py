@@ -7,8 +7,12 @@ import gc
 import logging
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PyQt6.QtCore import QObject, pyqtSignal
+
+if TYPE_CHECKING:
+    from engine import DuplexSession
 
 log = logging.getLogger("duplexcadence.loader")
 
@@ -17,7 +21,7 @@ log = logging.getLogger("duplexcadence.loader")
 class LoadedModel:
     source: str
     name: str
-    session: object           # engine.DuplexSession; only used on engine threads
+    session: DuplexSession    # only used on engine threads
     voices: list[str]         # PersonaPlex voice prompts; empty for other models
     default_role: str         # PersonaPlex role prompt used when the user gives none
     device_label: str         # "CPU" or the GPU's name
@@ -38,7 +42,7 @@ class LoaderSignals(QObject):
 
 
 class ModelLoader(threading.Thread):
-    def __init__(self, source: str, device: str, signals: LoaderSignals, previous=None,
+    def __init__(self, source: str, device: str, signals: LoaderSignals, previous: LoadedModel | None = None,
                  weights: str | None = None):
         """`previous`: the LoadedModel being replaced; its session is closed here, off the GUI
         thread, before the new model takes memory. `weights`: "bf16", "int8" or None (as the
@@ -50,7 +54,7 @@ class ModelLoader(threading.Thread):
     def run(self) -> None:
         self.signals.progress.emit("Starting the engine…")
         try:
-            from engine.errors import CheckpointError, DeviceMemoryError
+            from engine import CheckpointError, DeviceMemoryError
         except Exception as exc:  # a broken installation: say so instead of dying
             log.exception("importing the engine failed")
             self.signals.failed.emit(self.source, f"The engine could not start: {exc}")
@@ -70,8 +74,15 @@ class ModelLoader(threading.Thread):
             self.previous.session.close()
             self.previous = None
 
-        from engine import DuplexSession, Persona, load_model
-        from engine.device import limit_cpu_threads, select_device
+        from engine import (
+            CheckpointError,
+            DuplexSession,
+            Persona,
+            limit_cpu_threads,
+            load_model,
+            plan_memory,
+            select_device,
+        )
 
         from .cuda_torch import why_this_device
 
@@ -80,11 +91,10 @@ class ModelLoader(threading.Thread):
         # Which torch: in an installed app, the bundled CPU build or fetched GPU support.
         log.info("torch %s (CUDA %s) from %s", torch.__version__, torch.version.cuda, torch.__file__)
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
-        from engine.memory_plan import plan
         if device.startswith("cuda"):  # the replaced model's memory back to the device before asking what is free
             gc.collect()
             torch.cuda.empty_cache()
-        memory = plan(self.source, self.weights, device)
+        memory = plan_memory(self.source, self.weights, device)
         memory.check()  # before any weight is read: a model that does not fit is refused, not half-loaded
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
         model = load_model(self.source, device=device, weights=self.weights)
@@ -93,7 +103,6 @@ class ModelLoader(threading.Thread):
         persona = Persona(None, "") if model.is_personaplex else None
         # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself;
         # one that does not fit leaves the model usable with AR, and says why.
-        from engine.errors import CheckpointError
         predictor, notice = model.predictor_file, ""
         try:
             session = DuplexSession(model, persona=persona, predictor=predictor)
@@ -111,12 +120,12 @@ class PredictorLoader(threading.Thread):
     """Loads a DiffuPlex predictor file into a session off the GUI thread (it is checked
     against the session's model; used from the next conversation)."""
 
-    def __init__(self, session, path: str, signals: LoaderSignals):
+    def __init__(self, session: DuplexSession, path: str, signals: LoaderSignals):
         super().__init__(name="predictor-loader", daemon=True)
         self.session, self.path, self.signals = session, path, signals
 
     def run(self) -> None:
-        from engine.errors import CheckpointError
+        from engine import CheckpointError
         try:
             self.session.load_predictor(self.path)
         except CheckpointError as exc:
@@ -139,14 +148,12 @@ class MemoryCheck(threading.Thread):
 
     def run(self) -> None:
         try:
-            from engine.device import select_device
-            from engine.errors import CheckpointError
-            from engine.memory_plan import plan
+            from engine import CheckpointError, plan_memory, select_device
         except Exception:  # the loader says what is broken
             log.exception("importing the engine failed")
             return
         try:
-            memory = plan(self.source, self.weights, select_device(self.device))
+            memory = plan_memory(self.source, self.weights, select_device(self.device))
         except CheckpointError as exc:  # loading says it again, with the same words
             self.signals.fit.emit(self.source, self.weights, str(exc), False)
             return
@@ -165,8 +172,8 @@ class CheckpointScan(threading.Thread):
 
     def run(self) -> None:
         try:
-            from engine import hub
-            found = [(c.name, c.name) for c in hub.find_local_checkpoints() if c.name != "demo"]
+            from engine import find_local_checkpoints
+            found = [(c.name, c.name) for c in find_local_checkpoints() if c.name != "demo"]
         except Exception:  # an unreadable cache only means fewer choices
             log.exception("scanning the Hugging Face cache failed")
             return

@@ -7,7 +7,7 @@ from pathlib import Path
 from PyQt6.QtCore import pyqtSignal
 from PyQt6.QtWidgets import QComboBox, QFileDialog, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar, QPushButton
 
-from engine.options import WEIGHTS
+from engine import WEIGHTS
 
 from .app_settings import AppSettings
 
@@ -84,13 +84,19 @@ class ModelPicker(QGroupBox):
         """"bf16", "int8", or None: as the checkpoint holds them."""
         return self.weights.currentData() or None
 
-    def show_fit(self, source: str, weights: str | None, text: str, fits: bool) -> None:
-        """What the chosen model needs against the device's free memory (a memory plan's answer
-        for that choice; an answer for an earlier choice is dropped)."""
-        if (source, weights) != (self.source(), self.chosen_weights()):
-            return
+    def show_fit_for(self, source: str, weights: str | None, text: str, fits: bool) -> None:
+        """A memory check's answer for a choice of model and weights; an answer for an earlier
+        choice is dropped."""
+        if (source, weights) == (self.source(), self.chosen_weights()):
+            self.show_fit(text, fits)
+
+    def show_fit(self, text: str, fits: bool = True) -> None:
+        """What the model needs against the device's free memory, in red when it does not fit."""
         self.fit.setText(text if fits else f"Does not fit: {text}")
         self.fit.setStyleSheet("" if fits else "color: #b00020;")
+
+    def show_fit_checking(self) -> None:
+        self.fit.setText("Checking the memory it needs…")
 
     def _weights_chosen(self) -> None:
         self.settings.model_weights = self.weights.currentData()
@@ -121,8 +127,15 @@ class ModelPicker(QGroupBox):
         self.set_controls_enabled(True)
 
     def set_controls_enabled(self, enabled: bool) -> None:
+        """The model choice and its Load button (the persona fields stay as they are)."""
         for widget in (self.combo, self.weights, self.folder_button, self.load_button):
             widget.setEnabled(enabled)
+
+    def set_running(self, running: bool) -> None:
+        """A conversation holds the model and its prompts: nothing here changes while it runs."""
+        self.set_controls_enabled(not running)
+        for widget in (self.voice, self.role):
+            widget.setEnabled(not running)
 
     def show_persona(self, voices: list[str], default_role: str = "") -> None:
         """PersonaPlex models take a voice and a role prompt; others hide the fields."""
@@ -141,6 +154,10 @@ class ModelPicker(QGroupBox):
         """The chosen voice prompt (None: none) and role prompt text."""
         voice = self.voice.currentText()
         return (None if voice == NO_VOICE else voice), self.role.text().strip()
+
+    def remember_persona(self) -> None:
+        """The voice and role chosen now are the ones shown next time (`show_persona`)."""
+        self.settings.set_persona(self.voice.currentText(), self.role.text().strip())
 
     def _choose_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Checkpoint folder")

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio_io import check_writable, output_format, read_audio, split_frames, write_audio
-from engine.diffuplex_stats import DiffuPlexStats
-from engine.frame import FRAME_SECONDS, SAMPLE_RATE
+from engine import (
+    FRAME_SECONDS,
+    SAMPLE_RATE,
+    DiffuPlexStats,
+    check_writable,
+    output_format,
+    read_audio,
+    split_frames,
+    write_audio,
+)
 
 
 def words_with_times(pieces: list[str]) -> list[dict]:
@@ -67,8 +74,7 @@ class Progress:
 
 def run_offline(args) -> None:
     """The runtime's fast path is on: it never changes the output."""
-    from engine import DuplexSession, Persona, RuntimeOptions, load_model
-    from engine.device import limit_cpu_threads, select_device
+    from engine import DuplexSession, Persona, RuntimeOptions, limit_cpu_threads, load_model, select_device
 
     # Everything the user can get wrong is checked before minutes of work, not after.
     outputs = [Path(p) for p in (args.output, args.transcript) if p]

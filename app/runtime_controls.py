@@ -1,5 +1,5 @@
 """Switches for the runtime options that may change mid conversation (applied by the engine
-from the next frame). The lists come from the engine (`engine.options`); a switch the loaded
+from the next frame). The lists come from the engine (its options); a switch the loaded
 model or device cannot use is disabled, with the engine's reason written under it."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from PyQt6.QtWidgets import (
     QWidget,
 )
 
-from engine.options import MAX_BLOCK, POLICIES, TOGGLES, RuntimeOptions
+from engine import MAX_BLOCK, POLICIES, TOGGLES, RuntimeOptions
 
 
 def _reason_label() -> QLabel:
@@ -68,8 +68,8 @@ class RuntimeControls(QWidget):
         layout.addRow("Predictor", adapter_row)
         self.toggles: dict[str, QCheckBox] = {}
         self.reasons: dict[str, QLabel] = {}
-        for name, (label, _) in TOGGLES.items():
-            self.toggles[name] = QCheckBox(label)
+        for name, toggle in TOGGLES.items():
+            self.toggles[name] = QCheckBox(toggle.label)
             self.reasons[name] = _reason_label()
             layout.addRow(self.toggles[name])
             layout.addRow(self.reasons[name])
@@ -87,6 +87,10 @@ class RuntimeControls(QWidget):
     @property
     def demand_sized_state(self) -> QCheckBox:
         return self.toggles["demand_sized_state"]
+
+    def show_adapter(self, name: str) -> None:
+        """The DiffuPlex predictor file the loaded model has ("" for none)."""
+        self.adapter_label.setText(name or "none")
 
     def options(self) -> RuntimeOptions:
         """What will run: the user's choices where they can be honoured, off where not."""
@@ -109,7 +113,7 @@ class RuntimeControls(QWidget):
             reason = NO_MODEL_REASON if reasons is None else reasons.get(name)
             box.setEnabled(reasons is not None and reason is None)
             box.setChecked(getattr(self._chosen, name) and (reasons is None or reason is None))
-            box.setToolTip(TOGGLES[name][1] if reason is None else f"Unavailable: {reason}")
+            box.setToolTip(TOGGLES[name].help if reason is None else f"Unavailable: {reason}")
             self._show_reason(self.reasons[name], None if reasons is None else reason and f"Unavailable: {reason}")
         model = self.policy.model()
         unavailable = []

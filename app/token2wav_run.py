@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio_io import check_writable, output_format, write_audio
+from engine import check_writable, output_format, write_audio
 
 from .offline import Progress
 
@@ -42,9 +42,7 @@ def read_tokens(path: str | Path, vocab: int) -> np.ndarray:
 def run_token2wav(args) -> None:
     import torch
 
-    from engine.device import limit_cpu_threads, select_device
-    from engine.token2wav import Prompt, Token2wavStream, load_token2wav
-    from engine.token2wav.chunk_plan import chunk_bounds
+    from engine import Prompt, Token2wavStream, limit_cpu_threads, load_token2wav, select_device
 
     check_writable(args.output)
     output_format(args.output)
@@ -56,7 +54,7 @@ def run_token2wav(args) -> None:
     tokens = torch.from_numpy(read_tokens(args.tokens, model.flow_cfg.vocab_size)).view(1, -1).to(device)
     prompt = Prompt.read(args.prompt)
     stream = Token2wavStream(model, prompt, steps=args.steps)
-    plan = list(chunk_bounds(tokens.shape[1], stream.lookahead, TOKENS_PER_SECOND))
+    plan = stream.chunks(tokens.shape[1], TOKENS_PER_SECOND)
     audio, report = [], []
     try:
         with Progress(len(plan), unit="chunks") as progress:

@@ -12,6 +12,20 @@ _EXPORTS = {
     "RuntimeOptions": ".options", "POLICIES": ".options", "TOGGLES": ".options",
     "DuplexSession": ".session", "FrameOutput": ".session", "Persona": ".session",
     "CodecSession": ".codec",
+    "DeviceMemoryError": ".errors",
+    "load_model_mimi": ".model",
+    "WEIGHTS": ".options", "MAX_BLOCK": ".options",
+    "SAMPLE_RATE": ".frame", "FRAME_SIZE": ".frame", "FRAME_SECONDS": ".frame", "STAGES": ".frame",
+    "select_device": ".device", "limit_cpu_threads": ".device",
+    "read_audio": ".audio_io", "write_audio": ".audio_io", "check_writable": ".audio_io",
+    "output_format": ".audio_io", "split_frames": ".audio_io",
+    "plan_memory": ".memory_plan", "MemoryPlan": ".memory_plan",
+    "find_local_checkpoints": ".hub",
+    "export_q8": ".q8_export",
+    "SPEECH_SAMPLE": ".paths",
+    "DiffuPlexStats": ".families.diffuplex.stats",
+    "TrainSettings": ".families.diffuplex.training", "train_predictor": ".families.diffuplex.training",
+    "Token2wavStream": ".token2wav", "Prompt": ".token2wav", "load_token2wav": ".token2wav",
 }
 __all__ = sorted(_EXPORTS)
 

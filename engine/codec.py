@@ -1,29 +1,35 @@
-"""Mimi alone, frame by frame (the `codec` command): the same frame runner and the same fast
+"""Mimi alone, frame by frame (the `codec` command): the same stage runner and the same fast
 path as a conversation, with the same runtime options."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from .families.mimi_stages import MimiStages
 from .mimi import Mimi
 from .options import RuntimeOptions
 from .runtime.placement import new_store
-from .runtime.runner import FrameRunner
+from .runtime.stages import StageRunner
+
+_KEYS = ("encode", "codec_decode")
 
 
 class CodecSession:
     def __init__(self, mimi: Mimi, options: RuntimeOptions | None = None):
         options = options or RuntimeOptions()
         self.mimi = mimi
-        self.runner = FrameRunner(None, mimi, new_store(mimi.regions(), mimi.device, options), None)
-        self.runner.configure(replay=options.graph_replay)
+        self.runner = StageRunner(new_store(mimi.regions(), mimi.device, options), mimi.device, None, options)
+        self._stages = MimiStages(self.runner, mimi)
         self._pcm_out = torch.empty(mimi.frame_size, dtype=torch.float32, pin_memory=mimi.device.type == "cuda")
 
     @torch.no_grad()
     def roundtrip(self, pcm: np.ndarray) -> np.ndarray:
         """One frame, float32 [frame_size]: encoded with every codebook, decoded back."""
         x = self.mimi.check_pcm(pcm, self.mimi.frame_size)  # checked, on the device
-        self._pcm_out.copy_(self.runner.codec_frame(x).view(-1), non_blocking=True)
+        replay = self.runner.may_replay(_KEYS)  # the decode graph reads the encode graph's codes
+        codes = self._stages.encode(x, replay)
+        out = self._stages.decode("codec_decode", codes, replay)
+        self._pcm_out.copy_(out.view(-1), non_blocking=True)
         if self.mimi.device.type == "cuda":
             torch.cuda.current_stream(self.mimi.device).synchronize()
         return self._pcm_out.numpy().copy()

@@ -9,4 +9,4 @@ FRAME_RATE = SAMPLE_RATE / FRAME_SIZE
 """Frames a second (12.5)."""
 FRAME_SECONDS = FRAME_SIZE / SAMPLE_RATE
 STAGES = ("encode", "backbone", "depformer", "decode")
-"""The stages of a frame, in the order they run (engine.runtime.runner)."""
+"""The stages of a frame, in the order they run (engine.runtime.stages)."""

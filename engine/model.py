@@ -23,6 +23,7 @@ from .state import Region
 
 log = logging.getLogger(__name__)
 PREDICTOR_NAME = "diffuplex.safetensors"
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 @dataclasses.dataclass
@@ -41,8 +42,22 @@ class DuplexModel:
 
     @property
     def weights(self) -> str:
-        """The LM's linear weights as loaded: "int8" or "bf16" (float, in the LM's dtype)."""
-        return "int8" if any(p.dtype == torch.int8 for p in self.lm.parameters()) else "bf16"
+        """The LM's linear weights as they are in memory: "int8", or the float dtype ("bf16",
+        "fp16", "fp32": float weights follow the LM's dtype, float32 on the CPU)."""
+        if any(p.dtype == torch.int8 for p in self.lm.parameters()):
+            return "int8"
+        return _DTYPE_NAMES.get(self.lm.dtype, str(self.lm.dtype).removeprefix("torch."))
+
+    @property
+    def weights_option(self) -> str:
+        """What RuntimeOptions.weights calls this model's weights: "int8", or "bf16" for float
+        weights (the option asks for 16-bit weights where the device computes in 16 bits)."""
+        return "int8" if self.weights == "int8" else "bf16"
+
+    @property
+    def family(self) -> str:
+        """The model family whose frame runs it (engine.families)."""
+        return "moshi"
 
     @property
     def is_personaplex(self) -> bool:
@@ -143,6 +158,12 @@ def mimi_file(path_or_name: str | Path) -> Path:
         return Path(path_or_name)
     root, _ = hub.resolve(path_or_name)
     return root / _read_config(root).get("mimi_name", hub.MIMI_NAME)
+
+
+def load_model_mimi(path_or_name: str | Path, device: str | torch.device = "cpu") -> Mimi:
+    """The Mimi codec alone (every codebook), of a model (anything `load_model` takes) or from a
+    Mimi file itself."""
+    return load_mimi(mimi_file(path_or_name), device=device)
 
 
 def _read_config(root: Path) -> dict:

@@ -10,7 +10,9 @@ answer (`DuplexSession.capabilities()`).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+from collections.abc import Callable
 
 from .config.checks import is_int, is_number
 
@@ -20,14 +22,53 @@ POLICIES = {
     "speak": "DiffuPlex SPEAK",
 }
 """Policy -> what the GUI calls it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Toggle:
+    """A runtime switch: a bool field of RuntimeOptions of the same name, on by default since it
+    never changes the output. Honoured in one place (engine.runtime: `stages` for graph replay,
+    `placement` for demand-sized state); where a device cannot honour it, it is accepted and
+    has no effect, and `unavailable` says why."""
+    label: str
+    help: str
+    unavailable: Callable[[str], str | None]
+    """A device type ("cuda", "cpu") -> why it cannot honour the toggle, or None."""
+
+
+def _has_cuda_bindings() -> bool:
+    try:
+        return importlib.util.find_spec("cuda.bindings") is not None
+    except ModuleNotFoundError:  # no `cuda` namespace package at all
+        return False
+
+
+def _graph_replay_unavailable(device_type: str) -> str | None:
+    return None if device_type == "cuda" else "CUDA graph replay needs a CUDA GPU"
+
+
+def _demand_sized_unavailable(device_type: str) -> str | None:
+    if device_type != "cuda":
+        return "demand-sized state needs CUDA virtual memory (on the CPU: an emulation that saves no memory)"
+    if not _has_cuda_bindings():
+        return "demand-sized state needs the cuda-bindings package (pip install 'duplexcadence[gpu]')"
+    return None
+
+
 TOGGLES = {
-    "graph_replay": ("CUDA graph replay",
-                     "Replay captured CUDA graphs instead of launching every kernel from Python."),
-    "demand_sized_state": ("Demand-sized streaming state",
-                           "Back streaming state with memory only as the conversation needs it, "
-                           "at a stable address."),
+    "graph_replay": Toggle("CUDA graph replay",
+                           "Replay captured CUDA graphs instead of launching every kernel from Python.",
+                           _graph_replay_unavailable),
+    "demand_sized_state": Toggle("Demand-sized streaming state",
+                                 "Back streaming state with memory only as the conversation needs it, "
+                                 "at a stable address.", _demand_sized_unavailable),
 }
-"""Runtime toggle -> (label, what it does)."""
+"""The runtime toggles by option name."""
+
+
+def toggle_reasons(device_type: str) -> dict[str, str | None]:
+    """Each runtime toggle: None if a device of this type can honour it, else why not."""
+    return {name: toggle.unavailable(device_type) for name, toggle in TOGGLES.items()}
 WEIGHTS = {"bf16": "bf16 (16-bit weights)", "int8": "int8 (8-bit weights, per-row scales)"}
 """Weight precisions a model loads in -> what the GUI calls them."""
 VERIFY = ("semantic", "off")

@@ -1,4 +1,4 @@
-"""Int8 weights: the official q8 layout, per-row quantization, and the product on torch.
+"""Int8 weights: the official q8 layout, per-row quantization, and the weights as the products take them.
 
 The official q8 checkpoints (`model.q8.safetensors`) store every linear layer of the LM as an
 int8 `weight` [out, in] plus a float32 `weight_scb` [out], the row's absolute maximum
@@ -7,28 +7,18 @@ in bf16. A row's weights are `weight * weight_scb / 127`. Activations stay bf16:
 accumulates int8 x bf16 in fp32 and scales once, so the only loss is the weights' rounding.
 
 `int8_layout` turns a module built on the meta device into that layout before its weights
-are read, so a 7B LM is never held in bf16 on the GPU.
+are read, so a 7B LM is never held in bf16 on the GPU. The products themselves, on torch or
+Triton, are engine.ops.linear's.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from .ops.linear import LEVELS, Int8Weight
 
 SCB = "_scb"
 """Suffix of a quantized parameter's per-row scale, as the official q8 files name it."""
-LEVELS = 127.0
-
-
-class Int8Weight(NamedTuple):
-    q: torch.Tensor  # int8 [N, K]
-    scb: torch.Tensor  # float32 [N]: each row's absolute maximum
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.q.shape
 
 
 def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,26 +44,22 @@ def weight_of(module: nn.Module, name: str = "weight") -> torch.Tensor | Int8Wei
     return Int8Weight(w, getattr(module, name + SCB)) if w.dtype == torch.int8 else w
 
 
-def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight) -> torch.Tensor:
-    """x [..., K] @ w.T on torch's kernels. Int8: accumulated in fp32 and scaled per output
-    row before the one rounding to x's dtype, as the fused kernel does."""
-    if isinstance(w, Int8Weight):
-        return (F.linear(x.float(), w.q.float()) * (w.scb / LEVELS)).to(x.dtype)
-    return F.linear(x, w)
+def linear_weight_names(module: nn.Module) -> tuple[str, ...]:
+    """The linear weights `module` holds itself (not its children's): nn.Linear's `weight`,
+    or what a module names in its `linear_weights` attribute (the transformer's attention:
+    its stacked `in_proj_weight`; its `out_proj`: `weight`)."""
+    if isinstance(module, nn.Linear):
+        return ("weight",)
+    return tuple(getattr(module, "linear_weights", ()))
 
 
 def int8_layout(module: nn.Module) -> list[str]:
-    """Replace, in place, every linear weight of `module` (nn.Linear's `weight`, and the
-    attention's stacked `in_proj_weight` / `out_proj.weight`) by an int8 parameter of the same
-    shape plus its float32 `_scb` parameter. Returns the quantized parameters' names."""
-    from .transformer import Attention, _Weight
-
+    """Replace, in place, every linear weight of `module` (linear_weight_names) by an int8
+    parameter of the same shape plus its float32 `_scb` parameter. Returns the quantized
+    parameters' names."""
     names = []
     for prefix, child in module.named_modules():
-        targets = ["weight"] if isinstance(child, (nn.Linear, _Weight)) else []
-        if isinstance(child, Attention):
-            targets = ["in_proj_weight"]
-        for name in targets:
+        for name in linear_weight_names(child):
             _to_int8(child, name)
             names.append(f"{prefix}.{name}" if prefix else name)
     return names

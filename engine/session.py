@@ -20,21 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .diffuplex import DiffuPlexLoop
-from .diffuplex_stats import WakeReport
-from .lm.personaplex import DEFAULT_ROLE, wrap_role
-from .lm.predictor import Predictor, load_predictor
-from .lm.sampling import SamplingParams
+from .families import conversation_for
+from .families.diffuplex.stats import WakeReport
+from .families.moshi.conversation import Persona
 from .model import DuplexModel
-from .options import RuntimeOptions
-from .prompts import replay_prompts
-from .runtime.placement import new_store, placement_for, toggle_reasons
-from .runtime.runner import FrameRunner
+from .options import TOGGLES, RuntimeOptions, toggle_reasons
+from .runtime.placement import new_store, placement_for
 from .runtime.timing import FrameTimer, SpeakMeter
 from .state import Store
 
+__all__ = ["DuplexSession", "FrameOutput", "Persona"]
 log = logging.getLogger(__name__)
-
 
 
 @dataclasses.dataclass
@@ -57,23 +53,6 @@ class FrameOutput:
     """What DiffuPlex did this frame (woke, or played a predicted frame); None when it did not run."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Persona:
-    """PersonaPlex prompts: a voice prompt name (see DuplexSession.voices) and a text role."""
-    voice: str | None = None
-    role: str = ""
-
-
-def _wake_for(predictor: Predictor | None) -> int:
-    """Frames one backbone wake covers: up to K played ones caught up, the current, K ahead."""
-    return 1 if predictor is None else 2 * predictor.spec.block + 1
-
-
-def _sampling(o: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
-    return (SamplingParams(o.text_temperature, o.text_top_k, o.greedy),
-            SamplingParams(o.audio_temperature, o.audio_top_k, o.greedy))
-
-
 class DuplexSession:
     def __init__(self, model: DuplexModel, options: RuntimeOptions | None = None,
                  persona: Persona | None = None, predictor: str | Path | None = None):
@@ -82,63 +61,60 @@ class DuplexSession:
         self.model = model
         self.device = model.device
         self.generator = torch.Generator(device=self.device)
-        self.predictor: Predictor | None = None
-        """The DiffuPlex predictor loaded (in use from the next reset: see load_predictor)."""
-        self.load_predictor(predictor)
-        self.options = self._checked(options or RuntimeOptions())
+        options = options or RuntimeOptions()
+        self.conversation = conversation_for(model)(model, self.generator, options, persona, predictor)
+        """The family's side of the conversation (engine.families): its runner, frame and prompts."""
+        self.options = self._checked(options)
+        self.conversation.configure(self.options)
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
-        self._set_persona(persona)
-        self._loop: DiffuPlexLoop | None = None
-        self._wake = _wake_for(self.predictor)  # the most frames one wake covers: the state's size
-        store = new_store(model.regions(self._wake), self.device, self.options)
-        self.runner = FrameRunner(model.lm, model.mimi, store, self.generator, _sampling(self.options))
-        self.runner.configure(replay=self.options.graph_replay)
         cuda = self.device.type == "cuda"
         self.timer = FrameTimer(self.device)
-        """Times each frame's stages (a profiler may attach to it: engine.bench.kernels)."""
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
-        self._tokens_out = torch.empty(1 + model.cfg.dep_q, dtype=torch.int64, pin_memory=cuda)
+        self._tokens_out = torch.empty(self.conversation.output_width, dtype=torch.int64, pin_memory=cuda)
         self.reset()
 
     # --- what the app shows ----------------------------------------------------------------
 
     def capabilities(self) -> dict[str, str | None]:
         """Every option value that could be asked for: None if honoured here, else why not."""
-        if not self.model.is_personaplex:
-            diffuplex = (f"DiffuPlex needs a model that predicts the user's stream (the PersonaPlex shape); "
-                         f"{self.model.name} does not")
-        elif self.predictor is None:
-            diffuplex = "no DiffuPlex predictor loaded (an adapter file made for this model)"
-        else:
-            diffuplex = None
-        return {**toggle_reasons(self.device), "policy.ar": None, "policy.listen": diffuplex,
-                "policy.speak": diffuplex}
+        return {**toggle_reasons(self.device.type), **self.conversation.capabilities()}
 
     def load_predictor(self, path: str | Path | None) -> None:
         """A DiffuPlex predictor (adapter file) for the LISTEN and SPEAK policies, or None to
         unload it; checked now (a file for another model raises CheckpointError naming it),
         used from the next reset() (the state is sized for its wakes)."""
-        if path is None:
-            self.predictor = None
-            return
-        self.predictor = load_predictor(path, self.model.cfg, self.device, self.model.lm.dtype)
+        self.conversation.load_predictor(path)
+
+    @property
+    def predictor(self):
+        """The DiffuPlex predictor loaded, or None."""
+        return self.conversation.predictor
+
+    @property
+    def persona(self) -> Persona:
+        return self.conversation.persona
 
     @property
     def voices(self) -> list[str]:
         """PersonaPlex voice prompt names; empty for other models."""
-        return sorted(self.model.voices)
+        return self.conversation.voices
 
     @property
     def default_role(self) -> str:
         """The role prompt used when the user gives none ("" for models without prompts)."""
-        return DEFAULT_ROLE if self.model.is_personaplex else ""
+        return self.conversation.default_role
 
     @property
-    def diffuplex(self) -> DiffuPlexLoop | None:
+    def diffuplex(self):
         """The DiffuPlex loop of this conversation (None without a predictor)."""
-        return self._loop
+        return self.conversation.diffuplex
+
+    @property
+    def runner(self):
+        """The conversation's stage runner (engine.runtime.stages): its state and graphs."""
+        return self.conversation.runner
 
     @property
     def store(self) -> Store:
@@ -170,16 +146,17 @@ class DuplexSession:
     def _checked(self, options: RuntimeOptions) -> RuntimeOptions:
         if not isinstance(options, RuntimeOptions):
             raise TypeError(f"options must be RuntimeOptions, got {type(options).__name__}")
+        loaded = self.model.weights_option
         if options.weights is None:
-            options = options.replace(weights=self.model.weights)
-        if options.weights != self.model.weights:
+            options = options.replace(weights=loaded)
+        if options.weights != loaded:
             raise ValueError(f"weights are chosen when the model loads: {self.model.name} is loaded with "
                              f"{self.model.weights} weights, not {options.weights}; load it again to change")
         reasons = self.capabilities()
         reason = reasons[f"policy.{options.policy}"]
         if reason is not None:
             raise ValueError(f"policy {options.policy!r} is not available: {reason}")
-        for toggle in ("graph_replay", "demand_sized_state"):
+        for toggle in TOGGLES:
             if getattr(options, toggle) and reasons[toggle] is not None:
                 log.info("%s requested: %s", toggle, reasons[toggle])
         return options
@@ -190,8 +167,8 @@ class DuplexSession:
         if new is None:
             return
         if placement_for(self.device, new) is not type(self.store):
-            self.runner.move_state(new_store(self.model.regions(self._wake), self.device, new))
-        self.runner.configure(replay=new.graph_replay, sampling=_sampling(new))
+            self.runner.move_state(new_store(self.conversation.regions(), self.device, new))
+        self.conversation.configure(new)
         self.options = new
 
     def close(self) -> None:
@@ -201,47 +178,17 @@ class DuplexSession:
 
     # --- conversation ------------------------------------------------------------------------
 
-    def _set_persona(self, persona: Persona | None) -> None:
-        """Check the persona and prepare its prompts now, so a bad voice fails here."""
-        model = self.model
-        if not model.is_personaplex:
-            if persona is not None and (persona.voice or persona.role):
-                raise ValueError(f"{model.name} takes no voice or role prompt (only PersonaPlex does)")
-            self.persona, self._voice, self._role_tokens = Persona(), None, []
-            return
-        if persona is None:
-            persona = Persona(next(iter(self.voices), None), DEFAULT_ROLE)
-        self._voice = model.load_voice(persona.voice) if persona.voice is not None else None
-        self._role_tokens = model.tokenizer.encode(wrap_role(persona.role)) if persona.role.strip() else []
-        self.persona = persona
-
     def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Start a new conversation (optionally with a new persona); weights stay loaded.
         PersonaPlex replays its prompts here; `cancelled()` is checked every prompt frame and
         returns False if it stopped the replay (reset again before stepping)."""
         if persona is not None:
-            self._set_persona(persona)
+            self.conversation.set_persona(persona)
         self._apply_pending()
-        self._size_for(self.predictor)
-        if self._loop is None and self.options.policy != "ar":
-            log.warning("policy %s without a predictor: AR", self.options.policy)
-            self.options = self.options.replace(policy="ar")
-        self.runner.reset()
         self.generator.manual_seed(self.options.seed)
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
-        if self.model.is_personaplex:
-            with torch.no_grad():
-                return replay_prompts(self.runner, self._voice, self._role_tokens, cancelled)
-        return True
-
-    def _size_for(self, predictor: Predictor | None) -> None:
-        """State sized for the predictor's wakes (catch-up of up to K frames, the current one,
-        K future), and the loop that runs them; a new store when the size changes."""
-        wake = _wake_for(predictor)
-        if wake != self._wake:
-            self._wake = wake
-            self.runner.replace_store(new_store(self.model.regions(wake), self.device, self.options))
-        self._loop = None if predictor is None else DiffuPlexLoop(self.runner, predictor)
+        self.options, done = self.conversation.reset(self.options, cancelled)
+        return done
 
     @torch.no_grad()
     def step(self, pcm: np.ndarray) -> FrameOutput:
@@ -253,16 +200,7 @@ class DuplexSession:
         self._apply_pending()
         self.timer.begin()
         self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
-        loop = self._loop
-        report = None
-        if self.options.policy != "ar" and loop is None:
-            raise RuntimeError(f"policy {self.options.policy}: the predictor is used from the next reset()")
-        if loop is not None and self.runner.started and (self.options.policy != "ar" or loop.pending):
-            tokens, out, report = loop.step(self._pcm_in, self.options, self.timer.mark)
-        else:
-            if loop is not None:
-                loop.reset()  # AR frames: whatever was planned is no longer the future
-            tokens, out = self.runner.frame(self._pcm_in, self.timer.mark)
+        tokens, out, report = self.conversation.step(self._pcm_in, self.options, self.timer.mark)
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)
             self._tokens_out.copy_(tokens, non_blocking=True)
@@ -273,6 +211,6 @@ class DuplexSession:
             pcm_out, tokens_out, text = np.zeros(model.frame_size, np.float32), None, ""
         else:
             pcm_out, tokens_out = self._pcm_out.numpy().copy(), self._tokens_out.numpy().copy()
-            text = model.text_piece(int(tokens_out[0]))
+            text = self.conversation.text_piece(int(tokens_out[0]))
         return FrameOutput(pcm_out, text, tokens_out, timings, tuple(self.meter.add(timings["total"])),
                            self.state_bytes(), self.gpu_memory_bytes(), report)

@@ -15,7 +15,7 @@ its clock ticks and keeps the last `retain` of them; a fixed region has a consta
                 (its position restarts every frame, so its size never depends on the
                 conversation's length).
 
-Clocks are ticked by the frame runner (engine.runtime.runner) and nowhere else, before the
+Clocks are ticked by the stage runner (engine.runtime.stages) and nowhere else, before the
 stage that writes the new entries.
 """
 from __future__ import annotations

@@ -10,20 +10,26 @@ entries of a step are written first, then each query attends to the keys whose p
 satisfies 0 <= pos_q - p < context. After a wrap, the first query of a multi-entry step
 therefore sees one key fewer than a whole-signal pass would; that is the reference's
 behaviour and we keep it.
+
+Where torch or Triton computes is engine.ops's choice: a streaming step over a few positions
+on CUDA runs each layer as fused products (`engine.ops.fused.fuses`, decided once per step
+and carried by StepPositions.fused), any other step as the torch formulas.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import kernels
 from .config.transformer import TransformerConfig
-from .kernels.ring_attention import TRITON_MAX_T, ring_attention
-from .quant import Int8Weight, matmul, weight_of
+from .ops import fused
+from .ops.attention import ring_attention
+from .ops.linear import matmul
+from .ops.norm import Norm, rms_norm
+from .ops.rope import apply_rope, coefficient, tables
+from .quant import Int8Weight, weight_of
 from .state import Region, Store
 
 
@@ -34,12 +40,7 @@ class RMSNormF32(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, 1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if kernels.usable(x):
-            from .kernels.norm_rope import rms_norm
-            return rms_norm(x, self.alpha, self.eps)
-        xf = x.float()
-        var = self.eps + torch.mean(xf * xf, dim=2, keepdim=True)
-        return (xf * (self.alpha.float() * torch.rsqrt(var))).to(x.dtype)
+        return rms_norm(x, self.alpha, self.eps)
 
 
 class LayerScale(nn.Module):
@@ -66,6 +67,7 @@ class GatedFFN(nn.Module):
 
 class _Weight(nn.Module):
     """Holds a bare `weight` so the key reads `out_proj.weight` as on disk."""
+    linear_weights = ("weight",)  # what engine.quant.int8_layout quantizes
 
     def __init__(self, *shape: int):
         super().__init__()
@@ -74,38 +76,21 @@ class _Weight(nn.Module):
 
 class StepPositions(NamedTuple):
     """What every layer of one step needs about positions, computed once per step (not per
-    layer: at batch 1 each small kernel saved counts)."""
+    layer: at batch 1 each small kernel saved counts), and how the step computes."""
     first: torch.Tensor  # int64 [1]: position of the step's first entry (device)
-    each: torch.Tensor  # int64 [T]: positions of the step's entries
+    each: torch.Tensor | None  # int64 [T]: positions of the step's entries (None when fused)
     rope: tuple[torch.Tensor, torch.Tensor] | None  # cos, sin [1, 1, T, D/2] in fp32
     slots: torch.Tensor | None  # int64 [T]: ring slots the entries go to (streaming only)
+    fused: bool = False  # fused layers (engine.ops.fused), which need `first` only
 
     @staticmethod
-    def at(first: torch.Tensor, T: int, cfg: TransformerConfig, ring: int | None) -> StepPositions:
+    def at(first: torch.Tensor, T: int, cfg: TransformerConfig, ring: int | None,
+           fused: bool = False) -> StepPositions:
+        if fused:
+            return StepPositions(first, None, None, None, True)
         each = first + torch.arange(T, device=first.device)
-        rope = None
-        if cfg.rope:
-            half = cfg.head_dim // 2
-            freqs = torch.exp(torch.arange(half, device=first.device, dtype=torch.float32)
-                              * (-math.log(cfg.max_period) * 2 / cfg.head_dim))
-            angle = freqs * each.float().view(1, 1, T, 1)
-            rope = torch.cos(angle), torch.sin(angle)
+        rope = tables(each, cfg.head_dim, cfg.max_period) if cfg.rope else None
         return StepPositions(first, each, rope, None if ring is None else each % ring)
-
-
-def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Rotate interleaved (re, im) pairs of x [B, H, T, D] by their positions, in fp32."""
-    cos, sin = rope
-    if kernels.usable(x) and _is_power_of_two(x.shape[-1]):
-        from .kernels.norm_rope import rope as fused_rope
-        return fused_rope(x, cos, sin)
-    xr, xi = x.view(*x.shape[:-1], -1, 2).float().unbind(-1)
-    out = torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1)
-    return out.to(x.dtype).view(x.shape)
-
-
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
 
 
 def attend(q, k, v, pos_q, pos_k, context: int | None) -> torch.Tensor:
@@ -139,6 +124,8 @@ def _adapted(y: torch.Tensor, x: torch.Tensor, adapter: Adapter | None, target: 
 
 
 class Attention(nn.Module):
+    linear_weights = ("in_proj_weight",)  # what engine.quant.int8_layout quantizes (and out_proj's)
+
     def __init__(self, cfg: TransformerConfig, kv_region: str, index: int):
         super().__init__()
         self.cfg, self.kv_region, self.index = cfg, kv_region, index
@@ -211,36 +198,43 @@ class Layer(nn.Module):
             return self.gating[step](x)
         return self.gating(x, adapter, self.self_attn.index)
 
-    def forward(self, x, pos, store, step, adapter=None):
+    def forward(self, x: torch.Tensor, pos: StepPositions, store: Store | None, step: int,
+                adapter: Adapter | None = None) -> torch.Tensor:
+        """x [1, T, d] -> [1, T, d]: as fused products when the step is (`pos.fused`), otherwise
+        as the torch formulas; the two compute the same layer."""
+        if pos.fused:
+            return self._fused(x, pos.first, store, step)
         x = x + self._scaled(1, self.self_attn(self.norm1(x), pos, store, step, adapter))
         return x + self._scaled(2, self._ffn(self.norm2(x), step, adapter))
 
-    def fused_forward(self, x: torch.Tensor, first: torch.Tensor, store: Store, step: int) -> torch.Tensor:
-        """The same layer as `forward` (streaming, no adapter) in five products with the
-        elementwise work fused into them, plus the attention: x [T, d] -> [T, d]."""
-        from .kernels.fused_linear import linear, qkv_into_ring, rope_coefficient
-
+    def _fused(self, x: torch.Tensor, first: torch.Tensor, store: Store, step: int) -> torch.Tensor:
+        """The layer (streaming, no adapter) in five products with the elementwise work fused
+        into them, plus the attention, over x's rows [T, d]."""
         c, attn = self.cfg, self.self_attn
+        shape, x = x.shape, x.reshape(x.shape[1], -1)
+        if x.stride(1) != 1:  # Mimi's [1, C, T] latents arrive transposed
+            x = x.contiguous()
         w_in, w_out = attn.weights(step)
-        coef = rope_coefficient(c.head_dim, c.max_period) if c.rope else None
+        coef = coefficient(c.head_dim, c.max_period) if c.rope else None
         kv = store[attn.kv_region][:, attn.index]
-        q = qkv_into_ring(x, w_in, _norm_spec(self.norm1), first, kv, c.num_heads, coef)
+        q = fused.qkv_into_ring(x, w_in, _norm_spec(self.norm1), first, kv, c.num_heads, coef)
         a = ring_attention(q, kv, first, x.shape[0], c.context)  # [1, H, T, D] over [T, H, D]
-        x = linear(a[0].transpose(0, 1).reshape(x.shape), w_out, residual=x, scale=self._scale(1))
+        x = fused.linear(a[0].transpose(0, 1).reshape(x.shape), w_out, residual=x, scale=self._scale(1))
         if c.gating == "none":
-            h = linear(x, self.linear1.weight, norm=_norm_spec(self.norm2))
-            return linear(h, self.linear2.weight, act="gelu", residual=x, scale=self._scale(2))
-        ffn = self.gating[step] if c.weights_per_step else self.gating
-        h = linear(x, weight_of(ffn.linear_in), norm=_norm_spec(self.norm2))
-        return linear(h, weight_of(ffn.linear_out), act="silu_gate", residual=x, scale=self._scale(2))
+            h = fused.linear(x, self.linear1.weight, norm=_norm_spec(self.norm2))
+            x = fused.linear(h, self.linear2.weight, act="gelu", residual=x, scale=self._scale(2))
+        else:
+            ffn = self.gating[step] if c.weights_per_step else self.gating
+            h = fused.linear(x, weight_of(ffn.linear_in), norm=_norm_spec(self.norm2))
+            x = fused.linear(h, weight_of(ffn.linear_out), act="silu_gate", residual=x, scale=self._scale(2))
+        return x.view(shape)
 
     def _scale(self, which: int) -> torch.Tensor | None:
         return None if self.cfg.layer_scale is None else getattr(self, f"layer_scale_{which}").scale
 
 
-def _norm_spec(norm: nn.Module):
-    from .kernels.fused_linear import Norm
-
+def _norm_spec(norm: nn.Module) -> Norm:
+    """The layer's norm as the fused products take it."""
     if isinstance(norm, RMSNormF32):
         return Norm("rms", norm.alpha.view(-1), None, norm.eps)
     return Norm("layer", norm.weight, norm.bias, norm.eps)
@@ -266,12 +260,6 @@ class StreamingTransformer(nn.Module):
               else Region(self.kv_region, entry, dtype, c.clock, c.ring + wake - 1, ahead=wake - 1))
         return [Region(self.pos_region, (1,), torch.int64), kv]
 
-    def _fuses(self, x: torch.Tensor, store: Store | None, adapter: Adapter | None) -> bool:
-        """Whether a step runs as fused layers: streaming on CUDA with the Triton kernels, a
-        few positions, no adapter. A function of static facts only: toggles never change it."""
-        return (store is not None and adapter is None and x.shape[1] <= min(kernels.MAX_ROWS, TRITON_MAX_T)
-                and self.cfg.head_dim % 2 == 0 and kernels.usable(x))
-
     def forward(self, x: torch.Tensor, store: Store | None = None, step: int = 0,
                 adapter: Adapter | None = None, keep: int | None = None) -> torch.Tensor:
         """x [1, T, d]. `step` picks the weight set when weights_per_step > 0 (T must be 1).
@@ -283,17 +271,11 @@ class StreamingTransformer(nn.Module):
             first, ring = torch.zeros(1, dtype=torch.long, device=x.device), None
         else:
             first, ring = store[self.pos_region], store[self.kv_region].shape[0]
-        if self._fuses(x, store, adapter):
-            rows = x.reshape(x.shape[1], -1)
-            if rows.stride(1) != 1:  # Mimi's [1, C, T] latents arrive transposed
-                rows = rows.contiguous()
-            for layer in self.layers:
-                rows = layer.fused_forward(rows, first, store, step)
-            x = rows.view(x.shape)
-        else:
-            pos = StepPositions.at(first, x.shape[1], self.cfg, ring)
-            for layer in self.layers:
-                x = layer(x, pos, store, step, adapter)
+        # The one choice of the step's computation (engine.ops.fused): every layer follows it.
+        fuses = fused.fuses(x, self.cfg.head_dim, streaming=store is not None, adapted=adapter is not None)
+        pos = StepPositions.at(first, x.shape[1], self.cfg, ring, fuses)
+        for layer in self.layers:
+            x = layer(x, pos, store, step, adapter)
         if store is not None:
             first.add_(x.shape[1] if keep is None else keep)
         return x

@@ -28,11 +28,12 @@ sys.path.insert(0, str(ROOT))
 from engine import hub  # noqa: E402
 from engine.audio_io import read_audio  # noqa: E402
 from engine.config.lm import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
+from engine.families.moshi import LMInputs, MoshiFrame  # noqa: E402
 from engine.lm.model import MoshiLM  # noqa: E402
-from engine.lm.sampling import SamplingParams  # noqa: E402
-from engine.mimi import load_mimi  # noqa: E402
+from engine.mimi import MimiStream, load_mimi  # noqa: E402
+from engine.options import RuntimeOptions  # noqa: E402
 from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE  # noqa: E402
-from engine.runtime.runner import FrameRunner, LMInputs  # noqa: E402
+from engine.runtime.stages import StageRunner  # noqa: E402
 from engine.state import StateStore  # noqa: E402
 
 SEED = 20240918
@@ -80,8 +81,8 @@ def prompt_codes(mimi) -> tuple[list[int], list[int]]:
     prompt frames), each encoded from a fresh stream."""
     n = mimi.frame_size
     tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(n) / mimi.sample_rate)).astype(np.float32)
-    return ([int(c) for c in mimi.stream().encode_frame(np.zeros(n, np.float32))],
-            [int(c) for c in mimi.stream().encode_frame(tone)])
+    return ([int(c) for c in MimiStream(mimi).encode_frame(np.zeros(n, np.float32))],
+            [int(c) for c in MimiStream(mimi).encode_frame(tone)])
 
 
 @torch.no_grad()
@@ -93,8 +94,8 @@ def record_voice(lm: MoshiLM, mimi, path: Path) -> None:
     pcm = read_audio(SPEECH_SAMPLE)[: VOICE_FRAMES * mimi.frame_size]
     codes = torch.from_numpy(mimi.encode(pcm))
     store = StateStore(lm.regions())
-    runner = FrameRunner(lm, None, store, torch.Generator().manual_seed(SEED),
-                         (SamplingParams(0.7, 25), SamplingParams(0.8, 250)))
+    runner = MoshiFrame(StageRunner(store, lm.device, torch.Generator().manual_seed(SEED)), lm, None,
+                        RuntimeOptions())
     sine, pad = torch.tensor(cfg.sine_tokens), torch.tensor([cfg.text_padding_id])
     inputs = []
     for t in range(codes.shape[1]):

@@ -177,16 +177,36 @@ class PersonaPlexReference:
 def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250), wake: int = 1):
     """Our frame runner over the LM alone (no Mimi), as the reference tests drive it; its state
     sized for backbone wakes of up to `wake` frames."""
-    from engine.lm import SamplingParams
-    from engine.runtime.runner import FrameRunner
+    from engine.families.diffuplex.wake import Wakes
+    from engine.families.moshi import MoshiFrame
+    from engine.options import RuntimeOptions
+    from engine.runtime.stages import StageRunner
     from engine.state import StateStore
 
-    return FrameRunner(lm, None, StateStore(lm.regions(wake)), torch.Generator().manual_seed(seed),
-                       (SamplingParams(*text, greedy), SamplingParams(*audio, greedy)))
+    options = RuntimeOptions(text_temperature=text[0], text_top_k=text[1], audio_temperature=audio[0],
+                             audio_top_k=audio[1], greedy=greedy)
+    runner = StageRunner(StateStore(lm.regions(wake)), lm.device, torch.Generator().manual_seed(seed), options)
+    frame = MoshiFrame(runner, lm, None, options)
+    return LMRunner(frame, Wakes(frame))
+
+
+class LMRunner:
+    """Our Moshi frame over the LM alone, with its DiffuPlex wakes: what the reference tests
+    drive (a frame's attributes first, then the wakes')."""
+
+    def __init__(self, frame, wakes):
+        self.frame, self.wakes = frame, wakes
+
+    @property
+    def store(self):
+        return self.frame.runner.store
+
+    def __getattr__(self, name):
+        return getattr(self.frame, name) if hasattr(self.frame, name) else getattr(self.wakes, name)
 
 
 def our_lm_step(runner, user, model=None, text=None):
     """One LM frame: tokens [1 + dep_q], or None during start-up."""
-    from engine.runtime.runner import LMInputs
+    from engine.families.moshi import LMInputs
 
     return runner.lm_frame(LMInputs(user, model=model, text=text))[1]

@@ -1,6 +1,6 @@
 """The stock Step-Audio2 token2wav (`minicpmo-utils` 1.0.7 from PyPI, module `stepaudio2`,
 installed --no-deps by packaging/test.sh) for parity tests: entered without its speech front
-end by engine.bench.stock_token2wav (the benchmark drives it the same way), plus the random
+end by bench.stock_token2wav (the benchmark drives it the same way), plus the random
 weights the module tests give it."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from engine.bench.stock_token2wav import stock, stock_token2wav
+from bench.stock_token2wav import stock, stock_token2wav
 
 __all__ = ["randomize", "stock", "stock_token2wav"]
 

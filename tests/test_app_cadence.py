@@ -10,7 +10,8 @@ from app.audio_io import AudioCounters  # noqa: E402
 from app.cadence_chart import OVER, UNDER  # noqa: E402
 from app.cadence_panel import CadencePanel  # noqa: E402
 from app.cadence_stats import CadenceStats  # noqa: E402
-from engine.options import RuntimeOptions  # noqa: E402
+from app.conversation import FrameReport  # noqa: E402
+from engine import FrameOutput, RuntimeOptions  # noqa: E402
 
 
 def test_frame_statistics_and_overruns():
@@ -44,6 +45,12 @@ def _timings(total: float) -> dict:
             "decode": 0.1 * total, "total": total}
 
 
+def _report(timings: dict, speak_s: list[float], gpu_memory: int | None, counters: AudioCounters,
+            state_memory: int = 0) -> FrameReport:
+    out = FrameOutput(np.zeros(1920, np.float32), "", None, timings, tuple(speak_s), state_memory, gpu_memory)
+    return FrameReport(0, out, -60.0, counters)
+
+
 def _colour_count(image, colour) -> int:
     pixels = image.constBits()
     pixels.setsize(image.sizeInBytes())
@@ -56,14 +63,15 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
     qtbot.addWidget(panel)
     panel.resize(600, 500)
     counters = AudioCounters(1, 2, 0.5, 0.0, 0.08)
+    panel.reset(backlog_cap_s=0.32)
     for i in range(25):  # seconds well under the cadence
-        panel.add_frame(_timings(0.05), [0.625] if i in (12, 24) else [], None, counters, 0.32)
+        panel.add_frame(_report(_timings(0.05), [0.625] if i in (12, 24) else [], None, counters))
     image = panel.chart.grab().toImage()
     under = _colour_count(image, UNDER)
     assert under > 0 and _colour_count(image, OVER) == 0
     for i in range(25):  # over: 1.375 s per second
-        panel.add_frame(_timings(0.11), [1.375] if i in (12, 24) else [], 3 * 2**30, counters,
-                        0.32, 204 * 2**20)
+        panel.add_frame(_report(_timings(0.11), [1.375] if i in (12, 24) else [], 3 * 2**30, counters,
+                                204 * 2**20))
     image = panel.chart.grab().toImage()
     assert _colour_count(image, OVER) > 0
     assert "overruns (> 80 ms) 25 of 50" in panel.frame_label.text()

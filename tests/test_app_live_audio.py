@@ -34,7 +34,7 @@ def window(qtbot, tmp_path, demo_model, virtual_audio):
     qtbot.addWidget(w)
     w.show()
     w.model_picker.select("demo")
-    w.set_model(demo_model)
+    w.models.set_model(demo_model)
     w.model_picker.voice.setCurrentText("No voice prompt")  # short prompts: fast start
     w.model_picker.role.setText("Hi.")
     yield w
@@ -43,13 +43,13 @@ def window(qtbot, tmp_path, demo_model, virtual_audio):
 
 def _start(qtbot, window):
     assert window.device_picker.selected("input").is_default
-    with qtbot.waitSignal(window.conversation_signals.started, timeout=60_000):
-        window.start_conversation()
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
+        window.conversation.start()
 
 
 def _stop(qtbot, window):
-    with qtbot.waitSignal(window.conversation_signals.finished, timeout=10_000):
-        window.stop_conversation()
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+        window.conversation.stop()
 
 
 def test_a_conversation_through_virtual_devices(qtbot, window, virtual_audio, tmp_path):
@@ -67,7 +67,7 @@ def test_a_conversation_through_virtual_devices(qtbot, window, virtual_audio, tm
     # Nothing of ours is left connected to the sound server (the fixture's own playing
     # streams are sink inputs; recorders are source outputs and all have ended).
     assert virtual_audio.pactl("list", "short", "source-outputs") == ""
-    end = window.last_end
+    end = window.conversation.last_end
     audio, rate = sf.read(end.recording, dtype="float32")
     assert rate == ENGINE_RATE and audio.shape == (end.frames * 1920, 2)
     assert end.frames >= window.panel.stats.frames >= 40
@@ -88,12 +88,12 @@ def test_a_speaker_failing_mid_conversation(qtbot, window, virtual_audio):
     _start(qtbot, window)
     qtbot.waitUntil(lambda: window.panel.stats.frames >= 10, timeout=30_000)
     try:
-        with qtbot.waitSignal(window.conversation_signals.finished, timeout=30_000):
+        with qtbot.waitSignal(window.conversation.signals.finished, timeout=30_000):
             virtual_audio.suspend_speaker()
     finally:
         virtual_audio.pactl("suspend-sink", SPEAKER_SINK, "0")
     assert "speaker stopped" in window.message_bar.text()
-    end = window.last_end
+    end = window.conversation.last_end
     audio, _ = sf.read(end.recording, dtype="float32")
     assert audio.shape == (end.frames * 1920, 2) and end.frames >= 10
     # The app is still usable: a new conversation starts and runs.
@@ -101,7 +101,7 @@ def test_a_speaker_failing_mid_conversation(qtbot, window, virtual_audio):
     _start(qtbot, window)
     qtbot.waitUntil(lambda: window.panel.stats.frames >= 5, timeout=30_000)
     _stop(qtbot, window)
-    assert window.last_end.frames >= 5
+    assert window.conversation.last_end.frames >= 5
 
 
 def test_refresh_lists_a_device_that_appeared(qtbot, window, tmp_path, monkeypatch):

@@ -40,14 +40,14 @@ def window(qtbot, tmp_path):
 def _run_file_conversation(qtbot, window, frames: int):
     window.model_picker.voice.setCurrentText("No voice prompt")  # short prompts: fast start
     window.model_picker.role.setText("Hi.")
-    window.start_conversation(FileFeed(SPEECH))
+    window.conversation.start(FileFeed(SPEECH))
     qtbot.waitUntil(lambda: window.panel.stats.frames >= frames, timeout=60_000)
 
 
 def _stop(qtbot, window):
-    with qtbot.waitSignal(window.conversation_signals.finished, timeout=10_000):
-        window.stop_conversation()
-    assert window.worker is None and window.start_button.isEnabled()
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+        window.conversation.stop()
+    assert not window.conversation.running and window.start_button.isEnabled()
     assert not [t for t in threading.enumerate() if t.name == "engine-conversation"]
 
 
@@ -80,15 +80,15 @@ def test_the_app_closes_cleanly_when_asked_to(tmp_path):
 
 
 def test_loads_the_demo_model_and_shows_what_it_can_do(qtbot, window):
-    with qtbot.waitSignal(window.loader_signals.loaded, timeout=120_000):
-        window.load_model()
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
+        window.models.load()
     assert window.model_picker.busy.isHidden()
     assert "Loaded demo" in window.model_picker.status.text()
     # Which device, and why: this machine has no NVIDIA GPU.
     assert window.compute_label.text() == "Compute: CPU: no NVIDIA GPU found"
     assert window.model_picker.voice.isVisibleTo(window)  # the demo is PersonaPlex-shaped
     assert window.model_picker.voice.findText("DEMO") >= 0
-    caps = window.loaded.capabilities
+    caps = window.models.loaded.capabilities
     for name in ("graph_replay", "demand_sized_state"):
         box = getattr(window.panel.controls, name)
         assert box.isEnabled() == (caps[name] is None)
@@ -104,25 +104,25 @@ def test_a_bad_checkpoint_gets_a_dialog_naming_the_file(qtbot, window, tmp_path)
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
     window.model_picker.select(str(folder))
-    with qtbot.waitSignal(window.loader_signals.failed, timeout=120_000):
-        window.load_model()
+    with qtbot.waitSignal(window.models.signals.failed, timeout=120_000):
+        window.models.load()
     dialog = window.last_dialog
     assert dialog is not None and dialog.isVisible()
     assert str(folder / "model.safetensors") in dialog.text()
     assert "Traceback" not in dialog.text()
-    assert window.loaded is None and window.model_picker.load_button.isEnabled()
+    assert window.models.loaded is None and window.model_picker.load_button.isEnabled()
     assert window.compute_label.text() == "Compute: no model loaded"
     assert not window.panel.controls.graph_replay.isEnabled()
 
 
 def test_conversation_fills_transcript_panel_and_recording(qtbot, window, demo_model):
     window.model_picker.select("demo")
-    window.set_model(demo_model)
+    window.models.set_model(demo_model)
     _run_file_conversation(qtbot, window, frames=20)
     assert window.stop_button.isEnabled() and not window.start_button.isEnabled()
     assert not window.model_picker.load_button.isEnabled()
     _stop(qtbot, window)
-    end = window.last_end
+    end = window.conversation.last_end
     audio, rate = sf.read(end.recording, dtype="float32")
     assert rate == 24000 and audio.shape == (end.frames * 1920, 2)
     assert end.frames >= window.panel.stats.frames >= 20
@@ -138,7 +138,7 @@ def test_conversation_fills_transcript_panel_and_recording(qtbot, window, demo_m
 
 
 def test_switches_reach_the_running_session(qtbot, window, demo_model):
-    window.set_model(demo_model)
+    window.models.set_model(demo_model)
     session = demo_model.session
     _run_file_conversation(qtbot, window, frames=2)
     controls = window.panel.controls
@@ -153,15 +153,15 @@ def test_switches_reach_the_running_session(qtbot, window, demo_model):
         qtbot.waitUntil(lambda: "Option not applied" in window.statusBar().currentMessage(),
                         timeout=20_000)
         assert session.options.policy == "ar"
-    window.device_picker.mute.setChecked(True)
+    window.device_picker.set_muted(True)
     muted_from = window.panel.stats.frames + 2  # the frame in flight may predate the switch
     qtbot.waitUntil(lambda: window.panel.stats.frames >= muted_from + 3, timeout=20_000)
     assert window.device_picker.meter.value() == window.device_picker.meter.minimum()
     _stop(qtbot, window)
-    record = json.loads(window.last_end.transcript.read_text())
+    record = json.loads(window.conversation.last_end.transcript.read_text())
     changes = record["option_changes"]
     assert changes[-1]["demand_sized_state"] is True and changes[-1]["graph_replay"] is True
-    audio, _ = sf.read(window.last_end.recording, dtype="float32")
+    audio, _ = sf.read(window.conversation.last_end.recording, dtype="float32")
     assert np.all(audio[muted_from * 1920:, 0] == 0) and audio[:muted_from * 1920, 0].any()
 
 
@@ -209,10 +209,10 @@ def test_no_audio_device_at_all_is_explained(qtbot, window, demo_model):
         pytest.skip("this machine has a microphone (CI containers have none)")
     assert window.device_picker.selected("input") is None
     assert not window.device_picker.microphone.isEnabled()
-    window.set_model(demo_model)
-    window.start_conversation()
+    window.models.set_model(demo_model)
+    window.conversation.start()
     assert "No microphone found" in window.message_bar.text()
-    assert window.worker is None and window.start_button.isEnabled()
+    assert not window.conversation.running and window.start_button.isEnabled()
 
 
 def test_unhandled_exceptions_are_logged_and_reported(qtbot, tmp_path):
@@ -251,25 +251,25 @@ def test_the_recordings_path_is_shown_and_copied(qtbot, window, demo_model):
     assert folder in window.recording_label.text()
     window.copy_path_button.click()
     assert QApplication.clipboard().text() == folder
-    window.set_model(demo_model)
+    window.models.set_model(demo_model)
     _run_file_conversation(qtbot, window, frames=3)
     assert "Recording to" in window.recording_label.text()  # shown while it is being written
     window.copy_path_button.click()
     assert QApplication.clipboard().text().endswith(".wav")
     _stop(qtbot, window)
-    assert str(window.last_end.recording) in window.recording_label.text()
+    assert str(window.conversation.last_end.recording) in window.recording_label.text()
 
 
 
 def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, demo_model, tmp_path):
-    from engine.lm.predictor import new_predictor, save_predictor
+    from engine.families.diffuplex.predictor import new_predictor, save_predictor
 
-    window.set_model(demo_model)
+    window.models.set_model(demo_model)
     controls = window.panel.controls
     adapter = tmp_path / "adapter.safetensors"
     save_predictor(new_predictor(demo_model.session.model.cfg, rank=2, block=3), adapter)
-    with qtbot.waitSignal(window.predictor_signals.predictor, timeout=30_000):
-        window.choose_predictor(str(adapter))
+    with qtbot.waitSignal(window.models.predictor_signals.predictor, timeout=30_000):
+        window.models.choose_predictor(str(adapter))
     assert controls.adapter_label.text() == "adapter.safetensors"
     assert controls.policy.model().item(2).isEnabled() and controls.block.isEnabled()
     controls.block.setValue(3)
@@ -281,7 +281,7 @@ def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, 
     stats = window.panel.diffuplex
     # Untrained, it mispredicts the user: each planned frame fails verification and is revised.
     assert stats.frames > 0 and stats.revisions > 0 and "revisions" in window.panel.diffuplex_label.text()
-    window.choose_predictor(str(tmp_path / "missing.safetensors"))
+    window.models.choose_predictor(str(tmp_path / "missing.safetensors"))
     qtbot.waitUntil(lambda: "missing.safetensors" in window.message_bar.text(), timeout=30_000)
     demo_model.session.load_predictor(None)
 
@@ -294,10 +294,10 @@ def test_the_picker_says_what_a_choice_needs_and_loads_int8(qtbot, window):
     picker.weights.setCurrentIndex(picker.weights.findData("int8"))
     qtbot.waitUntil(lambda: "int8 weights: needs about" in picker.fit.text(), timeout=60_000)
     assert window.settings.model_weights == "int8"
-    with qtbot.waitSignal(window.loader_signals.loaded, timeout=120_000):
-        window.load_model()
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
+        window.models.load()
     assert "Loaded demo" in picker.status.text()
-    assert window.loaded.session.options.weights == "int8"
+    assert window.models.loaded.session.options.weights == "int8"
     assert "int8 weights: needs about" in picker.fit.text()
 
 
@@ -311,9 +311,9 @@ def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, wind
     real = memory_plan.plan
     monkeypatch.setattr(memory_plan, "plan", lambda *args: dataclasses.replace(
         real(*args), device="cuda:0", free_bytes=512 << 20))
-    with qtbot.waitSignal(window.loader_signals.failed, timeout=120_000):
-        window.load_model()
+    with qtbot.waitSignal(window.models.signals.failed, timeout=120_000):
+        window.models.load()
     text = window.last_dialog.text()
     assert "bf16 weights: needs about 1.0 GiB" in text
     assert "512 MiB free on cuda:0: it does not fit. Choose int8 weights" in text
-    assert window.loaded is None
+    assert window.models.loaded is None

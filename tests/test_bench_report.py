@@ -1,6 +1,6 @@
 """The benchmark's report on the CPU: summaries, the int8 ratios and the tables, from records
 shaped like a run's (the runs themselves need a CUDA GPU)."""
-from engine.bench.report import format_table, int8_ratios, summarize
+from bench.report import format_table, int8_ratios, summarize
 from engine.frame import STAGES
 
 GIB = 1 << 30

@@ -51,13 +51,13 @@ def test_codec_session_matches_the_plain_stream_bit_for_bit():
     stream: the same samples, with demand-sized state (the CPU's poisoned emulation) or not."""
     from engine.audio_io import read_audio, split_frames
     from engine.codec import CodecSession
-    from engine.mimi import load_mimi
+    from engine.mimi import MimiStream, load_mimi
     from engine.options import RuntimeOptions
     from engine.paths import DEMO_MODEL_DIR
 
     mimi = load_mimi(DEMO_MODEL_DIR)
     frames = split_frames(read_audio(SPEECH_SAMPLE))[:30]
-    stream = mimi.stream()
+    stream = MimiStream(mimi)
     expected = np.stack([stream.decode_frame(stream.encode_frame(f)) for f in frames])
     for options in (RuntimeOptions(), RuntimeOptions(graph_replay=False, demand_sized_state=False)):
         codec = CodecSession(mimi, options)

@@ -9,10 +9,10 @@ import torch
 
 from engine.config.lm import from_lm_kwargs
 from engine.errors import CheckpointError
+from engine.families.diffuplex.predictor import load_predictor, new_predictor, save_predictor
+from engine.families.moshi import LMInputs
 from engine.lm import load_lm
-from engine.lm.predictor import load_predictor, new_predictor, save_predictor
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
-from engine.runtime.runner import LMInputs
 from tests.lm_reference import our_lm_runner
 from tests.test_runtime_wake import _user
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.lm.predictor import new_predictor, save_predictor
+from engine.families.diffuplex.predictor import new_predictor, save_predictor
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
@@ -51,7 +51,7 @@ def ar_run(model, audio):
     out, rows = [], []
     for frame in audio:
         out.append(session.step(frame))
-        rows.append(session.runner.last_generated().clone())
+        rows.append(session.conversation.frame.last_generated().clone())
     return out, rows
 
 
@@ -59,7 +59,7 @@ def _with_oracle(session, rows, corrupt=None):
     """The planned frame at frame i is rows[i] (what the AR model generated there) with
     confidence 1, and so is the text a wake plans; `corrupt` maps a frame to a wrong user
     semantic code in its prediction."""
-    original, now = session.runner.planned, {"frame": 0}
+    original, now = session.diffuplex.wakes.planned, {"frame": 0}
 
     def planned(f):
         original(f)  # the depformer still runs (greedy: it draws no random numbers)
@@ -72,7 +72,7 @@ def _with_oracle(session, rows, corrupt=None):
         ahead = [rows[min(j, len(rows) - 1)][0] for j in range(now["frame"] + 1, now["frame"] + 1 + K)]
         return torch.stack(ahead), torch.ones(K)
 
-    session.runner.planned, session.runner.planned_text = planned, planned_text
+    session.diffuplex.wakes.planned, session.diffuplex.wakes.planned_text = planned, planned_text
     return now
 
 
@@ -137,7 +137,7 @@ def test_ar_through_the_diffuplex_path_is_bit_identical(model, adapter, audio, a
         if i == 20:
             session.set_options(_options("ar"))
         session.step(frame)
-    assert not session._loop.pending
+    assert not session.diffuplex.pending
 
 
 def test_policies_say_why_they_are_unavailable(model, adapter):

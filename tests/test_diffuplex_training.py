@@ -10,10 +10,10 @@ import torch
 
 from app.cli import main
 from engine.errors import AudioInputError
-from engine.lm.predictor import load_predictor, new_predictor
+from engine.families.diffuplex.predictor import load_predictor, new_predictor
+from engine.families.diffuplex.training import TrainSettings, loss, rollout, staircase, train_predictor, user_audio
 from engine.model import load_model
 from engine.paths import SPEECH_SAMPLE
-from engine.train_diffuplex import TrainSettings, loss, rollout, staircase, train, user_audio
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = TrainSettings(steps=6, block=2, rank=2, batch=2, window=6, checkpoint_every=3, lr=1e-2)
@@ -35,7 +35,7 @@ def clip(tmp_path_factory):
 def test_training_learns_checkpoints_and_resumes(model, clip, tmp_path):
     out = tmp_path / "adapter.safetensors"
     losses = []
-    train(model, clip, out, SETTINGS, progress=lambda step, steps, loss: losses.append(loss))
+    train_predictor(model, clip, out, SETTINGS, progress=lambda step, steps, loss: losses.append(loss))
     assert len(losses) == 6
     # The same windows, before and after: the loss falls (batches of 2 are too noisy to compare).
     roll = rollout(model, user_audio(clip)[0][1], SETTINGS.seed)
@@ -50,7 +50,7 @@ def test_training_learns_checkpoints_and_resumes(model, clip, tmp_path):
     assert spec.training["steps_done"] == 6 and spec.block == 2 and spec.rank == 2
     assert spec.training["method"].startswith("self-distillation")
     more = []
-    train(model, clip, out, TrainSettings(**{**SETTINGS.__dict__, "steps": 8}), resume=True,
+    train_predictor(model, clip, out, TrainSettings(**{**SETTINGS.__dict__, "steps": 8}), resume=True,
           progress=lambda step, steps, loss: more.append(step))
     assert more == [7, 8] and load_predictor(out, model.cfg).spec.training["steps_done"] == 8
 
@@ -58,17 +58,17 @@ def test_training_learns_checkpoints_and_resumes(model, clip, tmp_path):
 def test_bad_data_is_named(model, tmp_path):
     (tmp_path / "notes.wav").write_text("not audio")
     with pytest.raises(AudioInputError, match=r"notes\.wav: not a readable audio file"):
-        train(model, tmp_path, tmp_path / "a.safetensors", SETTINGS)
+        train_predictor(model, tmp_path, tmp_path / "a.safetensors", SETTINGS)
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(AudioInputError, match="no audio files"):
-        train(model, empty, tmp_path / "a.safetensors", SETTINGS)
+        train_predictor(model, empty, tmp_path / "a.safetensors", SETTINGS)
     speech, rate = sf.read(SPEECH_SAMPLE, dtype="float32")
     short = tmp_path / "short"
     short.mkdir()
     sf.write(short / "tiny.wav", speech[: rate // 4], rate)
     with pytest.raises(AudioInputError, match="too little audio"):
-        train(model, short, tmp_path / "a.safetensors", SETTINGS)
+        train_predictor(model, short, tmp_path / "a.safetensors", SETTINGS)
 
 
 def test_the_command_checks_its_output_first(tmp_path):
@@ -85,7 +85,7 @@ def test_the_shipped_demo_predictor_plays_clearly_more_than_an_untrained_one(mod
     the shipped predictor (trained by `train-diffuplex --steps 240 --batch 4`) played 28 frames
     when this was written, an untrained one 3."""
     from engine.audio_io import read_audio, split_frames
-    from engine.lm.predictor import new_predictor, save_predictor
+    from engine.families.diffuplex.predictor import new_predictor, save_predictor
     from engine.options import RuntimeOptions
     from engine.session import DuplexSession
 

@@ -10,19 +10,20 @@ from moshi.models import loaders
 from moshi.utils.quantize import replace_linear_with_qlinear
 from safetensors.torch import load_file, save_file
 
+from bench.fidelity import measure_int8
+from bench.stock import _stock_kwargs
 from engine import hub
-from engine.bench.fidelity import measure_int8
-from engine.bench.stock import _stock_kwargs
 from engine.checkpoint import official_layout
 from engine.config.lm import from_lm_kwargs
 from engine.errors import CheckpointError, DeviceMemoryError
+from engine.kernels.operands import Int8Weight
 from engine.lm.loader import load_lm
 from engine.memory_plan import MemoryPlan, plan
 from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.paths import LM_Q8_NAME
 from engine.q8_export import export_q8
-from engine.quant import Int8Weight, dequantize, quantize_rows
+from engine.quant import dequantize, quantize_rows
 from engine.session import DuplexSession
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
 from tests.mimi_reference import varied_audio

@@ -11,7 +11,7 @@ from moshi.models.loaders import get_mimi
 from safetensors.torch import load_file
 
 from engine.config.mimi_json import official_config
-from engine.mimi import Mimi, load_mimi
+from engine.mimi import Mimi, MimiStream, load_mimi
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
 from engine.state import StateStore
 from tests.mimi_reference import (
@@ -51,12 +51,12 @@ def ref_codes(pair, audio):
 
 
 def _stream_encode(mimi, audio, stream=None):
-    stream = stream or mimi.stream()
+    stream = stream or MimiStream(mimi)
     return np.stack([stream.encode_frame(audio[i:i + FRAME]) for i in range(0, len(audio), FRAME)], 1)
 
 
 def _stream_decode(mimi, codes, stream=None):
-    stream = stream or mimi.stream()
+    stream = stream or MimiStream(mimi)
     return np.concatenate([stream.decode_frame(codes[:, t]) for t in range(codes.shape[1])])
 
 
@@ -111,7 +111,7 @@ def test_streaming_equals_whole_signal_within_context(tmp_path, audio):
 def test_encode_and_decode_sides_are_independent(pair, audio, ref_codes):
     """Interleaving encode and decode on one stream changes neither (duplex use)."""
     ours = pair[1]
-    stream = ours.stream()
+    stream = MimiStream(ours)
     codes, pcm = [], []
     for t in range(FRAMES):
         pcm.append(stream.decode_frame(ref_codes[:, t]))
@@ -122,7 +122,7 @@ def test_encode_and_decode_sides_are_independent(pair, audio, ref_codes):
 
 def test_reset_restarts_the_stream(pair, audio, ref_codes):
     ours = pair[1]
-    stream = ours.stream()
+    stream = MimiStream(ours)
     _stream_encode(ours, audio[:7 * FRAME], stream)
     _stream_decode(ours, ref_codes[:, 11:18], stream)
     stream.reset()
@@ -161,7 +161,7 @@ def test_fewer_codebooks(tmp_path, audio):
 
 
 def test_bad_frames_are_rejected(pair):
-    stream = pair[1].stream()
+    stream = MimiStream(pair[1])
     with pytest.raises(ValueError, match="1920"):
         stream.encode_frame(np.zeros(1000, np.float32))
     with pytest.raises(ValueError, match="integer"):

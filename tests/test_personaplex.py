@@ -11,8 +11,8 @@ import torch
 
 from engine.config.lm import PROMPT_TOKENS_KEY, from_lm_kwargs
 from engine.errors import CheckpointError
+from engine.families.moshi import replay_prompts
 from engine.lm import load_lm, load_voice
-from engine.prompts import replay_prompts
 from tests.lm_reference import (
     PersonaPlexReference,
     make_reference_lm,
@@ -61,7 +61,7 @@ def run_ours(cfg, directory, voice_path, user, greedy, prompts, seed=13):
     with torch.no_grad():
         if prompts != "none":
             voice = load_voice(voice_path, cfg, lm.device, lm.dtype) if prompts == "voice+role" else None
-            replay_prompts(runner, voice, ROLE)
+            replay_prompts(runner.frame, voice, ROLE)
         return [None if t is None else t.tolist() for t in (our_lm_step(runner, c) for c in user)]
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from moshi.modules.transformer import RingKVCache
 
-from engine.kernels.ring_attention import ring_attention
+from engine.ops.attention import ring_attention
 from engine.runtime.placement import DemandStore
 from engine.state import Region
 from engine.transformer import attend

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from engine.config.lm import from_lm_kwargs
+from engine.families.moshi import LMInputs
 from engine.lm import load_lm
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
-from engine.runtime.runner import LMInputs
 from tests.lm_reference import our_lm_runner
 
 FRAMES = 40

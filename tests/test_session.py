@@ -60,7 +60,7 @@ def test_frame_outputs(model, audio):
 
 def test_startup_frames_are_silent_and_tokenless(model, audio):
     session = DuplexSession(model, RuntimeOptions(), Persona(None, ""))
-    session.runner.reset()  # no prompts at all: the runner's own start-up shows
+    session.conversation.frame.reset()  # no prompts at all: the frame's own start-up shows
     out = run(session, audio[:3])
     assert [f.tokens is None for f in out] == [True, True, False]
     assert not out[0].pcm.any() and out[0].text == "" and out[0].timings["decode"] == 0.0

@@ -1,7 +1,7 @@
 """Reading the numbers of Step-Audio2's token2wav YAML files without executing them."""
 import pytest
 
-from engine.bench.stock_token2wav import FLOW_YAML, VOCODER_YAML
+from bench.stock_token2wav import FLOW_YAML, VOCODER_YAML
 from engine.errors import CheckpointError
 from engine.token2wav.config import DiTConfig, EncoderConfig, read_flow_config, read_vocoder_config
 

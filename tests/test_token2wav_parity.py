@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.bench.stock_token2wav import (
+from bench.stock_token2wav import (
     FLOW_YAML,
     VOCODER_YAML,
     start_stock_stream,

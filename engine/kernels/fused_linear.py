@@ -24,27 +24,18 @@ the same order eagerly and graph-replayed: the toggles never change a bit.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from ..quant import Int8Weight
 from . import MAX_ROWS
+from .operands import Int8Weight, Norm
 
 _NORM = {None: 0, "rms": 1, "layer": 2}
 _ACT = {None: 0, "silu_gate": 1, "gelu": 2}
 _EPI_STORE, _EPI_RESIDUAL, _EPI_QKV, _EPI_EMBED = 0, 1, 2, 3
-
-
-class Norm(NamedTuple):
-    """A norm applied to the product's input row: "rms" (weight = alpha, no bias) or "layer"."""
-    kind: str
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    eps: float
 
 
 @triton.jit
@@ -123,7 +114,7 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
         w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
-    if INT8:  # each output row's scale, applied once to the fp32 sum (engine.quant.matmul)
+    if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
         y = y * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)
     y = y.to(dt).to(tl.float32)  # the product, rounded as torch's is
 
@@ -299,16 +290,12 @@ def linear_embed(x: torch.Tensor, w: torch.Tensor | Int8Weight, table: torch.Ten
     return _launch(x, w, out, k=x.shape[1], epi=_EPI_EMBED, embed=(token, table))
 
 
-def rope_coefficient(head_dim: int, max_period: float) -> float:
-    """freq_i = exp(i * coef): the RoPE frequencies of the torch path (engine.transformer)."""
-    return -math.log(max_period) * 2 / head_dim
-
-
 def qkv_into_ring(x: torch.Tensor, w: torch.Tensor | Int8Weight, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
                   heads: int, rope_coef: float | None) -> torch.Tensor:
     """The attention's input side in one kernel: q, k, v = norm(x) @ w.T split per head, RoPE
-    on q and k at positions pos + row (`rope_coef` None: no RoPE), k and v written into the
-    ring `kv` [ring, 2, H, D] at slots (pos + row) % ring. Returns q as [1, H, M, D]."""
+    on q and k at positions pos + row (pair i turning at frequency exp(i * rope_coef); None: no
+    RoPE), k and v written into the ring `kv` [ring, 2, H, D] at slots (pos + row) % ring.
+    Returns q as [1, H, M, D]."""
     x = _rows(x)
     M, D = x.shape[0], kv.shape[-1]
     q = torch.empty(M, heads, D, dtype=x.dtype, device=x.device)

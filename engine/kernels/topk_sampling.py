@@ -1,6 +1,6 @@
 """Top-k sampling of one row of logits in one kernel, for vocabularies up to MAX_VOCAB.
 
-The torch path (engine.lm.sampling) is softmax, a full top-k (a radix sort on CUDA), a
+The torch path (engine.ops.sampling) is softmax, a full top-k (a radix sort on CUDA), a
 gather and an argmax: several kernels per codebook. Here one program per row takes the
 softmax, sorts the probabilities in registers (a bitonic sort of (probability, index) keys:
 descending probability, ties to the lower index, the order torch.topk returns) and runs the
@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_VOCAB = 4096
+from . import MAX_VOCAB
 
 
 @triton.jit

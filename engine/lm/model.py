@@ -9,33 +9,25 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from .. import kernels
 from ..config.lm import LMConfig
-from ..quant import matmul, weight_of
+from ..ops.linear import ZERO_TOKEN, embedding, linear, linear_embed
+from ..quant import weight_of
 from ..state import Region, Store
 from ..transformer import Adapter, RMSNormF32, StreamingTransformer
 from .delays import DelayLines
 
-ZERO_TOKEN = -1
-"""A token that contributes a zero embedding (the reference's `zero_token_id`)."""
+__all__ = ["ZERO_TOKEN", "MoshiLM", "embed", "project"]
 
 
-def project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """linear(x) for x [..., in] (bf16 or int8 weights): on CUDA for a few rows, the fused
-    matrix-vector kernel."""
-    rows = x.numel() // x.shape[-1]
-    if rows > kernels.MAX_ROWS or not kernels.usable(x):
-        return matmul(x, weight_of(linear))
-    from ..kernels.fused_linear import linear as fused_linear
-
-    return fused_linear(x.reshape(rows, -1), weight_of(linear)).view(*x.shape[:-1], -1)
+def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """module(x) for x [..., in] (bf16 or int8 weights; engine.ops.linear chooses the kernel)."""
+    return linear(x, weight_of(module))
 
 
 def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
-    y = F.embedding(tokens.clamp(min=0), table.weight)
-    return torch.where((tokens == ZERO_TOKEN).unsqueeze(-1), torch.zeros((), dtype=y.dtype, device=y.device), y)
+    """The rows of `table` for tokens (ZERO_TOKEN: a zero row)."""
+    return embedding(table.weight, tokens)
 
 
 class MoshiLM(nn.Module):
@@ -109,10 +101,5 @@ class MoshiLM(nn.Module):
     def depformer_step(self, k: int, prev: torch.Tensor, h: torch.Tensor, store: Store) -> torch.Tensor:
         """Codebook step k: prev [1] (the text token for k = 0) -> logits [1, card]."""
         table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
-        if kernels.usable(h):
-            from ..kernels.fused_linear import linear_embed
-
-            x = linear_embed(h.view(1, -1), weight_of(self.depformer_in[k]), table.weight, prev).view(1, 1, -1)
-        else:
-            x = project(self.depformer_in[k], h) + embed(table, prev).view(1, 1, -1)
+        x = linear_embed(h, weight_of(self.depformer_in[k]), table.weight, prev)
         return project(self.linears[k], self.depformer(x, store, step=k)).view(1, -1)

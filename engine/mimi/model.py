@@ -6,6 +6,7 @@ decode: codes -> quantizer -> upsample -> decoder transformer -> SEANet decoder 
 Every stage takes `store`: None runs a whole signal at once; a store holding this
 model's regions runs one chunk of a stream. The encode side and the decode side keep
 disjoint regions, so a duplex session can encode the user while it decodes the model.
+A host-side (numpy) stream over a Mimi is `MimiStream(mimi)` (stream.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from ..transformer import StreamingTransformer
 from .quantizer import SplitResidualVQ
 from .resample import ConvDownsample, ConvTrUpsample
 from .seanet import SeanetDecoder, SeanetEncoder
-from .stream import MimiStream
 
 
 class ProjectedTransformer(nn.Module):
@@ -144,10 +144,6 @@ class Mimi(nn.Module):
         """codes int [K, T] -> pcm float32 [T * frame_size]."""
         c = self.check_codes(codes, 2)
         return self.decode_tensor(c[None])[0, 0].float().cpu().numpy()
-
-    def stream(self) -> MimiStream:
-        """A host-side stream with its own state (see MimiStream)."""
-        return MimiStream(self)
 
     def check_pcm(self, pcm: np.ndarray, length: int | None) -> torch.Tensor:
         pcm = np.asarray(pcm)

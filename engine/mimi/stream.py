@@ -1,14 +1,10 @@
 """A host-side (numpy) stream over one Mimi: frames in, codes out, and back."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..state import StateStore
-
-if TYPE_CHECKING:
-    from .model import Mimi
+from .model import Mimi
 
 
 class MimiStream:

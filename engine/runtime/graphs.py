@@ -1,5 +1,5 @@
-"""Captured CUDA graphs by key, sharing one memory pool: how the frame runner
-(engine.runtime.runner) and a token2wav stream (engine.token2wav.stream) replay their work.
+"""Captured CUDA graphs by key, sharing one memory pool: how the stage runner
+(engine.runtime.stages) replays a family's work.
 
 A key names one exact-shape piece of work (a stage of a frame, a chunk of a stream); the
 caller decides when capture is safe (after one eager run of that key has done every lazy
@@ -25,8 +25,6 @@ class Graphs:
         self.device, self.generator = device, generator
         self.pool = None
         self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
-        self.replays = 0
-        """Replays since the graphs were made (what a test reads to see they were used)."""
 
     def capture(self, key: Any, stage: Callable[[], Any]) -> None:
         """Record `stage` as the graph of `key` without running it (a replay runs it)."""
@@ -47,7 +45,6 @@ class Graphs:
             self.capture(key, stage)
         graph, outputs = self.graphs[key]
         graph.replay()
-        self.replays += 1
         return outputs
 
     def clear(self) -> None:

@@ -18,12 +18,11 @@ ahead), where `ticks` is how far the region's clock has advanced. The frame runn
 """
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterable
 
 import torch
 
-from ..options import RuntimeOptions
+from ..options import TOGGLES, RuntimeOptions
 from ..state import CLOCKS, Region, StateStore, Store, declare
 
 
@@ -150,36 +149,10 @@ class DemandStore:
                 ring.back(region.backed_at(self._ticks[clock]))
 
 
-# Why an option cannot be honoured here; options that do not apply are still accepted (the
-# output is the same either way) and logged.
-_CPU_REASONS = {
-    "graph_replay": "CUDA graph replay needs a CUDA GPU",
-    "demand_sized_state": "demand-sized state needs CUDA virtual memory (on the CPU: an emulation "
-                          "that saves no memory)",
-}
-
-
-def _has_cuda_bindings() -> bool:
-    try:
-        return importlib.util.find_spec("cuda.bindings") is not None
-    except ModuleNotFoundError:  # no `cuda` namespace package at all
-        return False
-
-
-def toggle_reasons(device: torch.device) -> dict[str, str | None]:
-    """Each runtime toggle: None if `device` can honour it, else why not."""
-    cuda = device.type == "cuda"
-    reasons = {name: None if cuda else reason for name, reason in _CPU_REASONS.items()}
-    if cuda and not _has_cuda_bindings():
-        reasons["demand_sized_state"] = ("demand-sized state needs the cuda-bindings package "
-                                         "(pip install 'duplexcadence[gpu]')")
-    return reasons
-
-
 def placement_for(device: torch.device, options: RuntimeOptions) -> type:
     """The placement the options ask for: demand-sized where it can run (CUDA with the driver
     bindings; on the CPU, the emulation), else full retention."""
-    usable = device.type != "cuda" or toggle_reasons(device)["demand_sized_state"] is None
+    usable = device.type != "cuda" or TOGGLES["demand_sized_state"].unavailable(device.type) is None
     return DemandStore if options.demand_sized_state and usable else StateStore
 
 

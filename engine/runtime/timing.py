@@ -19,8 +19,6 @@ class FrameTimer:
         self.cuda = torch.device(device).type == "cuda"
         self._marks: list[tuple[str | None, object]] = []
         self._start = 0.0
-        self.probe = None
-        """Called with each mark's stage first (the benchmark's profiler: engine.bench.kernels)."""
 
     def begin(self) -> None:
         self._marks = []
@@ -30,8 +28,6 @@ class FrameTimer:
     def mark(self, stage: str | None) -> None:
         """`stage` ran since the previous mark; None only starts the clock for the next stage
         (work in between is not counted to any stage)."""
-        if self.probe is not None:
-            self.probe(stage)
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()

@@ -98,9 +98,8 @@ class FlowStream:
 
     def start(self, prompt: Prompt) -> None:
         """Fill the caches from the voice prompt (eagerly: it runs once per stream). The store's
-        `mel` clock must be at zero."""
+        `mel` clock was at zero and the runner has ticked it by the prompt plan's frames."""
         plan, after = self.prompt_plan()
-        self.store.advance("mel", plan.frames)
         lookahead = prompt.tokens[:, :self.flow.pre_lookahead_len]
         self.work(plan, torch.cat([prompt.tokens, lookahead], dim=1), self.inputs(plan),
                   cond=prompt.mel.transpose(1, 2))

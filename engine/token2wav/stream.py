@@ -11,10 +11,12 @@ The vocoder runs on each chunk's fresh mel with its own bounded history.
 A push is planned on the host first (`Token2wavStream.plan`: from host counters only, a
 `ChunkKey` that fixes every shape and host branch of the chunk's device work, and the counters
 after it), then the device work runs: eagerly, or, with `RuntimeOptions.graph_replay` on CUDA,
-as the CUDA graph captured for that key (engine.runtime.graphs), one per key in one memory
-pool. The work reads its inputs from tensors at fixed addresses (the store, the noise table,
-a token buffer per chunk length, device constants built once per key) and never reads a value
-back to the host, so replaying it is running it: the output is bit-identical either way.
+as the CUDA graph captured for that key, one per key in one memory pool: the stream's work
+runs through the same stage runner as a conversation (engine.runtime.stages), which ticks the
+`mel` clock and owns the capture policy. The work reads its inputs from tensors at fixed
+addresses (the store, the noise table, a token buffer per chunk length, device constants built
+once per key) and never reads a value back to the host, so replaying it is running it: the
+output is bit-identical either way.
 """
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ from typing import NamedTuple
 import torch
 
 from ..options import RuntimeOptions
-from ..runtime.graphs import Graphs
 from ..runtime.placement import new_store
-from .chunk_plan import RETAINED_FRAMES, FlowCounters, FlowPlan
+from ..runtime.stages import Stage, StageRunner
+from .chunk_plan import RETAINED_FRAMES, FlowCounters, FlowPlan, chunk_bounds
 from .flow_stream import FlowInputs, FlowStream
 from .prompt import Prompt
 from .vocoder_stream import StreamingVocoder, VocoderPlan
@@ -77,20 +79,29 @@ class Token2wavStream:
         self.vocoder = StreamingVocoder(model.vocoder)
         regions = (FlowStream.regions(flow, prompt.mel.shape[1], steps, max_chunk)
                    + self.vocoder.regions("t2w.vocoder"))
-        self.store = new_store(regions, model.device, options)
+        self.runner = StageRunner(new_store(regions, model.device, options), model.device, None, options)
         self.vocoder.place({name: self.store[f"t2w.vocoder.{name}"] for name in self.vocoder.state_shapes()})
         self.flow = FlowStream(flow, noise, prompt, steps, self.store, max_chunk)
         self.lookahead, self.max_chunk = flow.pre_lookahead_len, max_chunk
         self.silence = self.vocoder.geometry.delay * self.vocoder.hop
         self.started = False
-        replay = options.graph_replay and model.device.type == "cuda"
-        self.graphs = Graphs(model.device) if replay else None
-        self._ran: set[ChunkKey] = set()  # keys run eagerly in this stream: they may be captured
         self._tokens: dict[int, torch.Tensor] = {}  # static token buffers by chunk length
         self._inputs: dict[FlowPlan, FlowInputs] = {}
-        if replay if warm_up is None else warm_up:
+        if self.runner.replay if warm_up is None else warm_up:
             self.warm_up()
-        self.flow.start(prompt)
+        prompt_plan, _ = self.flow.prompt_plan()
+        self.runner.run(Stage("prompt", partial(self.flow.start, prompt), (("mel", prompt_plan.frames),)),
+                        replay=False)  # once per stream: eagerly
+
+    @property
+    def store(self):
+        """The stream's declared state (the runner's store)."""
+        return self.runner.store
+
+    @property
+    def graphs(self):
+        """The stream's captured graphs (None where graphs are not replayed: the CPU)."""
+        return self.runner.graphs if self.runner.replay else None
 
     # --- the host side ---------------------------------------------------------------------
 
@@ -114,6 +125,11 @@ class Token2wavStream:
         sounds = vocoder.samples > 0
         key = ChunkKey(flow, vocoder, silence=sounds and not counters.started and not last)
         return key, Counters(flow_after, counters.vocoder + vocoder.frames, last, counters.started or sounds)
+
+    def chunks(self, count: int, size: int) -> list[tuple[int, int, bool]]:
+        """(start, stop, last) of the pushes that stream `count` tokens: `size` fresh tokens plus
+        this stream's lookahead (which the next push repeats) each, then the rest as the last."""
+        return list(chunk_bounds(count, self.lookahead, size))
 
     def schedule(self, tokens: int, counters: Counters, limit: int) -> list[ChunkKey]:
         """The keys of pushes of `tokens` tokens from `counters`, until one repeats (the steady
@@ -144,7 +160,7 @@ class Token2wavStream:
 
     @property
     def captured(self) -> set[ChunkKey]:
-        return set() if self.graphs is None else set(self.graphs.graphs)
+        return self.runner.captured
 
     @torch.inference_mode()
     def warm_up(self) -> None:
@@ -157,40 +173,31 @@ class Token2wavStream:
         if self.store.ticks("t2w.estimator.att"):
             raise RuntimeError("warm_up runs on a fresh stream, before its prompt")
         prompt, flow_after = self.flow.prompt_plan()
-        start = Counters(flow_after, 0, False, False)
-        self.store.advance("mel", prompt.frames)  # the rows the prompt fills, backed as it would
-        for key in self.schedule(self.max_chunk, start, WARM_UP_CHUNKS):
-            self._execute(key)
-            if self.graphs is not None:
-                self.graphs.capture(key, self._stage(key))
+        stages = [self._stage(key) for key in self.schedule(self.max_chunk, Counters(flow_after, 0, False, False),
+                                                             WARM_UP_CHUNKS)]
+        # The rows the prompt fills, backed first as they would be.
+        stages[0] = stages[0]._replace(ticks=(("mel", prompt.frames), *stages[0].ticks))
+        self.runner.prepare(stages)
         self.store.reset()
 
     def close(self) -> None:
-        """Graphs first: they may point into state mapped outside torch's allocator."""
-        if self.graphs is not None:
-            self.graphs.clear()
-        self.store.close()
+        self.runner.close()
 
     # --- the device side -------------------------------------------------------------------
 
     def _execute(self, key: ChunkKey) -> torch.Tensor:
-        """Tick the clock (demand-sized rings back the new rows first), then run the key's work:
-        by replay once it is captured or has run eagerly before, else eagerly."""
-        if key.flow is not None:
-            self.store.advance("mel", key.flow.frames)
-        stage = self._stage(key)
-        if self.graphs is not None and (key in self._ran or key in self.graphs.graphs):
-            return self.graphs.run(key, stage)
-        self._ran.add(key)
-        return stage()
+        """The key's work through the runner: the `mel` clock ticked first (demand-sized rings
+        back the new rows), then replayed once the key has run eagerly before, else eagerly."""
+        return self.runner.run(self._stage(key))
 
-    def _stage(self, key: ChunkKey):
+    def _stage(self, key: ChunkKey) -> Stage:
         """The key's work as a function of fixed tensors: static inputs are made here, outside it."""
         if key.flow is None:
-            return partial(self._work, key, None, None)
+            return Stage(key, partial(self._work, key, None, None))
         if key.flow not in self._inputs:
             self._inputs[key.flow] = self.flow.inputs(key.flow)
-        return partial(self._work, key, self._token_buffer(key.flow.tokens), self._inputs[key.flow])
+        work = partial(self._work, key, self._token_buffer(key.flow.tokens), self._inputs[key.flow])
+        return Stage(key, work, (("mel", key.flow.frames),))
 
     def _token_buffer(self, n: int) -> torch.Tensor:
         if n not in self._tokens:

@@ -14,8 +14,10 @@ BUNDLE_DATA = [
     ("pyproject.toml", "."),
 ]
 
-# Modules that hooks or imports would pull in but the app never uses.
+# Modules that hooks or imports would pull in but the app never uses. bench/ (the benchmarks,
+# `duplexcadence bench`, imported by app/cli.py) runs from a checkout only, as the wheel leaves it out.
 EXCLUDED_MODULES = [
+    "bench",
     "tkinter", "IPython", "matplotlib", "pandas", "scipy", "PIL", "pytest",
     "tensorboard", "torch.utils.tensorboard",
     # Qt modules beyond Core, Gui and Widgets (the app imports no others).

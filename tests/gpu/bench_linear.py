@@ -59,7 +59,8 @@ def _time(fn, weights, x) -> float:
 
 
 def _weights(N: int, K: int, dtype: torch.dtype, int8: bool, copies: int) -> list:
-    from engine.quant import Int8Weight, quantize_rows
+    from engine.kernels.operands import Int8Weight
+    from engine.quant import quantize_rows
 
     if not int8:
         return [torch.randn(N, K, device="cuda").to(dtype) for _ in range(copies)]

@@ -11,8 +11,8 @@ import sys
 import torch
 from torch.nn import functional as F
 
-from engine.kernels.ring_attention import ring_attention
 from engine.kernels.ring_attention_triton import triton_ring_attention
+from engine.ops.attention import ring_attention
 from tests.gpu.ring_reference import ring_positions
 
 SHAPES = {  # layers, heads, head dim, ring = context, queries per call

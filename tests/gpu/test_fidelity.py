@@ -1,10 +1,10 @@
-"""Fidelity on CUDA, teacher-forced (engine.bench.fidelity): our bf16 LM stays as close to the
+"""Fidelity on CUDA, teacher-forced (bench.fidelity): our bf16 LM stays as close to the
 stock runtime in fp32 as the stock runtime's own bf16 does, and our int8 LM as close to our
 bf16 as the stock q8 runtime (bitsandbytes) to the stock bf16, on the demo model. The
 benchmark reports the same figures at full size."""
 import pytest
 
-from engine.bench.fidelity import measure
+from bench.fidelity import measure
 from engine.paths import DEMO_MODEL_DIR
 from engine.q8_export import export_q8
 

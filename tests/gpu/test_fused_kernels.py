@@ -5,7 +5,8 @@ from torch.nn import functional as F
 
 pytest.importorskip("triton")  # CUDA builds of torch bring it; CPU machines skip this module
 from engine.kernels.norm_rope import rms_norm, rope  # noqa: E402
-from engine.transformer import RMSNormF32, StepPositions, TransformerConfig, apply_rope
+from engine.ops.rope import apply_rope
+from engine.transformer import RMSNormF32, StepPositions, TransformerConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -51,19 +52,19 @@ CONFIGS = {
 def _streamed(transformer, xs, fused: bool):
     """The transformer streamed over xs, as fused layers (the CUDA route) or as the torch
     formulas (the CPU route, here on CUDA with the Triton kernels switched off)."""
-    from engine import kernels
+    from engine.ops import dispatch
     from engine.state import StateStore
 
     store, outs = StateStore(transformer.regions(), "cuda"), []
-    before = kernels.usable
-    kernels.usable = lambda x: fused and x.is_cuda
+    before = dispatch.use_triton  # the one choice every op asks
+    dispatch.use_triton = lambda x: fused and x.is_cuda
     try:
         for step, x in enumerate(xs):
             if transformer.cfg.clock != "fixed":
                 store.advance(transformer.cfg.clock, x.shape[1])
             outs.append(transformer(x, store, step=step if transformer.cfg.weights_per_step else 0))
     finally:
-        kernels.usable = before
+        dispatch.use_triton = before
     return torch.cat(outs, dim=1)
 
 
@@ -99,7 +100,8 @@ def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, weights
 
 
 def test_fused_linear_prologues_and_epilogues():
-    from engine.kernels.fused_linear import Norm, linear, linear_embed
+    from engine.kernels.fused_linear import linear, linear_embed
+    from engine.kernels.operands import Norm
 
     torch.manual_seed(1)
     x = torch.randn(3, 512, device="cuda")

@@ -4,7 +4,7 @@ the ring never moves."""
 import pytest
 import torch
 
-from engine.kernels.ring_attention import ring_attention
+from engine.ops.attention import ring_attention
 from engine.runtime.placement import DemandStore
 from engine.runtime.vmm import allocation_granularity
 from engine.state import Region

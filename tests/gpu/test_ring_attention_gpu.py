@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from engine.kernels.ring_attention import ring_attention, torch_ring_attention
+from engine.ops.attention import ring_attention, torch_ring_attention
 from tests.gpu.ring_reference import live_positions, reference_attention
 
 pytestmark = pytest.mark.gpu

@@ -13,15 +13,16 @@ from collections.abc import Callable
 
 import torch
 
-from .lm.personaplex import SILENCE_FRAMES, VoicePrompt
-from .runtime.runner import FrameRunner, LMInputs
+from ...lm.personaplex import SILENCE_FRAMES, VoicePrompt
+from .frame import MoshiFrame
+from .inputs import LMInputs
 
 
-def replay_prompts(runner: FrameRunner, voice: VoicePrompt | None, role_tokens: list[int],
+def replay_prompts(frame: MoshiFrame, voice: VoicePrompt | None, role_tokens: list[int],
                    cancelled: Callable[[], bool] = lambda: False) -> bool:
     """Run the voice and role prompts through the model, a frame at a time. Returns False if
     `cancelled()` turned true first (checked every frame: a voice prompt can take seconds)."""
-    lm, cfg = runner.lm, runner.lm.cfg
+    lm, cfg = frame.lm, frame.cfg
     dev = lm.device
 
     def codes(values) -> torch.Tensor:
@@ -33,11 +34,11 @@ def replay_prompts(runner: FrameRunner, voice: VoicePrompt | None, role_tokens: 
         for embedding in voice.embeddings:
             if cancelled():
                 return False
-            runner.lm_frame(LMInputs(start, model=start, text=pad, embedding=embedding))
-        lm.lines.load_cache(runner.store, voice.cache)
+            frame.lm_frame(LMInputs(start, model=start, text=pad, embedding=embedding))
+        lm.lines.load_cache(frame.runner.store, voice.cache)
     sine, silence = codes(cfg.sine_tokens), codes(cfg.silence_tokens)
     for token in [None] * SILENCE_FRAMES + list(role_tokens) + [None] * SILENCE_FRAMES:
         if cancelled():
             return False
-        runner.lm_frame(LMInputs(sine, model=silence, text=pad if token is None else codes([token])))
+        frame.lm_frame(LMInputs(sine, model=silence, text=pad if token is None else codes([token])))
     return True

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,15 +28,16 @@ import soundfile as sf
 import torch
 from torch.nn import functional as F
 
-from .audio_io import read_audio, split_frames
-from .errors import AudioInputError
-from .frame import FRAME_SIZE, SAMPLE_RATE
-from .lm.predictor import Predictor, load_predictor, new_predictor, save_predictor
-from .model import DuplexModel
-from .options import RuntimeOptions
-from .quant import matmul, weight_of
-from .session import DuplexSession
-from .state import StateStore
+from ...audio_io import read_audio, split_frames
+from ...errors import AudioInputError
+from ...frame import FRAME_SIZE, SAMPLE_RATE
+from ...model import DuplexModel
+from ...ops.linear import matmul
+from ...options import RuntimeOptions
+from ...quant import weight_of
+from ...session import DuplexSession
+from ...state import StateStore
+from .predictor import Predictor, load_predictor, new_predictor, save_predictor
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif"}
 
@@ -102,7 +102,7 @@ def rollout(model: DuplexModel, pcm: np.ndarray, seed: int) -> Rollout:
         row = store[lines.slot_region] % lines.slots
         session.step(frame)
         inputs.append(store[lines.tokens_region].index_select(0, row)[0].clone())
-        generated.append(session.runner.last_generated().clone())
+        generated.append(session.conversation.frame.last_generated().clone())
     session.close()
     return Rollout(torch.stack(inputs), torch.stack(generated))
 
@@ -135,7 +135,7 @@ def loss(model: DuplexModel, predictor: Predictor, inputs: torch.Tensor, targets
     return total / (k * (1 + cfg.dep_q))
 
 
-def train(model: DuplexModel, data: Path, out: Path, settings: TrainSettings, resume: bool = False,
+def train_predictor(model: DuplexModel, data: Path, out: Path, settings: TrainSettings, resume: bool = False,
           progress: Callable[[int, int, float], None] | None = None) -> Predictor:
     """Train (or, with `resume`, continue training from `out`) a predictor for `model` on the
     audio in `data`; checkpoints go to `out` every `checkpoint_every` steps and at the end."""
@@ -197,10 +197,3 @@ def _checkpoint(predictor: Predictor, out: Path, settings: TrainSettings, data: 
     save_predictor(predictor, part)
     part.replace(out)
 
-
-def print_progress(step: int, steps: int, value: float, stream=sys.stderr) -> None:
-    filled = 30 * step // steps
-    stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] step {step}/{steps} loss {value:.3f}")
-    if step == steps:
-        stream.write("\n")
-    stream.flush()

@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..frame import FRAME_RATE
+from engine.families.diffuplex.acceptance import PolicyChecks
+from engine.frame import FRAME_RATE
+
 from .run import SHAPES, WARMUP_FRAMES, input_frames
 
 RANK = 16
@@ -29,10 +31,28 @@ PUBLISHED = {"listen": {"core": 1.61, "wall": 1.46}, "speak": {"core": 1.80, "wa
 """The paper's ratios over AR on a PersonaPlex backbone with trained adapters."""
 
 
+class ForcedAcceptance(PolicyChecks):
+    """Plays exactly `accept` predicted frames after each wake, whatever the checks say (a
+    full-size predictor with random weights is never confident); the next one is refused as
+    LISTEN refuses a speaking frame (before its depformer runs) or as SPEAK refuses a wrong
+    user prediction (after). Each depformer-checked frame still reads the device once."""
+
+    def __init__(self, cfg, device, accept: int):
+        super().__init__(cfg, device)
+        self.accept = accept
+
+    def text_allows(self, i, text, confidence, options) -> bool:
+        return i < self.accept or options.policy == "speak"
+
+    def accepts(self, i, generated, confidence, user, options) -> bool:
+        super().accepts(i, generated, confidence, user, options)  # the real policy's device read
+        return i < self.accept
+
+
 def _run(session, frames: np.ndarray, accept: int | None) -> dict:
     """One conversation; `accept`: frames played after each wake (None: plain AR)."""
     if accept is not None:
-        session.diffuplex.accept_first = accept
+        session.diffuplex.checks = ForcedAcceptance(session.model.cfg, session.device, accept)
     records = []
     for frame in frames:
         out = session.step(frame)
@@ -63,8 +83,9 @@ def _implied(runs: list[dict], ar: dict, accepted: float) -> dict:
 
 
 def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: Path) -> dict:
-    from .. import DuplexSession, Persona, RuntimeOptions, load_model
-    from ..lm.predictor import new_predictor, save_predictor
+    from engine import DuplexSession, Persona, RuntimeOptions, load_model
+    from engine.families.diffuplex.predictor import new_predictor, save_predictor
+
     from .stock import write_stock_checkpoint
 
     if not torch.cuda.is_available():

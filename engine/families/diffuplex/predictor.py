@@ -24,8 +24,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from ..config.lm import LMConfig
-from ..errors import CheckpointError
+from ...config.lm import LMConfig
+from ...errors import CheckpointError
 
 FORMAT = 1
 TARGETS = ("qkv", "out", "ffn_in", "ffn_out")

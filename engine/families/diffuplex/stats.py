@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .frame import FRAME_RATE
+from ...frame import FRAME_RATE
 
 
 @dataclasses.dataclass(frozen=True)

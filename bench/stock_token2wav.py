@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from ..token2wav.config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
-from ..token2wav.model import read_pt
-from ..token2wav.prompt import Prompt
+from engine.token2wav.config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
+from engine.token2wav.model import read_pt
+from engine.token2wav.prompt import Prompt
 
 FLOW_YAML = """\
 # HyperPyYAML as the official files write it (object tags, references)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import torch
 
+from engine.options import RuntimeOptions
+from engine.runtime.stages import Stage, StageRunner
+
 from .stock import stock_lm
 
 
@@ -50,19 +53,25 @@ class _Stock:
 
 
 class _Ours:
+    """Our LM teacher-forced, a frame at a time as one eager stage of the stage runner (which
+    ticks the frame clock, as it does in a conversation)."""
+
     def __init__(self, lm, store):
-        self.lm, self.store = lm, store
+        self.lm = lm
+        self.runner = StageRunner(store, lm.device, None, RuntimeOptions(graph_replay=False))
 
     def frame(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lm, store = self.lm, self.store
-        store.advance("frame", 1)
+        return self.runner.run(Stage("teacher-forced", lambda: self._frame(tokens), (("frame", 1),)), replay=False)
+
+    def _frame(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lm, store = self.lm, self.runner.store
         h, text_logits = lm.backbone(lm.embed_streams(tokens), store)
         lm.restart_depformer(store)
         audio = [lm.depformer_step(k, tokens[k:k + 1], h, store).view(-1) for k in range(lm.cfg.dep_q)]
         return text_logits.view(-1).float(), torch.stack(audio).float()
 
     def close(self):
-        self.store.close()
+        self.runner.close()
 
 
 class _Tally:
@@ -88,8 +97,8 @@ def measure(model_dir: Path, frames: int, seed: int = 0, q8_dir: Path | None = N
     fp32, all loaded from `model_dir` (official layout with config.json) on CUDA. With
     `q8_dir` (the same weights in the official q8 layout) also what int8 costs: our LM from
     the q8 file against our bf16 LM, and the stock q8 LM against the stock bf16 LM."""
-    from .. import hub, load_model
-    from ..state import StateStore
+    from engine import hub, load_model
+    from engine.state import StateStore
 
     def ours(path):
         lm = load_model(path, device="cuda", dtype=torch.bfloat16).lm
@@ -121,9 +130,9 @@ def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", 
     model runs); the stock runtime needs moshi and bitsandbytes installed."""
     import tempfile
 
-    from .. import hub, load_model
-    from ..q8_export import export_q8
-    from ..state import StateStore
+    from engine import hub, load_model
+    from engine.q8_export import export_q8
+    from engine.state import StateStore
 
     reference = load_model(path_or_name, device=device)
     model = load_model(path_or_name, device=device, weights="int8")

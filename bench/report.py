@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from ..frame import STAGES
-from ..runtime.timing import SpeakMeter
+from engine.frame import STAGES
+from engine.runtime.timing import SpeakMeter
 
 CHECKPOINTS_S = (10, 30, 120, 240)
 """Conversation lengths (seconds) at which streaming-state memory and the peak so far are
@@ -22,7 +22,7 @@ class RunResult:
     state_bytes: dict
     peak_bytes: int
     kernels: dict = dataclasses.field(default_factory=dict)
-    """Per stage (and "frame"): kernels and GPU busy ms per frame (engine.bench.kernels)."""
+    """Per stage (and "frame"): kernels and GPU busy ms per frame (bench.kernels)."""
     first_frame_s: float | None = None
     """The first frame's time: kernel compilation (or reading it from the cache) included."""
     peak_at: dict = dataclasses.field(default_factory=dict)

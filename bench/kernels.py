@@ -1,48 +1,58 @@
 """Kernels per frame and GPU busy time per stage, from a torch.profiler trace.
 
-While profiling, the frame timer's marks synchronize and drop a named marker into the
-trace, so every kernel (graph-replayed ones included: CUPTI records each node) runs between
-the marker before its stage and the marker that ends it. Kernels between a `mark(None)` and
-the next stage belong to no stage ("other"). Busy time is the union of the kernels',
-copies' and memsets' intervals. The synchronizations make these frames slower: they are
-profiled apart from the timed frames.
+While profiling, the frame timer's marks synchronize and drop a named marker into the trace
+(the bench wraps the timer's `mark` for the profiled frames), so every kernel (graph-replayed
+ones included: CUPTI records each node) runs between the marker before its stage and the
+marker that ends it. Kernels between a `mark(None)` and the next stage belong to no stage
+("other"). Busy time is the union of the kernels', copies' and memsets' intervals. The
+synchronizations make these frames slower: they are profiled apart from the timed frames.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
-from ..frame import STAGES
-from ..runtime.timing import FrameTimer
+from engine.frame import STAGES
+from engine.runtime.timing import FrameTimer
 
 PROFILED_FRAMES = 20
 _PREFIX = "duplexcadence.stage:"
 _OTHER = "other"
 
 
-def _probe(stage: str | None) -> None:
-    torch.cuda.synchronize()
-    with torch.profiler.record_function(_PREFIX + (stage or _OTHER)):
-        pass
+@contextlib.contextmanager
+def _marking(timer: FrameTimer) -> Iterator[None]:
+    """Each of `timer`'s marks first synchronizes and records its stage's marker: the
+    instance's `mark` is wrapped (the frame loop looks it up each frame), then restored."""
+    mark = timer.mark
+
+    def marked(stage: str | None) -> None:
+        torch.cuda.synchronize()
+        with torch.profiler.record_function(_PREFIX + (stage or _OTHER)):
+            pass
+        mark(stage)
+
+    timer.mark = marked
+    try:
+        yield
+    finally:
+        del timer.mark
 
 
 def profile_stages(step: Callable[[], None], timer: FrameTimer, frames: int = PROFILED_FRAMES) -> dict:
     """Runs `step` (one frame, timed by `timer`) `frames` times under the profiler. Returns,
     per stage and for the whole frame, kernels per frame and GPU busy ms per frame."""
     torch.cuda.synchronize()
-    timer.probe = _probe
-    try:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(frames):
-                step()
-            torch.cuda.synchronize()
-    finally:
-        timer.probe = None
+    with _marking(timer), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(frames):
+            step()
+        torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))

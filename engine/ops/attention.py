@@ -11,9 +11,9 @@ One function serves the eager and the graph-replayed paths, so switching CUDA gr
 or off never changes a bit. The valid length comes from `pos`, a device tensor, never
 from the host: one captured graph serves every frame, and nothing syncs.
 
-- CUDA (T <= 16): a Triton split-K kernel that visits exactly the keys any query can see
-  (engine/kernels/ring_attention_triton.py).
-- Otherwise: torch ops over the whole ring at a fixed shape, with every slot that holds no
+- CUDA (T <= TRITON_MAX_T = 16): a Triton split-K kernel that visits exactly the keys any
+  query can see (engine/kernels/ring_attention_triton.py).
+- Otherwise (`torch_ring_attention`): torch ops over the whole ring at a fixed shape, with every slot that holds no
   live key redirected to slot 0 (always written once anything is) and masked out, so no
   unbacked entry of a demand-sized ring is ever read.
 """
@@ -22,7 +22,10 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-TRITON_MAX_T = 16
+from ..kernels import TRITON_MAX_T
+from . import dispatch
+
+__all__ = ["TRITON_MAX_T", "ring_attention", "torch_ring_attention"]
 
 
 def ring_attention(q: torch.Tensor, kv_ring: torch.Tensor, pos: torch.Tensor, T: int,
@@ -33,15 +36,15 @@ def ring_attention(q: torch.Tensor, kv_ring: torch.Tensor, pos: torch.Tensor, T:
     ring, two, H, D = kv_ring.shape
     if q.shape != (1, H, T, D) or two != 2 or ring < T:
         raise ValueError(f"ring_attention: q {tuple(q.shape)} does not fit kv_ring {tuple(kv_ring.shape)}, T={T}")
-    from . import usable
+    if T <= TRITON_MAX_T and dispatch.use_triton(q):
+        from ..kernels.ring_attention_triton import triton_ring_attention
 
-    if T <= TRITON_MAX_T and usable(q):
-        from .ring_attention_triton import triton_ring_attention
         return triton_ring_attention(q, kv_ring, pos, T, context)
     return torch_ring_attention(q, kv_ring, pos, T, context)
 
 
 def torch_ring_attention(q, kv_ring, pos, T: int, context: int | None) -> torch.Tensor:
+    """ring_attention's torch formula, on any device."""
     ring = kv_ring.shape[0]
     age = torch.arange(ring, device=q.device)
     pos_k = pos + (T - 1) - age  # age 0 is the newest entry

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DeviceMemoryError
-from ..frame import FRAME_RATE, FRAME_SIZE
+from engine.errors import DeviceMemoryError
+from engine.frame import FRAME_RATE, FRAME_SIZE
+
 from .report import CHECKPOINTS_S, RunResult, format_table, int8_ratios, ratios, summarize
 
 SHAPES = {"moshiko": 8, "personaplex": 16}  # name: depformer steps
@@ -36,8 +37,8 @@ conversation on a 12 GB card, two minutes on a 10 GB card."""
 
 def input_frames(frames: int) -> np.ndarray:
     """The bundled speech, looped to `frames` frames."""
-    from ..audio_io import read_audio, split_frames
-    from ..paths import SPEECH_SAMPLE
+    from engine.audio_io import read_audio, split_frames
+    from engine.paths import SPEECH_SAMPLE
 
     speech = read_audio(SPEECH_SAMPLE)
     reps = -(-frames * FRAME_SIZE // len(speech))
@@ -101,7 +102,7 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, bu
     """Ours over `frames` (the LM's weights as `model_dir` holds them). With `budget_bytes`,
     everything from loading on runs under that memory budget (torch's allocations and the
     mapped state together); running out of it is recorded in the result, not raised."""
-    from ..runtime.memory_budget import memory_budget
+    from engine.runtime.memory_budget import memory_budget
 
     _fresh_device()
     result = RunResult(name, {}, {}, {}, 0)
@@ -118,7 +119,8 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, bu
 
 
 def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, profile: bool) -> RunResult:
-    from .. import DuplexSession, Persona, RuntimeOptions, load_model
+    from engine import DuplexSession, Persona, RuntimeOptions, load_model
+
     from .kernels import profile_stages
 
     model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
@@ -165,7 +167,8 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
     budget); then (`fidelity_frames` > 0) the teacher-forced fidelity of both runtimes in
     bf16 against the stock runtime in fp32, and in int8 against their bf16. Writes the JSON
     report to `output`, prints the tables."""
-    from ..q8_export import export_q8
+    from engine.q8_export import export_q8
+
     from .stock import write_stock_checkpoint
 
     if not torch.cuda.is_available():

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import official_layout
-from ..runtime.timing import FrameTimer
+from engine.checkpoint import official_layout
+from engine.runtime.timing import FrameTimer
 
 
 def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
@@ -23,8 +23,8 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
     from moshi.models import loaders
     from safetensors.torch import save_file
 
-    from ..config.lm import CONFIGS, to_lm_kwargs
-    from ..paths import DEMO_MODEL_DIR
+    from engine.config.lm import CONFIGS, to_lm_kwargs
+    from engine.paths import DEMO_MODEL_DIR
 
     cfg = CONFIGS["personaplex" if dep_q == 16 else "moshiko"]
     kwargs = to_lm_kwargs(cfg)
@@ -50,7 +50,7 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
 
 def _stock_kwargs(kwargs: dict) -> dict:
     """LMModel keyword arguments only (config.json may carry our metadata keys too)."""
-    from ..config.lm import METADATA_KEYS, PROMPT_TOKENS_KEY
+    from engine.config.lm import METADATA_KEYS, PROMPT_TOKENS_KEY
 
     return {k: v for k, v in kwargs.items() if k not in (*METADATA_KEYS, PROMPT_TOKENS_KEY)}
 
@@ -60,7 +60,7 @@ def load_stock(folder: Path):
     runs; a q8 checkpoint's LM through its bitsandbytes layers)."""
     from moshi.models import loaders
 
-    from .. import hub
+    from engine import hub
 
     mimi = loaders.get_mimi(folder / loaders.MIMI_NAME, device="cuda", num_codebooks=8)
     return mimi.eval(), stock_lm(hub.lm_file(folder, json.loads((folder / "config.json").read_text())),
@@ -71,8 +71,8 @@ def stock_lm(lm_file: Path, device: str, dtype: torch.dtype):
     """The stock LMModel from a checkpoint file with a config.json beside it (a q8 file: quantized)."""
     from moshi.models import loaders
 
-    from ..checkpoint import read_safetensors_layout
-    from ..quant import is_q8
+    from engine.checkpoint import read_safetensors_layout
+    from engine.quant import is_q8
 
     kwargs = _stock_kwargs(json.loads((lm_file.parent / "config.json").read_text()))
     kwargs["quantize"] = is_q8(read_safetensors_layout(lm_file))

@@ -1,7 +1,7 @@
 """`duplexcadence bench --tail step-audio2`: our token2wav stream against the stock one
 (`minicpmo-utils` 1.0.7), side by side in one process, on the same full-size random weights.
 
-The stock modules are built with the official numbers (engine.bench.stock_token2wav: the
+The stock modules are built with the official numbers (bench.stock_token2wav: the
 official flow.yaml and config.yaml), written as an official directory and loaded back by both
 runtimes: the stock one as its `Token2wav.__init__` loads them, ours by `load_token2wav`. Both
 stream the same prepared prompt (3 s: 75 random tokens, a random speaker embedding and mel)
@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..token2wav.chunk_plan import chunk_bounds
-from ..token2wav.prompt import Prompt
+from engine.token2wav.chunk_plan import chunk_bounds
+from engine.token2wav.prompt import Prompt
 
 VARIANTS = ((10, False), (10, True), (5, False), (5, True))
 """(Euler steps, fp16) per variant."""
@@ -112,16 +112,24 @@ class _Driver:
 
 class _Ours(_Driver):
     def __init__(self, model_dir: Path, steps: int, fp16: bool, device: torch.device):
-        from ..token2wav import load_token2wav
+        from engine.token2wav import load_token2wav
         self.name, self.steps, self.device = "ours", steps, device
         self.model = load_token2wav(model_dir, device=device, fp16=fp16)
-        self.stream = None
+        self.stream, self.replays = None, 0
 
     def new_stream(self, prompt: Prompt) -> None:
-        from ..token2wav import Token2wavStream
+        from engine.token2wav import Token2wavStream
         if self.stream is not None:
             self.stream.close()
-        self.stream = Token2wavStream(self.model, prompt, steps=self.steps)
+        self.stream, self.replays = Token2wavStream(self.model, prompt, steps=self.steps), 0
+        if self.stream.graphs is not None:  # each Graphs.run replays one graph: counted here
+            run = self.stream.graphs.run
+
+            def counted(*args):
+                self.replays += 1
+                return run(*args)
+
+            self.stream.graphs.run = counted
 
     def push(self, tokens: torch.Tensor, last: bool) -> np.ndarray:
         return self.stream.push(tokens, last).cpu().numpy()
@@ -135,7 +143,7 @@ class _Ours(_Driver):
 
     def state_extra(self) -> dict:
         return {"placement": type(self.stream.store).__name__, "graphs": len(self.stream.captured),
-                "replays": self.stream.graphs.replays if self.stream.graphs is not None else 0}
+                "replays": self.replays}
 
     def close(self) -> None:
         if self.stream is not None:
@@ -176,7 +184,7 @@ def run_runtime(kind: type[_Driver], model_dir: Path, steps: int, fp16: bool, se
                 prompt_tokens: int = PROMPT_TOKENS) -> dict:
     """One runtime over one variant: load, a throwaway stream (`warm_chunks` chunks and a last
     one), then the measured stream (`chunk_schedule`)."""
-    from ..token2wav.config import read_flow_config
+    from engine.token2wav.config import read_flow_config
 
     vocab = read_flow_config(model_dir / "flow.yaml").vocab_size
     prompt = bench_prompt(vocab, seed, prompt_tokens)
@@ -211,9 +219,10 @@ def run_runtime(kind: type[_Driver], model_dir: Path, steps: int, fp16: bool, se
 
 
 def _profile(driver: _Driver, tokens: torch.Tensor, chunks: list[tuple[int, int, bool]]) -> dict:
-    """Kernels and GPU busy ms per chunk over `chunks` (torch.profiler, engine.bench.kernels;
+    """Kernels and GPU busy ms per chunk over `chunks` (torch.profiler, bench.kernels;
     no stage markers: every kernel counts to the chunk)."""
-    from ..runtime.timing import FrameTimer
+    from engine.runtime.timing import FrameTimer
+
     from .kernels import profile_stages
 
     calls: Iterator = iter(chunks)
@@ -303,7 +312,7 @@ def run_token2wav_bench(output: Path, seed: int = 0, steady: int = STEADY_CHUNKS
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         model_dir = Path(tmp)
         write_model_dir(model_dir, seed)
-        from ..token2wav.config import read_flow_config
+        from engine.token2wav.config import read_flow_config
         flow_cfg = read_flow_config(model_dir / "flow.yaml")
         for steps, fp16 in VARIANTS:
             check_stock_limits(2 * PROMPT_TOKENS, CHUNK_TOKENS + LOOKAHEAD, steps, flow_cfg)

@@ -1,0 +1,183 @@
+"""One conversation at a time: starting it (loading the chosen model first when needed),
+stopping it, muting, runtime switches reaching the engine thread, and each frame it reports
+shown in the transcript, the cadence panel, the level meter and the clock."""
+from __future__ import annotations
+
+import dataclasses
+
+import soundfile as sf
+from PyQt6.QtCore import QObject, pyqtSignal
+from PyQt6.QtGui import QTextCursor
+from PyQt6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton, QWidget
+
+from engine import FRAME_SECONDS, RuntimeOptions
+
+from .app_settings import AppSettings
+from .audio_io import AudioConfig, AudioDeviceError, AudioLink
+from .cadence_panel import CadencePanel
+from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
+from .device_picker import DevicePicker
+from .file_feed import FileFeed
+from .message_bar import MessageBar
+from .model_controller import ModelController
+from .model_loader import LoadedModel
+from .model_picker import ModelPicker
+from .recorder import ConversationRecorder
+
+
+class ConversationController(QObject):
+    status = pyqtSignal(str)  # for the status bar; "" clears it
+    recording_shown = pyqtSignal(object, str)  # a recording's Path, and what it is ("Recording to", ...)
+
+    def __init__(self, models: ModelController, settings: AppSettings, audio_config: AudioConfig, *,
+                 start_button: QPushButton, stop_button: QPushButton, record_box: QCheckBox, clock: QLabel,
+                 transcript: QPlainTextEdit, panel: CadencePanel, model_picker: ModelPicker,
+                 device_picker: DevicePicker, message_bar: MessageBar, parent: QWidget):
+        super().__init__(parent)
+        self._models, self.settings, self.audio_config = models, settings, audio_config
+        self._start_button, self._stop_button, self._record_box = start_button, stop_button, record_box
+        self._clock, self._transcript, self._panel = clock, transcript, panel
+        self._model_picker, self._device_picker, self._message_bar = model_picker, device_picker, message_bar
+        self.worker: ConversationWorker | None = None
+        self.last_end: ConversationEnd | None = None
+        # A start asked for before its model was loaded: it goes on once the model is.
+        self._start_when_loaded = False
+        self._pending_feed: FileFeed | None = None
+        self.signals = ConversationSignals()
+        self.signals.started.connect(lambda: self.status.emit("Conversation running."))
+        self.signals.frame.connect(self._show_frame)
+        self.signals.notice.connect(self.status)
+        self.signals.failed.connect(message_bar.show_message)
+        self.signals.finished.connect(self._on_finished)
+        models.ready.connect(self._on_model_ready)
+        models.failed.connect(self._drop_pending_start)
+        models.busy_changed.connect(lambda busy: start_button.setEnabled(not busy and not self.running))
+        start_button.clicked.connect(lambda: self.start())
+        stop_button.clicked.connect(self.stop)
+        panel.options_changed.connect(self._on_options)
+        device_picker.muted_changed.connect(self._on_muted)
+
+    @property
+    def running(self) -> bool:
+        return self.worker is not None
+
+    def start(self, feed: FileFeed | None = None) -> None:
+        """Talk through the chosen devices, or through `feed` (e.g. a FileFeed)."""
+        if self.worker is not None:
+            return
+        loaded = self._models.chosen_model()
+        if loaded is None:
+            self._start_when_loaded, self._pending_feed = True, feed
+            self._models.load()
+            return
+        feed, self._pending_feed = feed or self._pending_feed, None
+        self._message_bar.hide()
+        link = feed or self._open_audio()
+        if link is None:
+            return
+        persona = self._persona(loaded)
+        options = self._panel.options()
+        try:
+            recorder = self._new_recorder(loaded, options)
+        except (OSError, sf.SoundFileError) as exc:
+            link.close()
+            self._message_bar.show_message(f"Cannot write the recording: {exc}")
+            return
+        # Only the devices' microphone queue is capped: a file feeds the engine as it asks.
+        self._panel.reset(self.audio_config.max_input_backlog_s if feed is None else None)
+        if recorder is not None:
+            self.recording_shown.emit(recorder.wav_path, "Recording to")
+        self._transcript.appendPlainText(f"[{loaded.name} · {link.description}]\n")
+        self.worker = ConversationWorker(loaded.session, link, recorder, persona, self.signals)
+        self.worker.set_options(options)  # before the thread starts: later switches come after it
+        self.worker.set_muted(self._device_picker.is_muted())
+        self.worker.start()
+        self._set_running(True)
+
+    def stop(self) -> None:
+        """Silence at once; the engine thread finishes its current frame and exits."""
+        if self.worker is None:
+            return
+        self.worker.stop()
+        self._stop_button.setEnabled(False)
+        self.status.emit("Stopping…")
+
+    def stop_and_wait(self, timeout: float = 5.0) -> None:
+        """Before the app quits: the engine thread ends, and with it the recording."""
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker.join(timeout=timeout)
+
+    def _open_audio(self) -> AudioLink | None:
+        microphone = self._device_picker.selected("input")
+        speaker = self._device_picker.selected("output")
+        if microphone is None or speaker is None:
+            missing = "microphone" if microphone is None else "speaker"
+            self._message_bar.show_message(
+                f"No {missing} found. Connect one, then press Refresh in the Audio box.")
+            return None
+        try:
+            return AudioLink(microphone, speaker, self.audio_config)
+        except AudioDeviceError as exc:
+            self._message_bar.show_message(str(exc))
+            return None
+
+    def _persona(self, loaded: LoadedModel) -> tuple[str | None, str] | None:
+        """PersonaPlex's (voice, role) as chosen now (and remembered); None for other models."""
+        if not loaded.voices:
+            return None
+        voice, role = self._model_picker.persona()
+        self._model_picker.remember_persona()
+        return voice, role or loaded.default_role
+
+    def _new_recorder(self, loaded: LoadedModel, options: RuntimeOptions) -> ConversationRecorder | None:
+        if not self._record_box.isChecked():
+            return None
+        return ConversationRecorder(self.settings.recordings_dir, loaded.name, dataclasses.asdict(options))
+
+    def _show_frame(self, report: FrameReport) -> None:
+        text = report.output.text
+        if text:
+            self._transcript.moveCursor(QTextCursor.MoveOperation.End)
+            self._transcript.insertPlainText(text)
+        self._panel.add_frame(report)
+        self._device_picker.set_level(report.level_dbfs)
+        seconds = int((report.index + 1) * FRAME_SECONDS)
+        self._clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
+
+    def _on_finished(self, end: ConversationEnd) -> None:
+        self.last_end = end
+        if self.worker is not None:
+            self.worker.join(timeout=1.0)
+        self.worker = None
+        self._set_running(False)
+        self._transcript.appendPlainText("")
+        if end.recording is not None:
+            self.status.emit(f"Recording saved: {end.recording}")
+            self.recording_shown.emit(end.recording, "Last recording")
+        else:
+            self.status.emit("")
+
+    def _set_running(self, running: bool) -> None:
+        self._models.in_use = running
+        self._start_button.setEnabled(not running)
+        self._stop_button.setEnabled(running)
+        self._record_box.setEnabled(not running)
+        self._model_picker.set_running(running)
+        self._device_picker.set_running(running)
+
+    def _on_model_ready(self, _: LoadedModel) -> None:
+        if self._start_when_loaded:
+            self._start_when_loaded = False
+            self.start()
+
+    def _drop_pending_start(self, _source: str, _message: str) -> None:
+        self._start_when_loaded, self._pending_feed = False, None
+
+    def _on_options(self, options: RuntimeOptions) -> None:
+        if self.worker is not None:
+            self.worker.set_options(options)
+
+    def _on_muted(self, muted: bool) -> None:
+        if self.worker is not None:
+            self.worker.set_muted(muted)

@@ -1,0 +1,139 @@
+"""The model the conversation talks with: checking that the chosen one fits, loading it (and
+a DiffuPlex predictor for it) on engine threads, and showing all of that in the model
+picker, the runtime switches and the compute label. The window only lays these out."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from PyQt6.QtCore import QObject, pyqtSignal
+from PyQt6.QtWidgets import QFileDialog, QLabel, QWidget
+
+from .app_settings import AppSettings
+from .cadence_panel import CadencePanel
+from .message_bar import MessageBar
+from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, MemoryCheck, ModelLoader, PredictorLoader
+from .model_picker import ModelPicker
+
+log = logging.getLogger("duplexcadence")
+
+
+class ModelController(QObject):
+    ready = pyqtSignal(object)  # LoadedModel: the model to talk with from now on
+    failed = pyqtSignal(str, str)  # source, message: it could not be loaded (the window says why)
+    busy_changed = pyqtSignal(bool)  # a model or a predictor is loading: no conversation starts meanwhile
+
+    def __init__(self, settings: AppSettings, device: str, *, picker: ModelPicker, panel: CadencePanel,
+                 compute_label: QLabel, message_bar: MessageBar, parent: QWidget):
+        """`device`: where models load (auto, cuda or cpu); `parent`: the window, over which the
+        predictor's file dialog opens."""
+        super().__init__(parent)
+        self.settings, self.device = settings, device
+        self._picker, self._panel = picker, panel
+        self._compute_label, self._message_bar = compute_label, message_bar
+        self.loaded: LoadedModel | None = None
+        # A conversation runs with the loaded model: it is neither replaced nor given a predictor.
+        self.in_use = False
+        self._loader: ModelLoader | None = None
+        self._predictor_loader: PredictorLoader | None = None
+        self.signals = LoaderSignals()
+        self.signals.progress.connect(picker.set_loading)
+        self.signals.loaded.connect(self.set_model)
+        self.signals.failed.connect(self._on_load_failed)
+        self.signals.checkpoints.connect(picker.add_checkpoints)
+        self.signals.fit.connect(picker.show_fit_for)
+        self.predictor_signals = LoaderSignals()
+        self.predictor_signals.predictor.connect(self._on_predictor)
+        self.predictor_signals.failed.connect(self._on_predictor_failed)
+        picker.choice_changed.connect(self.check_memory)
+        picker.load_requested.connect(lambda _: self.load())
+        panel.adapter_requested.connect(self.choose_predictor)
+
+    def start_checks(self) -> None:
+        """Offer the checkpoints of the local Hugging Face cache, and say whether the chosen
+        model fits (both on threads: a large cache, a checkpoint's header)."""
+        CheckpointScan(self.signals).start()
+        self.check_memory()
+
+    def chosen_model(self) -> LoadedModel | None:
+        """The loaded model when it is the one the picker shows, else None (load it first)."""
+        if self.loaded is None or self.loaded.source != self._picker.source():
+            return None
+        return self.loaded
+
+    # --- the model ----------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the model chosen in the picker, on an engine thread."""
+        if (self._loader is not None and self._loader.is_alive()) or self.in_use:
+            return
+        source = self._picker.source()
+        self.settings.model_source = source
+        previous, self.loaded = self.loaded, None  # freed first: two 7B models rarely fit
+        self._compute_label.setText("Compute: loading…")
+        self._panel.apply_capabilities(None)
+        self.busy_changed.emit(True)
+        self._picker.set_loading(f"Loading {source}…")
+        self._loader = ModelLoader(source, self.device, self.signals, previous, self._picker.chosen_weights())
+        self._loader.start()
+
+    def check_memory(self) -> None:
+        """Whether the chosen model and weights fit, shown in the picker before loading."""
+        self._picker.show_fit_checking()
+        MemoryCheck(self._picker.source(), self._picker.chosen_weights(), self.device, self.signals).start()
+
+    def set_model(self, loaded: LoadedModel) -> None:
+        """Talk with this (loaded) model from now on."""
+        self.loaded = loaded
+        self._picker.set_done(f"Loaded {loaded.name} on {loaded.device_label}.")
+        self._picker.show_fit(loaded.memory)
+        self._picker.show_persona(loaded.voices, loaded.default_role)
+        # Where the model runs, and why there (on the CPU: no GPU, no driver, or no GPU support yet).
+        self._compute_label.setText(f"Compute: {loaded.device_reason}")
+        log.info("loaded %s on %s (%s)", loaded.source, loaded.device_label, loaded.device_reason)
+        self._panel.apply_capabilities(loaded.capabilities)
+        self._panel.show_adapter(loaded.predictor)
+        if loaded.notice:
+            self._message_bar.show_message(loaded.notice, "info")
+        self.busy_changed.emit(False)
+        self.ready.emit(loaded)
+
+    def _on_load_failed(self, source: str, message: str) -> None:
+        self._compute_label.setText("Compute: no model loaded")
+        self._picker.set_done(f"Could not load {source}.")
+        self.busy_changed.emit(False)
+        self.failed.emit(source, message)
+
+    # --- its DiffuPlex predictor --------------------------------------------------------
+    def choose_predictor(self, path: str | None = None) -> None:
+        """A DiffuPlex predictor file for the loaded model (used from the next conversation);
+        without `path`, the user picks one."""
+        if self.loaded is None or self.in_use:
+            self._message_bar.show_message("Load a model, and stop the conversation, to choose a predictor.", "info")
+            return
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self.parent(), "DiffuPlex predictor", "", "Predictor (*.safetensors)")
+            if not path:
+                return
+        self._predictor_loader = PredictorLoader(self.loaded.session, path, self.predictor_signals)
+        self.busy_changed.emit(True)
+        self._picker.set_controls_enabled(False)
+        self._predictor_loader.start()
+
+    def _predictor_done(self) -> bool:
+        """The predictor loader has ended: the controls come back. True when it loaded into the
+        model still loaded (not one replaced meanwhile)."""
+        self.busy_changed.emit(False)
+        self._picker.set_controls_enabled(not self.in_use)
+        return self.loaded is not None and self.loaded.session is self._predictor_loader.session
+
+    def _on_predictor(self, path: str, capabilities: dict) -> None:
+        if not self._predictor_done():
+            return
+        self.loaded = dataclasses.replace(self.loaded, capabilities=capabilities, predictor=Path(path).name)
+        self._panel.show_adapter(self.loaded.predictor)
+        self._panel.apply_capabilities(capabilities)
+
+    def _on_predictor_failed(self, path: str, message: str) -> None:
+        if self._predictor_done():
+            self._message_bar.show_message(message)

@@ -1,0 +1,40 @@
+"""Whether a planned frame is played: the checks of the LISTEN and SPEAK policies.
+
+Split in two because the first half needs no depformer: the wake's text token and its
+confidence are on the host already (copied as the wake ended), so a frame the text refuses
+costs nothing. The second half runs on the depformer's output and reads the device once.
+A loop takes any object with these two methods (a benchmark forces its own acceptance)."""
+from __future__ import annotations
+
+import torch
+
+from ...config.lm import LMConfig
+from ...options import RuntimeOptions
+
+
+class PolicyChecks:
+    """`listen` plays a predicted frame only while the assistant is predicted silent (a
+    padding text token), `speak` also while it speaks; both only with confidence >= tau, and
+    with `verify="semantic"` only if the user said what was predicted (the predicted user
+    semantic code against the real one)."""
+
+    def __init__(self, cfg: LMConfig, device: torch.device):
+        self._silent_ids = (cfg.text_padding_id, cfg.text_end_padding_id)
+        self._silent = torch.tensor(self._silent_ids, device=device)
+        self._user_semantic = 1 + cfg.model_q
+
+    def text_allows(self, i: int, text: torch.Tensor, confidence: torch.Tensor, options: RuntimeOptions) -> bool:
+        """Planned frame i on the host: its text token's confidence, and for LISTEN silence."""
+        return (float(confidence[i]) >= options.tau
+                and (options.policy != "listen" or int(text[i]) in self._silent_ids))
+
+    def accepts(self, i: int, generated: torch.Tensor, confidence: torch.Tensor, user: torch.Tensor,
+                options: RuntimeOptions) -> bool:
+        """Planned frame i after its depformer: generated [1 + dep_q], its confidence, the
+        user's real codes [user_q]."""
+        checks = [confidence >= options.tau]
+        if options.verify == "semantic":
+            checks.append(generated[self._user_semantic] == user[0])
+        if options.policy == "listen":
+            checks.append((generated[0] == self._silent).any())
+        return bool(torch.stack(checks).all())  # one read of the device

@@ -1,0 +1,154 @@
+"""A conversation with a Moshi-family model: what the session asks of a family.
+
+It owns the conversation's frame runner (sized for its wakes), the Moshi frame, PersonaPlex's
+persona and prompts, and, with a DiffuPlex predictor, the wakes and the loop that plays
+predicted frames. The session (engine.session) keeps what every family shares: the options
+mailbox, timing, the host buffers and what a frame reports.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ...lm.personaplex import DEFAULT_ROLE, wrap_role
+from ...model import DuplexModel
+from ...options import RuntimeOptions
+from ...runtime.placement import new_store
+from ...runtime.stages import StageRunner
+from ..diffuplex.loop import DiffuPlexLoop
+from ..diffuplex.predictor import Predictor, load_predictor
+from ..diffuplex.stats import WakeReport
+from ..diffuplex.wake import Wakes
+from .frame import MoshiFrame
+from .prompts import replay_prompts
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Persona:
+    """PersonaPlex prompts: a voice prompt name (see DuplexSession.voices) and a text role."""
+    voice: str | None = None
+    role: str = ""
+
+
+def _wake_for(predictor: Predictor | None) -> int:
+    """Frames one backbone wake covers: up to K played ones caught up, the current, K ahead."""
+    return 1 if predictor is None else 2 * predictor.spec.block + 1
+
+
+class MoshiConversation:
+    def __init__(self, model: DuplexModel, generator: torch.Generator, options: RuntimeOptions,
+                 persona: Persona | None, predictor: str | Path | None):
+        self.model = model
+        self.predictor: Predictor | None = None
+        """The DiffuPlex predictor loaded (in use from the next reset: see load_predictor)."""
+        self.load_predictor(predictor)
+        self.set_persona(persona)
+        self._wake = _wake_for(self.predictor)  # the most frames one wake covers: the state's size
+        self.runner = StageRunner(new_store(self.regions(), model.device, options), model.device, generator,
+                                  options)
+        self.frame = MoshiFrame(self.runner, model.lm, model.mimi, options)
+        self._wakes: Wakes | None = None
+        self.diffuplex: DiffuPlexLoop | None = None
+        """The DiffuPlex loop of this conversation (None without a predictor)."""
+
+    @property
+    def output_width(self) -> int:
+        """Tokens a frame outputs: the text token and the depformer's codebooks."""
+        return 1 + self.model.cfg.dep_q
+
+    def regions(self) -> list:
+        """The state this conversation declares, sized for its wakes."""
+        return self.model.regions(self._wake)
+
+    def capabilities(self) -> dict[str, str | None]:
+        """Each policy: None if this conversation can run it, else why not."""
+        if not self.model.is_personaplex:
+            diffuplex = (f"DiffuPlex needs a model that predicts the user's stream (the PersonaPlex shape); "
+                         f"{self.model.name} does not")
+        elif self.predictor is None:
+            diffuplex = "no DiffuPlex predictor loaded (an adapter file made for this model)"
+        else:
+            diffuplex = None
+        return {"policy.ar": None, "policy.listen": diffuplex, "policy.speak": diffuplex}
+
+    def load_predictor(self, path: str | Path | None) -> None:
+        """A DiffuPlex predictor (adapter file) for the LISTEN and SPEAK policies, or None to
+        unload it; checked now (a file for another model raises CheckpointError naming it),
+        used from the next reset() (the state is sized for its wakes)."""
+        model = self.model
+        self.predictor = None if path is None else load_predictor(path, model.cfg, model.device, model.lm.dtype)
+
+    @property
+    def voices(self) -> list[str]:
+        return sorted(self.model.voices)
+
+    @property
+    def default_role(self) -> str:
+        return DEFAULT_ROLE if self.model.is_personaplex else ""
+
+    def set_persona(self, persona: Persona | None) -> None:
+        """Check the persona and prepare its prompts now, so a bad voice fails here."""
+        model = self.model
+        if not model.is_personaplex:
+            if persona is not None and (persona.voice or persona.role):
+                raise ValueError(f"{model.name} takes no voice or role prompt (only PersonaPlex does)")
+            self.persona, self._voice, self._role_tokens = Persona(), None, []
+            return
+        if persona is None:
+            persona = Persona(next(iter(self.voices), None), DEFAULT_ROLE)
+        self._voice = model.load_voice(persona.voice) if persona.voice is not None else None
+        self._role_tokens = model.tokenizer.encode(wrap_role(persona.role)) if persona.role.strip() else []
+        self.persona = persona
+
+    def configure(self, options: RuntimeOptions) -> None:
+        self.runner.configure(options)
+        self.frame.configure(options)
+
+    def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool]) -> tuple[RuntimeOptions, bool]:
+        """A new conversation under `options`: the state sized for the predictor's wakes, zeroed,
+        and PersonaPlex's prompts replayed (`cancelled()` checked every prompt frame). Returns
+        the options in force (a DiffuPlex policy without a predictor falls back to AR) and
+        False if the prompts were cancelled."""
+        self._size_for(self.predictor, options)
+        if self.diffuplex is None and options.policy != "ar":
+            log.warning("policy %s without a predictor: AR", options.policy)
+            options = options.replace(policy="ar")
+        self.frame.reset()
+        if not self.model.is_personaplex:
+            return options, True
+        with torch.no_grad():
+            return options, replay_prompts(self.frame, self._voice, self._role_tokens, cancelled)
+
+    def _size_for(self, predictor: Predictor | None, options: RuntimeOptions) -> None:
+        """State sized for the predictor's wakes (catch-up of up to K frames, the current one,
+        K future), and the loop that runs them; a new store when the size changes."""
+        wake = _wake_for(predictor)
+        if wake != self._wake:
+            self._wake, self._wakes = wake, None
+            self.runner.replace_store(new_store(self.regions(), self.model.device, options))
+        if predictor is not None and self._wakes is None:
+            self._wakes = Wakes(self.frame)  # once per store: captured wakes read its buffers
+        self.diffuplex = None if predictor is None else DiffuPlexLoop(self._wakes, predictor)
+
+    def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark: Callable[[str], None]
+             ) -> tuple[torch.Tensor | None, torch.Tensor | None, WakeReport | None]:
+        """One frame: pcm [frame_size] in a host or device buffer -> (output tokens, pcm on the
+        device; None, None during start-up; what DiffuPlex did or None)."""
+        loop = self.diffuplex
+        if options.policy != "ar" and loop is None:
+            raise RuntimeError(f"policy {options.policy}: the predictor is used from the next reset()")
+        if loop is not None and self.frame.started and (options.policy != "ar" or loop.pending):
+            return loop.step(pcm, options, mark)
+        if loop is not None:
+            loop.reset()  # AR frames: whatever was planned is no longer the future
+        tokens, out = self.frame.frame(pcm, mark)
+        return tokens, out, None
+
+    def text_piece(self, token: int) -> str:
+        return self.model.text_piece(token)

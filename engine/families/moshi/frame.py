@@ -1,0 +1,198 @@
+"""The Moshi family's frame (Moshi, PersonaPlex): how one 80 ms frame runs, as four stages
+over the generic runner (engine.runtime.stages):
+
+    encode     microphone PCM -> the user's codes                      (Mimi encoder)
+    backbone   a wake of the temporal transformer over N positions -> hidden state, text token
+    depformer  hidden state -> the frame's audio codebooks              (sampled on the device)
+    decode     the model's codebooks -> PCM                             (Mimi decoder)
+
+Each stage is a function of static device buffers and the store, so the runner may run it
+eagerly or replay its graph; a frame's four graphs read one another's outputs, so a frame
+replays all four or none. The stages declare their clocks (`mimi_step` for encode, `frame`
+for the backbone); the runner ticks them. DiffuPlex (engine.families.diffuplex) builds its
+wakes from the same pieces (`frame_rows`, `wake_of`, `run_lm`, `codebooks`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...lm.model import MoshiLM
+from ...lm.sampling import SamplingParams, sample
+from ...mimi import Mimi
+from ...options import RuntimeOptions
+from ...runtime.stages import Stage, StageRunner
+from ..mimi_stages import MimiStages
+from .inputs import LMInputs, Wake
+
+FRAME_KEYS = ("encode", "backbone", "depformer", "decode")
+
+
+def no_mark(stage: str) -> None:
+    pass
+
+
+def sampling_of(options: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
+    """The (text, audio) sampling parameters the options ask for."""
+    return (SamplingParams(options.text_temperature, options.text_top_k, options.greedy),
+            SamplingParams(options.audio_temperature, options.audio_top_k, options.greedy))
+
+
+class MoshiFrame:
+    """The frames of one conversation with a Moshi-family LM, over `runner`. `mimi` may be None
+    to run the LM alone (prompts, reference tests)."""
+
+    def __init__(self, runner: StageRunner, lm: MoshiLM, mimi: Mimi | None, options: RuntimeOptions):
+        self.runner, self.lm, self.cfg = runner, lm, lm.cfg
+        self.mimi = None if mimi is None else MimiStages(runner, mimi)
+        self.text_sampling, self.audio_sampling = sampling_of(options)
+        self.frames = 0
+        """LM frames run since the reset (host side): decides when output starts."""
+        self._tokens = torch.zeros(1 + self.cfg.dep_q, dtype=torch.int64, device=runner.device)  # what `play` plays
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        return self.runner.generator
+
+    def configure(self, options: RuntimeOptions) -> None:
+        """Sampling parameters are baked into captured graphs: new ones drop them."""
+        sampling = sampling_of(options)
+        if sampling != (self.text_sampling, self.audio_sampling):
+            self.text_sampling, self.audio_sampling = sampling
+            self.runner.invalidate()
+
+    def reset(self) -> None:
+        """A new conversation: state and frame count to zero (graphs stay valid)."""
+        self.runner.reset()
+        self.frames = 0
+
+    @property
+    def started(self) -> bool:
+        """Output has started: the delay lines hold a whole frame of generated tokens."""
+        return self.frames > self.cfg.max_delay + self.lm.lines.lead
+
+    # --- frames --------------------------------------------------------------------------
+
+    def frame(self, pcm: torch.Tensor, mark: Callable[[str], None] = no_mark
+              ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """pcm float32 [frame_size] (a pinned host buffer, or on the device) -> (tokens [1 + dep_q],
+        pcm [1, 1, frame_size] on the device), or (None, None) during start-up. `mark(stage)`
+        is called as each stage is queued."""
+        replay = self.started and self.runner.may_replay(FRAME_KEYS)
+        codes = self.mimi.encode(pcm, replay)
+        mark("encode")
+        _, tokens = self._lm_frame(LMInputs(codes[0, :self.cfg.user_q, 0]), mark, replay)
+        if tokens is None:
+            return None, None
+        out = self.mimi.decode("decode", self._model_codes(tokens), replay)
+        mark("decode")
+        return tokens, out
+
+    def encode(self, pcm: torch.Tensor) -> torch.Tensor:
+        """The encode stage alone: pcm float32 [frame_size] -> the user's codes [user_q] (a frame
+        whose LM part a predicting loop decides). Replayed, the codes are the graph's output:
+        copy them to keep them past another graph's replay."""
+        return self.mimi.encode(pcm, True)[0, :self.cfg.user_q, 0]
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The decode stage alone: output tokens [1 + dep_q] from anywhere -> pcm [1, 1,
+        frame_size] on the device (read it before the next frame)."""
+        self._tokens.copy_(tokens)
+        return self.mimi.decode("play", self._model_codes(self._tokens), True)
+
+    def last_generated(self) -> torch.Tensor:
+        """What the last LM frame generated: the delay-line row it committed [1 + dep_q]."""
+        lines, store = self.lm.lines, self.runner.store
+        row = store[lines.slot_region] % lines.slots
+        return store[lines.tokens_region].index_select(0, row)[0, :1 + self.cfg.dep_q]
+
+    def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input
+        embedding or None when no wake ran, the output tokens or None during start-up)."""
+        wake, tokens = self._lm_frame(inputs, no_mark, replay=False)
+        return (None if wake is None else wake.embedding), tokens
+
+    def run_lm(self, keys: tuple[Any, Any], backbone: Callable[[], Wake], frames: int,
+               mark: Callable[[str], None], replay: bool) -> tuple[Wake, torch.Tensor | None]:
+        """A wake over `frames` frames: the backbone stage (the `frame` clock ticked by as many),
+        then the depformer on its last position, which commits the frame. Returns (the wake,
+        the output tokens or None during start-up)."""
+        wake = self.runner.run(Stage(keys[0], backbone, (("frame", frames),)), replay)
+        mark("backbone")
+        tokens = self.runner.run(Stage(keys[1], lambda: self._depformer(wake)), replay)
+        mark("depformer")
+        self.frames += frames
+        return wake, (tokens if self.started else None)
+
+    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool
+                  ) -> tuple[Wake | None, torch.Tensor | None]:
+        if inputs.user is None and not self.cfg.is_personaplex:
+            raise ValueError("Moshi needs the user's codes every frame")
+        if self.lm.lines.lead and self.frames == 0:
+            # PersonaPlex's first step only primes its cache: this frame's tokens are dropped.
+            # A replayed embedding is not consumed: the reference retries it on the next step.
+            self.frames = 1
+            if inputs.embedding is None:
+                return None, None
+        return self.run_lm(("backbone", "depformer"), lambda: self._backbone(inputs), 1, mark, replay)
+
+    def _model_codes(self, tokens: torch.Tensor) -> torch.Tensor:
+        q = self.cfg.model_q
+        return tokens[1:1 + q].view(1, q, 1)
+
+    # --- the LM's pieces -------------------------------------------------------------------
+
+    def frame_rows(self, frames: list[LMInputs]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Outside tokens into the delay lines and each frame's input embedding [1, 1, dim];
+        frames before the last are committed as they were generated. Returns (the rows, and the
+        last frame's target tokens and which of them came from outside)."""
+        lm, store, lines = self.lm, self.runner.store, self.lm.lines
+        rows = []
+        for i, inputs in enumerate(frames):
+            if inputs.user is not None:
+                lines.force(store, 1 + self.cfg.model_q, inputs.user)
+            if inputs.model is not None:
+                lines.force(store, 1, inputs.model)
+            if inputs.text is not None:
+                lines.force(store, 0, inputs.text)
+            tokens, target, forced = lines.begin_frame(store)
+            rows.append(lm.embed_streams(tokens) if inputs.embedding is None else inputs.embedding)
+            if i < len(frames) - 1:
+                lines.commit(store, inputs.generated)
+        return rows, target, forced
+
+    def wake_of(self, x: torch.Tensor, frames: int, h: torch.Tensor, text_logits: torch.Tensor,
+                target: torch.Tensor, forced: torch.Tensor) -> Wake:
+        """The Wake of a backbone pass over x (its first `frames` positions real): the last real
+        position's text token sampled on the device."""
+        text_token = sample(text_logits[:1], self.text_sampling, self.generator)
+        return Wake(x[:, :frames], h[:, :1], text_token, target, forced)
+
+    def _backbone(self, inputs: LMInputs) -> Wake:
+        rows, target, forced = self.frame_rows([inputs])
+        h, text_logits = self.lm.backbone(rows[0], self.runner.store)
+        return self.wake_of(rows[0], 1, h, text_logits, target, forced)
+
+    def _depformer(self, wake: Wake) -> torch.Tensor:
+        """The frame's codebooks, then commit the frame to the delay lines."""
+        generated, _ = self.codebooks(wake.hidden, wake.text_token, wake.target, wake.forced)
+        return self.lm.lines.commit(self.runner.store, generated)
+
+    def codebooks(self, hidden: torch.Tensor, text_token: torch.Tensor, target: torch.Tensor,
+                  forced: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Codebook by codebook, each step fed the previous token (teacher-forced where the
+        token came from outside). Returns (text token + codebooks [1 + dep_q], the first
+        codebook's logits [1, card])."""
+        lm, store = self.lm, self.runner.store
+        prev = torch.where(forced[:1], target[:1], text_token)
+        lm.restart_depformer(store)
+        generated, first = [text_token], None
+        for k in range(self.cfg.dep_q):
+            logits = lm.depformer_step(k, prev, hidden, store)
+            first = logits if first is None else first
+            token = sample(logits, self.audio_sampling, self.generator)
+            generated.append(token)
+            prev = torch.where(forced[k + 1:k + 2], target[k + 1:k + 2], token)
+        return torch.cat(generated), first

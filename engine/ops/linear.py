@@ -1,0 +1,53 @@
+"""Products of activations with linear weights, bf16/fp32 tensors or int8 (an Int8Weight in
+the q8 layout, engine.quant): torch's product, or for a few rows on CUDA the fused
+matrix-vector kernel (engine.kernels.fused_linear).
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from ..kernels import MAX_ROWS
+from ..kernels.operands import LEVELS, Int8Weight
+from . import dispatch
+
+__all__ = ["LEVELS", "ZERO_TOKEN", "Int8Weight", "Weight", "embedding", "linear", "linear_embed", "matmul"]
+Weight = torch.Tensor | Int8Weight
+ZERO_TOKEN = -1
+"""A token that contributes a zero embedding (the reference's `zero_token_id`; the fused
+kernel's embedding epilogue reads -1 alike)."""
+
+
+def matmul(x: torch.Tensor, w: Weight) -> torch.Tensor:
+    """x [..., K] @ w.T on torch's kernels, always. Int8: accumulated in fp32 and scaled per
+    output row before the one rounding to x's dtype, as the fused kernel does."""
+    if isinstance(w, Int8Weight):
+        return (F.linear(x.float(), w.q.float()) * (w.scb / LEVELS)).to(x.dtype)
+    return F.linear(x, w)
+
+
+def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
+    """x [..., K] @ w.T: on CUDA for at most MAX_ROWS rows, the fused matrix-vector kernel;
+    otherwise `matmul`."""
+    rows = x.numel() // x.shape[-1]
+    if rows > MAX_ROWS or not dispatch.use_triton(x):
+        return matmul(x, w)
+    from ..kernels.fused_linear import linear as fused_linear
+
+    return fused_linear(x.reshape(rows, -1), w).view(*x.shape[:-1], -1)
+
+
+def embedding(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Rows of table [V, d] for tokens [...]: the zero row for ZERO_TOKEN."""
+    y = F.embedding(tokens.clamp(min=0), table)
+    return torch.where((tokens == ZERO_TOKEN).unsqueeze(-1), torch.zeros((), dtype=y.dtype, device=y.device), y)
+
+
+def linear_embed(x: torch.Tensor, w: Weight, table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """x [1, 1, K] @ w.T plus the embedding row of `token` ([1] int64 on the device), [1, 1, N]:
+    on CUDA one kernel (the row added in the product's epilogue)."""
+    if dispatch.use_triton(x):
+        from ..kernels.fused_linear import linear_embed as fused
+
+        return fused(x.view(1, -1), w, table, token).view(1, 1, -1)
+    return linear(x, w) + embedding(table, token).view(1, 1, -1)

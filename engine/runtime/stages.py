@@ -1,0 +1,133 @@
+"""The stage runner: how keyed pieces of device work run over one store, knowing no model.
+
+A model family (engine.families) describes its work as `Stage`s: a key that names one
+exact-shape piece of work, the function that queues it, and the clocks it advances. The
+runner owns everything around them, written once for every family:
+
+- clocks: it ticks the clocks a stage declares, before the stage writes the new entries and
+  outside graph capture. Nothing else ticks a clock, so demand-sized state is backed before
+  it is written and a captured graph never sees a clock move;
+- the capture policy: with graph replay on CUDA, a key runs eagerly the first time (that run
+  does every lazy initialisation: Triton compilation, cuBLAS/cuFFT plans, constant tables),
+  and from then on replays its graph (captured on first need). `prepare` does the eager run
+  and the capture ahead of time, for a list of stages;
+- validity: graphs point into the store and bake in whatever the stages close over, so
+  moving the state, replacing the store, or the family saying its inputs changed
+  (`invalidate`) drops them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import torch
+
+from ..options import RuntimeOptions
+from ..state import Store, copy_state
+from .graphs import Graphs
+
+
+class Stage(NamedTuple):
+    """One piece of a family's device work."""
+    key: Any
+    """Names the work's exact shapes: equal keys, equal work (and one graph)."""
+    work: Callable[[], Any]
+    """Queues the work; a function of tensors at fixed addresses and the store only."""
+    ticks: tuple[tuple[str, int], ...] = ()
+    """(clock, ticks) to advance before the work runs."""
+
+
+class StageRunner:
+    """Runs the stages of one stream (a conversation, a codec pass, a token2wav stream) over
+    one store. A generator given here is registered with each graph, so a replay draws the
+    random numbers the eager path draws."""
+
+    def __init__(self, store: Store, device: torch.device, generator: torch.Generator | None = None,
+                 options: RuntimeOptions | None = None):
+        self.store, self.device, self.generator = store, torch.device(device), generator
+        self.graphs = Graphs(self.device, generator) if self.device.type == "cuda" else None
+        self._ran: set[Any] = set()
+        """Keys run eagerly in this store: their lazy initialisation is done, so they may be captured."""
+        self.replay = False
+        self.configure(options or RuntimeOptions())
+
+    # --- between runs ------------------------------------------------------------------------
+
+    @property
+    def can_replay(self) -> bool:
+        return self.graphs is not None
+
+    @property
+    def captured(self) -> set[Any]:
+        """The keys whose graphs are captured now."""
+        return set() if self.graphs is None else set(self.graphs.graphs)
+
+    def configure(self, options: RuntimeOptions) -> None:
+        """Takes effect at the next run: graph replay where the device can replay."""
+        self.replay = options.graph_replay and self.can_replay
+
+    def may_replay(self, keys: Iterable[Any]) -> bool:
+        """Whether stages with these keys would replay now: replay is on and each ran eagerly.
+        Stages that read one another's outputs ask for all of them at once (all replay or none)."""
+        return self.replay and self._ran.issuperset(keys)
+
+    def invalidate(self) -> None:
+        """Drop every graph (what they read changed: sampling parameters, a predictor's weights)."""
+        if self.graphs is not None:
+            self.graphs.clear()
+
+    def move_state(self, store: Store) -> None:
+        """Go on in another placement: the live state is copied over and the graphs (which point
+        into the old store) go. If the copy fails, the old placement stays in use."""
+        try:
+            copy_state(self.store, store)
+        except BaseException:
+            store.close()
+            raise
+        self.invalidate()
+        old, self.store = self.store, store
+        old.close()
+
+    def replace_store(self, store: Store) -> None:
+        """Start over in a store of other sizes (nothing is copied): new shapes, so every key
+        runs eagerly once again before it is captured."""
+        self.invalidate()
+        self._ran.clear()
+        old, self.store = self.store, store
+        old.close()
+
+    def reset(self) -> None:
+        """State to zero at the same addresses: graphs stay valid."""
+        self.store.reset()
+
+    def close(self) -> None:
+        """Graphs first: they may point into state mapped outside torch's allocator."""
+        self.invalidate()
+        self.store.close()
+
+    # --- running -----------------------------------------------------------------------------
+
+    def run(self, stage: Stage, replay: bool = True) -> Any:
+        """Tick the stage's clocks, then run it: from its graph when `replay` (the family's own
+        condition, e.g. output has started) and `may_replay`, else eagerly. A replay returns
+        the outputs its capture recorded, rewritten by each replay: read or copy them before
+        another graph replays."""
+        for clock, ticks in stage.ticks:
+            self.store.advance(clock, ticks)
+        if replay and self.may_replay((stage.key,)):
+            return self.graphs.run(stage.key, stage.work)
+        self._ran.add(stage.key)
+        return stage.work()
+
+    def prepare(self, stages: Iterable[Stage]) -> None:
+        """The capture policy ahead of time: each stage that has not run eagerly runs now (its
+        clocks ticked), then, with replay on, each is captured, so its first use replays. The
+        eager runs write state: the caller resets the store afterwards."""
+        stages = list(stages)
+        for stage in stages:
+            if stage.key not in self._ran:
+                self.run(stage, replay=False)
+        if self.replay:
+            for stage in stages:
+                if stage.key not in self.graphs.graphs:
+                    self.graphs.capture(stage.key, stage.work)
