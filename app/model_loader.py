@@ -100,7 +100,7 @@ class ModelLoader(threading.Thread):
         model = load_model(self.source, device=device, weights=self.weights)
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
-        persona = Persona(None, "") if model.is_personaplex else None
+        persona = Persona(None, "") if model.variant == "personaplex" else None
         # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself;
         # one that does not fit leaves the model usable with AR, and says why.
         predictor, notice = model.predictor_file, ""

@@ -98,11 +98,11 @@ def measure(model_dir: Path, frames: int, seed: int = 0, q8_dir: Path | None = N
     `q8_dir` (the same weights in the official q8 layout) also what int8 costs: our LM from
     the q8 file against our bf16 LM, and the stock q8 LM against the stock bf16 LM."""
     from engine import hub, load_model
-    from engine.state import StateStore
+    from engine.state import FullStore
 
     def ours(path):
         lm = load_model(path, device="cuda", dtype=torch.bfloat16).lm
-        return _Ours(lm, StateStore(lm.regions(), "cuda"))
+        return _Ours(lm, FullStore(lm.regions(), "cuda"))
 
     lm_file = hub.lm_file(model_dir)
     reference = _Stock(stock_lm(lm_file, "cuda", torch.float32))
@@ -132,12 +132,12 @@ def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", 
 
     from engine import hub, load_model
     from engine.q8_export import export_q8
-    from engine.state import StateStore
+    from engine.state import FullStore
 
     reference = load_model(path_or_name, device=device)
     model = load_model(path_or_name, device=device, weights="int8")
-    pairs = {"ours int8": (_Ours(reference.lm, StateStore(reference.lm.regions(), device)),
-                           _Ours(model.lm, StateStore(model.lm.regions(), device)))}
+    pairs = {"ours int8": (_Ours(reference.lm, FullStore(reference.lm.regions(), device)),
+                           _Ours(model.lm, FullStore(model.lm.regions(), device)))}
     frames = min(frames, model.cfg.context)
     with tempfile.TemporaryDirectory() as tmp:
         if stock:

@@ -6,7 +6,7 @@ per-frame p50/p99 of the deployment path (PCM in on the host -> PCM out on the h
 each stage, SPEAK time per second, streaming-state memory at 10 / 30 / 120 s of
 conversation, peak memory; then the ratios ours/stock and the weight-read floor. The int8
 rows run the same weights from the official q8 layout through stock q8 (bitsandbytes) and
-ours, over the whole context and under memory budgets (engine.runtime.memory_budget).
+ours, over the whole context and under memory budgets (engine.state.memory_budget).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ conversation on a 12 GB card, two minutes on a 10 GB card."""
 
 def input_frames(frames: int) -> np.ndarray:
     """The bundled speech, looped to `frames` frames."""
-    from engine.audio_io import read_audio, split_frames
+    from engine.audio_files import read_audio, split_frames
     from engine.paths import SPEECH_SAMPLE
 
     speech = read_audio(SPEECH_SAMPLE)
@@ -102,7 +102,7 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, bu
     """Ours over `frames` (the LM's weights as `model_dir` holds them). With `budget_bytes`,
     everything from loading on runs under that memory budget (torch's allocations and the
     mapped state together); running out of it is recorded in the result, not raised."""
-    from engine.runtime.memory_budget import memory_budget
+    from engine.state.memory_budget import memory_budget
 
     _fresh_device()
     result = RunResult(name, {}, {}, {}, 0)

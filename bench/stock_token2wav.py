@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.token2wav.config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
-from engine.token2wav.model import read_pt
+from engine.token2wav.loader import read_pt
 from engine.token2wav.prompt import Prompt
 
 FLOW_YAML = """\

@@ -64,9 +64,9 @@ def _size(n: int) -> str:
 
 def plan(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
     """The memory `load_model(path_or_name, device, weights=weights)` and a session need."""
+    from .duplex_model import read_lm_checkpoint
     from .frame import FRAME_RATE
-    from .lm.model import MoshiLM
-    from .model import read_lm_checkpoint
+    from .lm.moshi_lm import MoshiLM
     from .paths import MIMI_NAME
     from .quant import int8_layout, is_q8
 

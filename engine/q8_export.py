@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from .duplex_model import read_lm_checkpoint
 from .errors import CheckpointError
-from .lm.model import MoshiLM
-from .model import read_lm_checkpoint
+from .lm.moshi_lm import MoshiLM
 from .paths import LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 from .quant import int8_layout, is_q8, quantize_checkpoint
 

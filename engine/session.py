@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .duplex_model import DuplexModel
 from .families import conversation_for
 from .families.diffuplex.stats import WakeReport
 from .families.moshi.conversation import Persona
-from .model import DuplexModel
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
-from .runtime.placement import new_store, placement_for
 from .runtime.timing import FrameTimer, SpeakMeter
 from .state import Store
+from .state.placement import new_store, placement_for
 
 __all__ = ["DuplexSession", "FrameOutput", "Persona"]
 log = logging.getLogger(__name__)

@@ -26,15 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine import hub  # noqa: E402
-from engine.audio_io import read_audio  # noqa: E402
+from engine.audio_files import read_audio  # noqa: E402
 from engine.config.lm import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
 from engine.families.moshi import LMInputs, MoshiFrame  # noqa: E402
-from engine.lm.model import MoshiLM  # noqa: E402
+from engine.lm.moshi_lm import MoshiLM  # noqa: E402
 from engine.mimi import MimiStream, load_mimi  # noqa: E402
 from engine.options import RuntimeOptions  # noqa: E402
 from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE  # noqa: E402
 from engine.runtime.stages import StageRunner  # noqa: E402
-from engine.state import StateStore  # noqa: E402
+from engine.state import FullStore  # noqa: E402
 
 SEED = 20240918
 VOICE_FRAMES = 10
@@ -93,7 +93,7 @@ def record_voice(lm: MoshiLM, mimi, path: Path) -> None:
     cfg = lm.cfg
     pcm = read_audio(SPEECH_SAMPLE)[: VOICE_FRAMES * mimi.frame_size]
     codes = torch.from_numpy(mimi.encode(pcm))
-    store = StateStore(lm.regions())
+    store = FullStore(lm.regions())
     runner = MoshiFrame(StageRunner(store, lm.device, torch.Generator().manual_seed(SEED)), lm, None,
                         RuntimeOptions())
     sine, pad = torch.tensor(cfg.sine_tokens), torch.tensor([cfg.text_padding_id])

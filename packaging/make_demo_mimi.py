@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.config.mimi_json import parse_config  # noqa: E402
+from engine.mimi.codec import Mimi  # noqa: E402
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
-from engine.mimi.model import Mimi  # noqa: E402
 
 SEED = 20240917
 # Official structure, narrower: the file stays under 4 MB and a 10 s clip codes in well

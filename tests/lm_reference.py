@@ -181,11 +181,11 @@ def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250),
     from engine.families.moshi import MoshiFrame
     from engine.options import RuntimeOptions
     from engine.runtime.stages import StageRunner
-    from engine.state import StateStore
+    from engine.state import FullStore
 
     options = RuntimeOptions(text_temperature=text[0], text_top_k=text[1], audio_temperature=audio[0],
                              audio_top_k=audio[1], greedy=greedy)
-    runner = StageRunner(StateStore(lm.regions(wake)), lm.device, torch.Generator().manual_seed(seed), options)
+    runner = StageRunner(FullStore(lm.regions(wake)), lm.device, torch.Generator().manual_seed(seed), options)
     frame = MoshiFrame(runner, lm, None, options)
     return LMRunner(frame, Wakes(frame))
 

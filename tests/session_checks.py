@@ -5,7 +5,7 @@ import shutil
 
 import numpy as np
 
-from engine.model import DuplexModel, load_model
+from engine.duplex_model import DuplexModel, load_model
 from engine.paths import DEMO_MODEL_DIR
 
 PLAIN = {"graph_replay": False, "demand_sized_state": False}

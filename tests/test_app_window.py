@@ -52,7 +52,7 @@ def _stop(qtbot, window):
 
 
 def test_the_window_does_not_import_torch():
-    # The window shares the engine's audio constants (engine.audio_io, no torch); the models
+    # The window shares the engine's audio constants (engine.audio_files, no torch); the models
     # and torch load on the loader thread only.
     code = ("import sys; import app.main_window; "
             "assert 'torch' not in sys.modules and 'engine.session' not in sys.modules")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from engine.audio_io import read_audio, split_frames
+from engine.audio_files import read_audio, split_frames
 from engine.errors import AudioInputError
 from engine.paths import SPEECH_SAMPLE
 

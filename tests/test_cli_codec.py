@@ -49,8 +49,8 @@ def test_empty_wav_prints_one_line_and_fails(tmp_path):
 def test_codec_session_matches_the_plain_stream_bit_for_bit():
     """The command's path (the frame runner, fast path on by default) against Mimi's plain
     stream: the same samples, with demand-sized state (the CPU's poisoned emulation) or not."""
-    from engine.audio_io import read_audio, split_frames
-    from engine.codec import CodecSession
+    from engine.audio_files import read_audio, split_frames
+    from engine.codec_session import CodecSession
     from engine.mimi import MimiStream, load_mimi
     from engine.options import RuntimeOptions
     from engine.paths import DEMO_MODEL_DIR

@@ -15,11 +15,11 @@ from bench.stock import _stock_kwargs
 from engine import hub
 from engine.checkpoint import official_layout
 from engine.config.lm import from_lm_kwargs
+from engine.duplex_model import load_model
 from engine.errors import CheckpointError, DeviceMemoryError
 from engine.kernels.operands import Int8Weight
 from engine.lm.loader import load_lm
 from engine.memory_plan import MemoryPlan, plan
-from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.paths import LM_Q8_NAME
 from engine.q8_export import export_q8

@@ -11,9 +11,9 @@ from safetensors.torch import load_file, save_file
 from engine import hub
 from engine.checkpoint import official_layout
 from engine.config.lm import CONFIGS, from_lm_kwargs, to_lm_kwargs
+from engine.duplex_model import load_model
 from engine.errors import CheckpointError
 from engine.lm import MoshiLM
-from engine.model import load_model
 from engine.paths import DEMO_MODEL_DIR
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
 
@@ -34,7 +34,7 @@ def test_reference_lm_kwargs_parse_to_the_named_config():
     from moshi.models.loaders import _lm_kwargs
     assert from_lm_kwargs(dict(_lm_kwargs), "config.json", "moshiko") == CONFIGS["moshiko"]
     personaplex = from_lm_kwargs({**_lm_kwargs, "dep_q": 16}, "config.json", "personaplex")
-    assert personaplex == CONFIGS["personaplex"] and personaplex.is_personaplex
+    assert personaplex == CONFIGS["personaplex"] and personaplex.variant == "personaplex"
     assert personaplex.attention_window == 2999 and CONFIGS["moshiko"].attention_window == 3000
 
 
@@ -71,7 +71,7 @@ def test_missing_config_key_is_named():
 def test_demo_model():
     model = load_model("demo")
     assert "untrained" in model.name
-    assert model.is_personaplex and model.cfg.dep_q == 16 and list(model.voices) == ["DEMO"]
+    assert model.variant == "personaplex" and model.cfg.dep_q == 16 and list(model.voices) == ["DEMO"]
     assert model.device == torch.device("cpu") and model.lm.dtype == torch.float32
     assert model.mimi.cardinality == model.cfg.card
     assert sum(p.stat().st_size for p in DEMO_MODEL_DIR.rglob("*") if p.is_file()) < 10 * 2 ** 20

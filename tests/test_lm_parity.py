@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from engine import hub
 from engine.config.lm import from_lm_kwargs
+from engine.duplex_model import load_model
 from engine.lm import load_lm
-from engine.model import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession
 from tests import mimi_reference

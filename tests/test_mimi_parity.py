@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from engine.config.mimi_json import official_config
 from engine.mimi import Mimi, MimiStream, load_mimi
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
-from engine.state import StateStore
+from engine.state import FullStore
 from tests.mimi_reference import (
     FRAME,
     build_reference,
@@ -138,7 +138,7 @@ def test_torch_steps_use_only_declared_regions(pair, audio, ref_codes):
     assert len(names) == len(set(names)) and all(n.startswith("mimi.") for n in names)
     assert {r.clock for r in ours.regions() if r.is_ring} == {"mimi_step"}
     assert any(n.endswith(".tail") for n in names) and any(n.endswith(".partial") for n in names)
-    a, b = StateStore(ours.regions()), StateStore(ours.regions())
+    a, b = FullStore(ours.regions()), FullStore(ours.regions())
     x = torch.from_numpy(audio).view(1, 1, -1)
     for t in range(FRAMES):
         frame = x[..., t * FRAME:(t + 1) * FRAME]
@@ -146,7 +146,7 @@ def test_torch_steps_use_only_declared_regions(pair, audio, ref_codes):
         ours.encode_step(-frame, b)
         assert got_a.shape == (1, 8, 1)
         assert torch.equal(got_a[0, :, 0], torch.from_numpy(ref_codes[:, t]))
-    y = ours.decode_step(torch.from_numpy(ref_codes[:, :1])[None], StateStore(ours.decoder_regions()))
+    y = ours.decode_step(torch.from_numpy(ref_codes[:, :1])[None], FullStore(ours.decoder_regions()))
     assert y.shape == (1, 1, FRAME)
 
 

@@ -3,8 +3,8 @@ import inspect
 
 import torch
 
-from engine.runtime.placement import DemandStore
-from engine.state import Region, StateStore, Store
+from engine.state import FullStore, Region, Store
+from engine.state.demand import DemandStore
 
 FRAME_KV = Region("lm.kv", (2, 2, 2, 4), torch.float32, "frame", retain=3000)  # 3000 frames = 240 s
 MIMI_KV = Region("mimi.kv", (2, 2, 2, 4), torch.float32, "mimi_step", retain=250)
@@ -25,7 +25,7 @@ def test_both_placements_implement_the_store_protocol():
     members = [name for name in vars(Store) if not name.startswith("_") or name in ("__getitem__", "__contains__")]
     members = [m for m in members if callable(getattr(Store, m))]
     assert {"advance", "ensure", "ticks", "reset", "nbytes", "mapped_bytes", "close"} <= set(members)
-    for placement in (StateStore, DemandStore):
+    for placement in (FullStore, DemandStore):
         for name in members:
             ours, declared = inspect.signature(getattr(placement, name)), inspect.signature(getattr(Store, name))
             assert list(ours.parameters) == list(declared.parameters), (placement.__name__, name)
@@ -35,7 +35,7 @@ def test_both_placements_implement_the_store_protocol():
 
 
 def test_same_interface_and_shapes_as_state_store():
-    stock, demand = StateStore(REGIONS), DemandStore(REGIONS)
+    stock, demand = FullStore(REGIONS), DemandStore(REGIONS)
     for r in REGIONS:
         assert r.name in demand
         assert demand[r.name].shape == stock[r.name].shape
@@ -103,7 +103,7 @@ def test_reset_returns_every_ring_to_empty():
 def test_memory_outside_the_allocator_is_reported_only_for_device_rings():
     # CPU rings are torch tensors (counted by torch); only CUDA rings are mapped through VMM.
     regions = [Region("r", (4,), torch.float32, "frame", 8)]
-    assert StateStore(regions).mapped_bytes() == 0
+    assert FullStore(regions).mapped_bytes() == 0
     store = DemandStore(regions)
     store.advance("frame", 3)
     assert store.mapped_bytes() == 0 and store.nbytes() == 3 * 16

@@ -4,8 +4,8 @@ import torch
 from moshi.modules.transformer import RingKVCache
 
 from engine.ops.attention import ring_attention
-from engine.runtime.placement import DemandStore
 from engine.state import Region
+from engine.state.demand import DemandStore
 from engine.transformer import attend
 from tests.gpu.ring_reference import ring_positions
 

@@ -10,7 +10,7 @@ was read. A small-context copy of the demo model makes every KV ring wrap in the
 import numpy as np
 import pytest
 
-from engine.model import load_model
+from engine.duplex_model import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio

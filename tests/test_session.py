@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from engine.model import load_model
+from engine.duplex_model import load_model
 from engine.options import RuntimeOptions
 from engine.runtime.timing import SpeakMeter
 from engine.session import DuplexSession, FrameOutput, Persona

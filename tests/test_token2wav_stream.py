@@ -17,7 +17,7 @@ from bench import token2wav as bench
 from bench.stock_token2wav import storage_bytes
 from engine.options import RuntimeOptions
 from engine.token2wav.chunk_plan import RETAINED_FRAMES, chunk_bounds
-from engine.token2wav.model import load_token2wav
+from engine.token2wav.loader import load_token2wav
 from engine.token2wav.stream import Token2wavStream
 from tests.test_token2wav_parity import STEPS, VOCAB, _prompt, models  # noqa: F401 (a fixture)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.state import StateStore
+from engine.state import FullStore
 from engine.token2wav.vocoder import CausalHiFTGenerator
 from engine.token2wav.vocoder_stream import StreamingVocoder, stream_geometry
 from tests.stepaudio2_reference import stock
@@ -157,7 +157,7 @@ def test_reset_and_placed_state_give_a_fresh_stream(models):
 
     # State placed by the engine's store, from the declared regions.
     probe = StreamingVocoder(ours)
-    store = StateStore(probe.regions("voc"))
+    store = FullStore(probe.regions("voc"))
     placed = StreamingVocoder(ours, state={k: store[f"voc.{k}"] for k in probe.state_shapes()})
     in_store = _run_schedule(placed.stream, mel, schedule)
 

@@ -4,7 +4,7 @@ import torch
 from moshi.modules.transformer import StreamingTransformer as RefTransformer
 
 from engine.checkpoint import official_layout
-from engine.state import StateStore
+from engine.state import FullStore
 from engine.transformer import StreamingTransformer, TransformerConfig
 
 MIMI_LIKE = dict(d_model=32, num_heads=4, num_layers=2, dim_feedforward=64, context=6,
@@ -28,7 +28,7 @@ def _pair(kwargs, seed=0):
 def test_streaming_matches_reference_across_ring_wrap(kwargs, chunk):
     ref, ours = _pair(kwargs)
     x = torch.randn(1, 20, 32)  # 20 steps: the ring of 5-6 wraps several times
-    store = StateStore(ours.regions())
+    store = FullStore(ours.regions())
     with torch.no_grad(), ref.streaming(1):
         for t in range(0, 20, chunk):
             expected = ref(x[:, t:t + chunk])
@@ -48,7 +48,7 @@ def test_per_step_weights_match_reference():
     kwargs = dict(LM_LIKE, context=4, weights_per_step=4)
     ref, ours = _pair(kwargs, seed=2)
     x = torch.randn(1, 4, 32)
-    store = StateStore(ours.regions())
+    store = FullStore(ours.regions())
     with torch.no_grad(), ref.streaming(1):
         for k in range(4):
             torch.testing.assert_close(ours(x[:, k:k + 1], store, step=k), ref(x[:, k:k + 1]),
@@ -61,5 +61,5 @@ def test_wrong_step_weights_are_detected():
     ref, ours = _pair(kwargs, seed=2)
     x = torch.randn(1, 1, 32)
     with torch.no_grad():
-        assert not torch.allclose(ours(x, StateStore(ours.regions()), step=1),
-                                  ours(x, StateStore(ours.regions()), step=0))
+        assert not torch.allclose(ours(x, FullStore(ours.regions()), step=1),
+                                  ours(x, FullStore(ours.regions()), step=0))

@@ -24,6 +24,7 @@ PROMPT_TOKENS_KEY = "duplexcadence_prompt_tokens"
 # user stream (a 440 Hz tone frame); from NVIDIA/personaplex moshi/models/lm.py.
 SILENCE_TOKENS = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
 SINE_TOKENS = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
+VARIANTS = ("moshi", "personaplex")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,16 +53,24 @@ class LMConfig:
     silence_tokens: tuple[int, ...] = SILENCE_TOKENS
     """PersonaPlex prompts: the model stream's codes during prompts, and the user stream's."""
     sine_tokens: tuple[int, ...] = SINE_TOKENS
+    variant: str = "moshi"
+    """Whose runtime conventions the checkpoint follows: "moshi" (Kyutai's) or "personaplex"
+    (NVIDIA's: voice and role prompts, a priming first step, a window one frame shorter)."""
 
     def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"{self.name}: unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        if self.variant == "personaplex" and not self.predicts_user:
+            raise ValueError(f"{self.name}: a PersonaPlex depformer predicts the user's codebooks too (dep_q = n_q)")
         if len(self.delays) != self.n_q + 1:
             raise ValueError(f"{self.name}: {len(self.delays)} delays for {self.n_q + 1} streams")
         if min(self.delays) < 0:
             raise ValueError(f"{self.name}: delays must be >= 0")
         if self.dep_q not in (self.model_q, self.n_q) or self.n_q % 2:
             raise ValueError(f"{self.name}: dep_q {self.dep_q} must be n_q/2 (Moshi) or n_q (PersonaPlex)")
+        prompts = self.variant == "personaplex"
         for what, toks in (("silence_tokens", self.silence_tokens), ("sine_tokens", self.sine_tokens)):
-            if self.is_personaplex and (len(toks) != self.model_q or not all(0 <= t < self.card for t in toks)):
+            if prompts and (len(toks) != self.model_q or not all(0 <= t < self.card for t in toks)):
                 raise ValueError(f"{self.name}: {what} must be {self.model_q} codes below {self.card}")
 
     @property
@@ -74,7 +83,7 @@ class LMConfig:
         return self.n_q - self.model_q
 
     @property
-    def is_personaplex(self) -> bool:
+    def predicts_user(self) -> bool:
         """The depformer also predicts (and is teacher-forced on) the user's codebooks."""
         return self.dep_q == self.n_q
 
@@ -88,7 +97,7 @@ class LMConfig:
         its KV ring's oldest slot as a future position once the ring is full, so it sees one
         frame less than `context` (checked against the fork: its context C gives the tokens of
         moshi 0.2.13 with context C - 1)."""
-        return self.context - 1 if self.is_personaplex else self.context
+        return self.context - 1 if self.variant == "personaplex" else self.context
 
     def temporal(self) -> TransformerConfig:
         return TransformerConfig(
@@ -113,7 +122,7 @@ _MOSHI_7B = dict(
 CONFIGS: dict[str, LMConfig] = {
     "moshiko": LMConfig(name="moshiko", **_MOSHI_7B),
     "moshika": LMConfig(name="moshika", **_MOSHI_7B),
-    "personaplex": LMConfig(name="personaplex", **{**_MOSHI_7B, "dep_q": 16}),
+    "personaplex": LMConfig(name="personaplex", **{**_MOSHI_7B, "dep_q": 16}, variant="personaplex"),
     # The bundled untrained model (packaging/make_demo_lm.py), PersonaPlex-shaped. Small enough
     # that its file stays under 5 MB (the 2048-entry audio tables dominate) and a frame takes
     # a few milliseconds on two cores; its prompt codes come from the demo Mimi at build time.
@@ -121,7 +130,7 @@ CONFIGS: dict[str, LMConfig] = {
         name="demo (untrained, PersonaPlex-shaped)", dim=32, num_heads=4, num_layers=2,
         hidden_scale=4.125, context=3000, text_card=200, card=2048, n_q=16, dep_q=16,
         delays=_MOSHI_7B["delays"], depformer_dim=16, depformer_num_heads=2, depformer_num_layers=2,
-        depformer_dim_feedforward=int(4.125 * 16)),
+        depformer_dim_feedforward=int(4.125 * 16), variant="personaplex"),
 }
 
 # --- config.json (reference LM-kwargs format) ---
@@ -185,6 +194,9 @@ def from_lm_kwargs(kwargs: dict[str, Any], source: str, name: str) -> LMConfig:
             raise CheckpointError(f"{source}: missing key {key}")
         fields[field] = _typed(merged[key], key, source)
     fields["delays"] = tuple(fields["delays"])
+    # config.json names no variant: of the released models, PersonaPlex's alone has a depformer
+    # that predicts the user's codebooks too, so that is what marks its checkpoints.
+    fields["variant"] = "personaplex" if fields["dep_q"] == fields["n_q"] else "moshi"
     if prompt_tokens is not None:
         fields.update(_prompt_tokens(prompt_tokens, source))
     try:

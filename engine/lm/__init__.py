@@ -1,7 +1,7 @@
 """The Moshi-family LM (Moshi, PersonaPlex): weights, token delay lines, sampling, and
 PersonaPlex's prompt files."""
 from .loader import build_lm, load_lm
-from .model import MoshiLM
+from .moshi_lm import MoshiLM
 from .personaplex import VoicePrompt, load_voice, wrap_role
 from .sampling import SamplingParams, sample
 

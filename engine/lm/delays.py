@@ -26,7 +26,7 @@ from ..state import Region, Store
 class DelayLines:
     def __init__(self, cfg: LMConfig, name: str):
         self.cfg = cfg
-        self.lead = 1 if cfg.is_personaplex else 0
+        self.lead = 1 if cfg.variant == "personaplex" else 0
         self.slots = cfg.max_delay + 2 + self.lead
         self.tokens_region, self.forced_region, self.slot_region = (
             f"{name}.tokens", f"{name}.forced", f"{name}.slot")

@@ -10,7 +10,7 @@ from ..config.lm import LMConfig
 from ..errors import CheckpointError
 from ..options import WEIGHTS
 from ..quant import int8_layout, is_q8, quantize_checkpoint
-from .model import MoshiLM
+from .moshi_lm import MoshiLM
 
 
 def load_lm(path: str | Path, cfg: LMConfig, device: str | torch.device = "cpu",

@@ -9,7 +9,7 @@ from ..checkpoint import load_into, read_safetensors
 from ..config.mimi_json import load_config, official_config
 from ..errors import CheckpointError
 from ..paths import MIMI_NAME as CHECKPOINT_NAME
-from .model import Mimi
+from .codec import Mimi
 
 CONFIG_NAME = "mimi_config.json"
 

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..state import StateStore
-from .model import Mimi
+from ..state import FullStore
+from .codec import Mimi
 
 
 class MimiStream:
-    """Owns a StateStore with all of the model's regions; encode and decode advance
+    """Owns a FullStore with all of the model's regions; encode and decode advance
     independently (each side has its own state)."""
 
     def __init__(self, mimi: Mimi):
         self.mimi = mimi
-        self.store = StateStore(mimi.regions(), mimi.device)
+        self.store = FullStore(mimi.regions(), mimi.device)
 
     def encode_frame(self, pcm: np.ndarray) -> np.ndarray:
         """float32 [frame_size] -> int64 [num_codebooks]."""

@@ -26,8 +26,8 @@ from typing import NamedTuple
 import torch
 
 from ..options import RuntimeOptions
-from ..runtime.placement import new_store
 from ..runtime.stages import Stage, StageRunner
+from ..state.placement import new_store
 from .chunk_plan import RETAINED_FRAMES, FlowCounters, FlowPlan, chunk_bounds
 from .flow_stream import FlowInputs, FlowStream
 from .prompt import Prompt

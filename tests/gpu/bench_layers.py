@@ -11,7 +11,7 @@ import torch
 
 from engine.config.lm import CONFIGS
 from engine.kernels import fused_linear
-from engine.state import StateStore
+from engine.state import FullStore
 from engine.transformer import StreamingTransformer
 from tests.gpu.graph_timing import replay_ms
 
@@ -20,7 +20,7 @@ THRESHOLDS = {"all in the product": 1 << 62, "own kernel above 16 MiB of reads":
 
 
 def _time(transformer: StreamingTransformer, steps: int) -> float:
-    store = StateStore(transformer.regions(), "cuda")
+    store = FullStore(transformer.regions(), "cuda")
     x = torch.randn(1, 1, transformer.cfg.d_model, device="cuda", dtype=torch.bfloat16)
 
     def frame():

@@ -53,9 +53,9 @@ def _streamed(transformer, xs, fused: bool):
     """The transformer streamed over xs, as fused layers (the CUDA route) or as the torch
     formulas (the CPU route, here on CUDA with the Triton kernels switched off)."""
     from engine.ops import dispatch
-    from engine.state import StateStore
+    from engine.state import FullStore
 
-    store, outs = StateStore(transformer.regions(), "cuda"), []
+    store, outs = FullStore(transformer.regions(), "cuda"), []
     before = dispatch.use_triton  # the one choice every op asks
     dispatch.use_triton = lambda x: fused and x.is_cuda
     try:

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from engine.ops.attention import ring_attention
-from engine.runtime.placement import DemandStore
-from engine.runtime.vmm import allocation_granularity
 from engine.state import Region
+from engine.state.demand import DemandStore
+from engine.state.vmm import allocation_granularity
 from tests.gpu.ring_reference import reference_attention
 
 pytestmark = pytest.mark.gpu

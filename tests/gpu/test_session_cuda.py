@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model import load_model
+from engine.duplex_model import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
@@ -65,7 +65,7 @@ def test_sampling_changes_recapture(model, audio):
 
 
 def test_codec_replay_and_demand_sized_state_bit_identical(audio):
-    from engine.codec import CodecSession
+    from engine.codec_session import CodecSession
     from engine.mimi import load_mimi
     from engine.paths import DEMO_MODEL_DIR
 
@@ -82,7 +82,7 @@ def test_diffuplex_on_cuda(model, audio, baseline):
     """With the demo's predictor loaded (state sized for its wakes, on demand-sized state at
     stable addresses), AR stays bit-identical to the plain session, graphs and all; SPEAK with
     every prediction accepted plays predicted frames and keeps the state where it was."""
-    from engine.model import PREDICTOR_NAME
+    from engine.duplex_model import PREDICTOR_NAME
     from engine.paths import DEMO_MODEL_DIR
 
     predictor = DEMO_MODEL_DIR / PREDICTOR_NAME
@@ -105,7 +105,7 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
     again: SPEAK without verification plays every prediction, so its catch-up wakes recur).
     The loop copies a wake's tokens before its decode graph replays: without that copy the
     decode graph, captured earlier, overwrites them (shared memory pool)."""
-    from engine.model import PREDICTOR_NAME
+    from engine.duplex_model import PREDICTOR_NAME
     from engine.paths import DEMO_MODEL_DIR
 
     def conversation(**toggles):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from engine.runtime.vmm import VmmBuffer
+from engine.state.vmm import VmmBuffer
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20
@@ -62,7 +62,7 @@ def test_mapped_memory_is_device_memory_and_is_returned(record):
 
 def test_memory_budget_counts_mappings_and_torch_together():
     from engine.errors import DeviceMemoryError
-    from engine.runtime.memory_budget import memory_budget
+    from engine.state.memory_budget import memory_budget
 
     torch.cuda.empty_cache()
     limit = torch.cuda.memory_reserved() + 64 * MiB

@@ -28,15 +28,15 @@ import soundfile as sf
 import torch
 from torch.nn import functional as F
 
-from ...audio_io import read_audio, split_frames
+from ...audio_files import read_audio, split_frames
+from ...duplex_model import DuplexModel
 from ...errors import AudioInputError
 from ...frame import FRAME_SIZE, SAMPLE_RATE
-from ...model import DuplexModel
 from ...ops.linear import matmul
 from ...options import RuntimeOptions
 from ...quant import weight_of
 from ...session import DuplexSession
-from ...state import StateStore
+from ...state import FullStore
 from .predictor import Predictor, load_predictor, new_predictor, save_predictor
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif"}
@@ -126,7 +126,7 @@ def loss(model: DuplexModel, predictor: Predictor, inputs: torch.Tensor, targets
     total = F.cross_entropy(matmul(h, weight_of(lm.text_linear))[0].float(), targets[:, 0], reduction="sum")
     for f in range(k):
         # Scratch depformer state: its position restarts every frame; teacher-forced on the targets.
-        store = StateStore(lm.depformer.regions(), h.device)
+        store = FullStore(lm.depformer.regions(), h.device)
         prev = targets[f, :1]
         for step in range(cfg.dep_q):
             logits = lm.depformer_step(step, prev, h[:, f:f + 1], store)
@@ -140,7 +140,7 @@ def train_predictor(model: DuplexModel, data: Path, out: Path, settings: TrainSe
     """Train (or, with `resume`, continue training from `out`) a predictor for `model` on the
     audio in `data`; checkpoints go to `out` every `checkpoint_every` steps and at the end."""
     cfg, k = model.cfg, settings.block
-    if not cfg.is_personaplex:
+    if not cfg.predicts_user:
         raise ValueError(f"{model.name}: DiffuPlex needs a model that predicts the user's stream (PersonaPlex shape)")
     clips = user_audio(data)
     rollouts = [rollout(model, pcm, settings.seed) for _, pcm in clips]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
+from ...duplex_model import DuplexModel
 from ...lm.personaplex import DEFAULT_ROLE, wrap_role
-from ...model import DuplexModel
 from ...options import RuntimeOptions
-from ...runtime.placement import new_store
 from ...runtime.stages import StageRunner
+from ...state.placement import new_store
 from ..diffuplex.loop import DiffuPlexLoop
 from ..diffuplex.predictor import Predictor, load_predictor
 from ..diffuplex.stats import WakeReport
@@ -68,7 +68,7 @@ class MoshiConversation:
 
     def capabilities(self) -> dict[str, str | None]:
         """Each policy: None if this conversation can run it, else why not."""
-        if not self.model.is_personaplex:
+        if not self.model.cfg.predicts_user:
             diffuplex = (f"DiffuPlex needs a model that predicts the user's stream (the PersonaPlex shape); "
                          f"{self.model.name} does not")
         elif self.predictor is None:
@@ -90,12 +90,12 @@ class MoshiConversation:
 
     @property
     def default_role(self) -> str:
-        return DEFAULT_ROLE if self.model.is_personaplex else ""
+        return DEFAULT_ROLE if self.model.variant == "personaplex" else ""
 
     def set_persona(self, persona: Persona | None) -> None:
         """Check the persona and prepare its prompts now, so a bad voice fails here."""
         model = self.model
-        if not model.is_personaplex:
+        if model.variant != "personaplex":
             if persona is not None and (persona.voice or persona.role):
                 raise ValueError(f"{model.name} takes no voice or role prompt (only PersonaPlex does)")
             self.persona, self._voice, self._role_tokens = Persona(), None, []
@@ -120,7 +120,7 @@ class MoshiConversation:
             log.warning("policy %s without a predictor: AR", options.policy)
             options = options.replace(policy="ar")
         self.frame.reset()
-        if not self.model.is_personaplex:
+        if self.model.variant != "personaplex":
             return options, True
         with torch.no_grad():
             return options, replay_prompts(self.frame, self._voice, self._role_tokens, cancelled)

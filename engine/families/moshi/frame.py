@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ...lm.model import MoshiLM
+from ...lm.moshi_lm import MoshiLM
 from ...lm.sampling import SamplingParams, sample
 from ...mimi import Mimi
 from ...options import RuntimeOptions
@@ -128,7 +128,7 @@ class MoshiFrame:
 
     def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool
                   ) -> tuple[Wake | None, torch.Tensor | None]:
-        if inputs.user is None and not self.cfg.is_personaplex:
+        if inputs.user is None and not self.cfg.predicts_user:
             raise ValueError("Moshi needs the user's codes every frame")
         if self.lm.lines.lead and self.frames == 0:
             # PersonaPlex's first step only primes its cache: this frame's tokens are dropped.

@@ -2,7 +2,7 @@
 together: what a smaller card would allow, enforced on a larger one.
 
 torch's caching allocator can be capped (`set_per_process_memory_fraction`), but demand-sized
-state is mapped outside it (engine.runtime.vmm), so a cap on torch alone would let the state
+state is mapped outside it (engine.state.vmm), so a cap on torch alone would let the state
 grow past the card. While a budget is set, every granule a VmmBuffer maps is charged to it
 first: a mapping that would take torch's reserved memory plus all mappings past the budget
 raises DeviceMemoryError instead, and torch's cap is lowered by what is mapped, so either

@@ -2,7 +2,7 @@
 
 `DemandStore` implements the `engine.state.Store` protocol and backs each ring region with
 memory for `region.backed_at(ticks)` entries only (the live ones and those a wake writes
-ahead), where `ticks` is how far the region's clock has advanced. The frame runner calls
+ahead), where `ticks` is how far the region's clock has advanced. The stage runner calls
 `advance` before the stage that writes the new entries, outside graph capture.
 
 - Fixed regions (conv tails, counters, delay lines, the depformer's one-frame KV) are
@@ -14,7 +14,7 @@ ahead), where `ticks` is how far the region's clock has advanced. The frame runn
   tests. The full-size tensor is allocated, but `nbytes()` counts only backed entries, and
   every unbacked entry is poisoned (NaN, or the dtype's minimum for integers) so that any
   code reading memory a CUDA store would not have mapped produces visibly wrong results.
-  Newly backed entries read as zeros, as in a `StateStore`.
+  Newly backed entries read as zeros, as in a `FullStore`.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from collections.abc import Iterable
 
 import torch
 
-from ..options import TOGGLES, RuntimeOptions
-from ..state import CLOCKS, Region, StateStore, Store, declare
+from .regions import CLOCKS, Region, declare
+from .vmm import VmmBuffer
 
 
 def _poison(t: torch.Tensor) -> None:
@@ -59,7 +59,6 @@ class _DeviceRing:
     """A ring backed through CUDA VMM at a stable address."""
 
     def __init__(self, region: Region, device: torch.device):
-        from .vmm import VmmBuffer
         self.entry_bytes = region.entry_bytes()
         self.buffer = VmmBuffer(region.bytes_full(), device)
         self.tensor = self.buffer.as_tensor(region.dtype, region.full_shape())
@@ -133,7 +132,7 @@ class DemandStore:
         return sum(ring.nbytes() for ring in self._rings.values() if isinstance(ring, _DeviceRing))
 
     def reserved_bytes(self) -> int:
-        """Bytes a full-retention StateStore would hold for the same regions."""
+        """Bytes a full-retention FullStore would hold for the same regions."""
         return sum(r.bytes_full() for r in self.regions.values())
 
     def close(self) -> None:
@@ -147,14 +146,3 @@ class DemandStore:
             region = self.regions[name]
             if region.clock == clock:
                 ring.back(region.backed_at(self._ticks[clock]))
-
-
-def placement_for(device: torch.device, options: RuntimeOptions) -> type:
-    """The placement the options ask for: demand-sized where it can run (CUDA with the driver
-    bindings; on the CPU, the emulation), else full retention."""
-    usable = device.type != "cuda" or TOGGLES["demand_sized_state"].unavailable(device.type) is None
-    return DemandStore if options.demand_sized_state and usable else StateStore
-
-
-def new_store(regions: list[Region], device: torch.device, options: RuntimeOptions) -> Store:
-    return placement_for(device, options)(regions, device)

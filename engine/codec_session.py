@@ -8,8 +8,8 @@ import torch
 from .families.mimi_stages import MimiStages
 from .mimi import Mimi
 from .options import RuntimeOptions
-from .runtime.placement import new_store
 from .runtime.stages import StageRunner
+from .state.placement import new_store
 
 _KEYS = ("encode", "codec_decode")
 

@@ -16,7 +16,7 @@ from .config.checks import read_json
 from .config.lm import CONFIGS, LMConfig, from_lm_kwargs
 from .errors import CheckpointError
 from .lm.loader import build_lm
-from .lm.model import MoshiLM
+from .lm.moshi_lm import MoshiLM
 from .lm.personaplex import VoicePrompt, load_voice
 from .mimi import Mimi, load_mimi
 from .state import Region
@@ -60,8 +60,9 @@ class DuplexModel:
         return "moshi"
 
     @property
-    def is_personaplex(self) -> bool:
-        return self.cfg.is_personaplex
+    def variant(self) -> str:
+        """"moshi" or "personaplex" (LMConfig.variant): PersonaPlex takes a voice and a role."""
+        return self.cfg.variant
 
     @property
     def device(self) -> torch.device:
@@ -149,7 +150,7 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
         # Loading (and quantizing on load) leaves freed transients in torch's cache; on a
         # small card that is memory the conversation's state needs.
         torch.cuda.empty_cache()
-    return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.is_personaplex else {})
+    return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.variant == "personaplex" else {})
 
 
 def mimi_file(path_or_name: str | Path) -> Path:

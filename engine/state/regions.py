@@ -1,4 +1,4 @@
-"""Declared streaming state: regions, the clocks that advance them, and the stores that hold them.
+"""Declared streaming state: regions, the clocks that advance them, and what a store offers.
 
 Every piece of streaming state in the engine (conv tails, transposed-conv partial sums, KV
 rings, position counters, token delay lines) is declared as a `Region` by the module that
@@ -86,9 +86,9 @@ class Region:
 
 
 class Store(Protocol):
-    """What every placement of declared state offers. Two implement it: `StateStore` (full
-    retention, what stock runtimes do) and `engine.runtime.placement.DemandStore` (memory
-    follows the clocks, at stable addresses). Models only use `store[name]`; the runtime
+    """What every placement of declared state offers. Two implement it: `FullStore` (full
+    retention, what stock runtimes do: engine.state.full) and `DemandStore` (memory follows
+    the clocks, at stable addresses: engine.state.demand). Models only use `store[name]`; the runtime
     uses the rest."""
 
     regions: dict[str, Region]
@@ -129,52 +129,6 @@ def declare(regions: Iterable[Region]) -> dict[str, Region]:
             raise ValueError(f"region {r.name} declared twice")
         out[r.name] = r
     return out
-
-
-class StateStore:
-    """The full-retention placement: every region allocated at its full size, once. Its clock
-    counts are kept so that state can move to a demand-sized store mid-conversation."""
-
-    def __init__(self, regions: Iterable[Region], device: torch.device | str = "cpu"):
-        self.regions = declare(regions)
-        self.device = torch.device(device)
-        self._buffers = {name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
-                         for name, r in self.regions.items()}
-        self._ticks = dict.fromkeys(CLOCKS, 0)
-        self._total = sum(b.numel() * b.element_size() for b in self._buffers.values())
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return self._buffers[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.regions
-
-    def advance(self, clock: str, ticks: int = 1) -> None:
-        self._ticks[clock] += ticks
-
-    def ensure(self, ticks_by_clock: dict[str, int]) -> None:
-        for clock, ticks in ticks_by_clock.items():
-            self._ticks[clock] = max(self._ticks[clock], ticks)
-
-    def ticks(self, name: str) -> int:
-        return self._ticks[self.regions[name].clock]
-
-    def reset(self) -> None:
-        for buf in self._buffers.values():
-            buf.zero_()
-        self._ticks = dict.fromkeys(CLOCKS, 0)
-
-    def nbytes(self, prefix: str = "") -> int:
-        if not prefix:  # asked every frame: full retention never changes its size
-            return self._total
-        return sum(b.numel() * b.element_size() for n, b in self._buffers.items() if n.startswith(prefix))
-
-    def mapped_bytes(self) -> int:
-        return 0  # every buffer is a torch tensor
-
-    def close(self) -> None:
-        self._buffers.clear()
-        self._total = 0
 
 
 def copy_state(src: Store, dst: Store) -> None:
