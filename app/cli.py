@@ -144,7 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{info.display_name} {info.version}")
     parser.add_argument("--model", default=None, help=f"model to preselect in the app: {MODELS}")
     sub = parser.add_subparsers(dest="command")
+    _add_codec(sub)
+    _add_offline(sub)
+    _add_bench(sub)
+    _add_token2wav(sub)
+    _add_quantize(sub)
+    _add_train_diffuplex(sub)
+    return parser
 
+
+def _add_codec(sub) -> None:
     codec = sub.add_parser("codec", help="encode then decode an audio file through Mimi, frame by frame")
     codec.add_argument("--model", required=True, help="a Mimi checkpoint file, or " + MODELS)
     codec.add_argument("--input", required=True, help=INPUT)
@@ -152,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     codec.set_defaults(func=_codec)
 
+
+def _add_offline(sub) -> None:
     offline = sub.add_parser("offline", help="run a conversation file to file")
     offline.add_argument("--model", required=True, help=MODELS)
     offline.add_argument("--input", required=True, help="the user's side of the conversation: " + INPUT)
@@ -177,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
 
+
+def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="ours against the stock runtime (from a checkout of the repository; needs "
                                          "a CUDA GPU and moshi==0.2.13; random full-size weights)")
     bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko")
@@ -201,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "bench_token2wav.json)")
     bench.set_defaults(func=_bench)
 
+
+def _add_token2wav(sub) -> None:
     t2w = sub.add_parser("token2wav", help="speech tokens to audio through Step-Audio2's token2wav, streamed in "
                                            "one-second chunks, each timed against the cadence")
     t2w.add_argument("--model", required=True, help="a Step-Audio2 token2wav folder (flow.yaml, flow.pt, "
@@ -216,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     t2w.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     t2w.set_defaults(func=_token2wav)
 
+
+def _add_quantize(sub) -> None:
     quantize = sub.add_parser("quantize", help="write a checkpoint's LM with int8 weights in the official q8 "
                                                 "layout (model.q8.safetensors), beside copies of its other files")
     quantize.add_argument("--model", required=True, help=MODELS)
@@ -224,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(default: cuda if available)")
     quantize.set_defaults(func=_quantize)
 
+
+def _add_train_diffuplex(sub) -> None:
     trainer = sub.add_parser("train-diffuplex", help="train a DiffuPlex predictor (adapter) by self-distillation")
     trainer.add_argument("--model", required=True, help=MODELS)
     trainer.add_argument("--out", required=True, help="the adapter file to write (.safetensors); checkpoints go there")
@@ -241,8 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
     trainer.add_argument("--resume", action="store_true", help="continue from the steps --out already holds")
     trainer.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     trainer.set_defaults(func=_train)
-
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

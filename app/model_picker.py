@@ -54,6 +54,13 @@ class ModelPicker(QGroupBox):
         self.voice = QComboBox()
         self.role = QLineEdit()
         self.persona_labels = (QLabel("Voice"), QLabel("Role"))
+        self._lay_out()
+        self.show_persona([])
+        self.select(settings.model_source)
+        self.combo.currentIndexChanged.connect(lambda _: self.choice_changed.emit())
+        self.weights.currentIndexChanged.connect(self._weights_chosen)
+
+    def _lay_out(self) -> None:
         layout = QGridLayout(self)
         layout.addWidget(self.combo, 0, 0, 1, 2)
         layout.addWidget(self.folder_button, 0, 2)
@@ -72,10 +79,6 @@ class ModelPicker(QGroupBox):
             policy = widget.sizePolicy()
             policy.setRetainSizeWhenHidden(True)
             widget.setSizePolicy(policy)
-        self.show_persona([])
-        self.select(settings.model_source)
-        self.combo.currentIndexChanged.connect(lambda _: self.choice_changed.emit())
-        self.weights.currentIndexChanged.connect(self._weights_chosen)
 
     def source(self) -> str:
         return self.combo.currentData()

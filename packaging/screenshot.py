@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         window.show()
         frames_wanted = int(args.seconds / 0.08)
         failures: list[str] = []
-        window.loader_signals.failed.connect(lambda source, message: failures.append(message))
-        window.conversation_signals.failed.connect(failures.append)
+        window.models.signals.failed.connect(lambda source, message: failures.append(message))
+        window.conversation.signals.failed.connect(failures.append)
 
         def check() -> None:
             if failures or window.panel.stats.frames >= frames_wanted:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         timer.timeout.connect(check)
         timer.start(100)
         window.model_picker.select("demo")
-        window.start_conversation()
+        window.conversation.start()
         player = audio.play_into_microphone(REPO / "assets" / "speech_sample.wav")
         app.exec()
         player.terminate()
