@@ -1,13 +1,14 @@
 """A streaming conversation with a duplex model: 80 ms of microphone audio in, 80 ms of model
 speech (and its text) out, with per-stage timings and the figures a live panel shows.
 
-The session is the engine's one API for the app and the command line. It owns the options
-(checked against what this machine can honour, applied between frames), the sampling
-generator, the prompts (PersonaPlex voice and role) and the conversation's frame runner,
-which owns the state and how a frame runs. `reset()` starts a new conversation without
-reloading weights and matches a fresh session with the same seed. Inside an AR frame nothing
-waits for the device except the final copy of the output to the host (DiffuPlex frames also
-read their policy checks).
+The session is the engine's one API for the app and the command line. It owns what every
+model family shares: the options (checked against what this machine can honour, applied
+between frames), the sampling generator, the frame timer and SPEAK meter, the host buffers and
+the `FrameOutput`. The family's conversation (engine.families; for Moshi and PersonaPlex
+`MoshiConversation`) owns the stage runner, the state, the prompts and how a frame runs.
+`reset()` starts a new conversation without reloading weights and matches a fresh session
+with the same seed. Inside an AR frame nothing waits for the device except the final copy of
+the output to the host (DiffuPlex frames also read their policy checks).
 """
 from __future__ import annotations
 

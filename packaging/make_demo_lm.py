@@ -4,7 +4,7 @@ An untrained (random-weight) LM of the Moshi architecture, shaped like PersonaPl
 depformer steps: 8 model + 8 user codebooks), written exactly as released checkpoints are
 (`model.safetensors` in the official layout, `config.json` in the reference LM-kwargs format,
 `tokenizer_spm_32k_3.model`), plus one voice prompt `voices/DEMO.pt` recorded with our own
-frame runner the way PersonaPlex records its voices. It babbles; it exists so the whole pipeline
+Moshi frame the way PersonaPlex records its voices. It babbles; it exists so the whole pipeline
 runs without downloading a 7B model. Deterministic: fixed seeds, single-threaded training.
 
 Run: python packaging/make_demo_lm.py [out_dir]

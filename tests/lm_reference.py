@@ -175,7 +175,7 @@ class PersonaPlexReference:
 
 
 def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250), wake: int = 1):
-    """Our frame runner over the LM alone (no Mimi), as the reference tests drive it; its state
+    """Our Moshi frame over the LM alone (no Mimi), as the reference tests drive it; its state
     sized for backbone wakes of up to `wake` frames."""
     from engine.families.diffuplex.wake import Wakes
     from engine.families.moshi import MoshiFrame

@@ -47,7 +47,7 @@ def test_empty_wav_prints_one_line_and_fails(tmp_path):
 
 
 def test_codec_session_matches_the_plain_stream_bit_for_bit():
-    """The command's path (the frame runner, fast path on by default) against Mimi's plain
+    """The command's path (the stage runner, fast path on by default) against Mimi's plain
     stream: the same samples, with demand-sized state (the CPU's poisoned emulation) or not."""
     from engine.audio_files import read_audio, split_frames
     from engine.codec_session import CodecSession

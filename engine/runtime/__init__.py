@@ -1,6 +1,7 @@
-"""The DuplexCadence runtime, used by the session layer and the benchmark: placement of declared state
-(demand-sized at stable addresses through CUDA virtual memory), the frame runner (stages,
-clock ticks, CUDA graph capture and replay) and frame timing.
+"""The DuplexCadence runtime, for every model family: the stage runner (clock ticks, CUDA graph
+capture and replay, the capture policy: `stages`), the graphs it keeps (`graphs`) and frame
+timing (`timing`). Where state lives is `engine.state`; how a family's frame runs is
+`engine.families`.
 
-Nothing here needs CUDA to import: the CUDA driver bindings load on first use.
+Nothing here needs CUDA to import.
 """

@@ -1,6 +1,6 @@
 """A conversation with a Moshi-family model: what the session asks of a family.
 
-It owns the conversation's frame runner (sized for its wakes), the Moshi frame, PersonaPlex's
+It owns the conversation's stage runner (its state sized for the wakes), the Moshi frame, PersonaPlex's
 persona and prompts, and, with a DiffuPlex predictor, the wakes and the loop that plays
 predicted frames. The session (engine.session) keeps what every family shares: the options
 mailbox, timing, the host buffers and what a frame reports.
