@@ -109,6 +109,9 @@ class ModelLoader(threading.Thread):
         except CheckpointError as exc:
             predictor, notice = None, f"DiffuPlex predictor not loaded: {exc}"
             session = DuplexSession(model, persona=persona)
+        if device.startswith("cuda"):
+            self.signals.progress.emit("Preparing the GPU: compiling kernels, capturing graphs…")
+            session.prepare()  # the first words of a conversation are not lost in a stall
         return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
                            default_role=session.default_role, device_label=label,
                            device_reason=why_this_device(device), memory=memory.describe(),

@@ -94,6 +94,8 @@ def run_offline(args) -> None:
     persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
     adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
     session = DuplexSession(model, options, persona, predictor=adapter)
+    if device.startswith("cuda"):
+        session.prepare()  # compile and capture now, not during the first seconds of speech
 
     frames = split_frames(pcm)
     out, pieces, stats = [], [], DiffuPlexStats()

@@ -28,6 +28,9 @@ _EXPORTS = {
     "Token2wavStream": ".token2wav", "Prompt": ".token2wav", "load_token2wav": ".token2wav",
 }
 __all__ = sorted(_EXPORTS)
+EXPORT_MODULES = tuple(sorted({__name__ + module for module in _EXPORTS.values()}))
+"""The modules behind the exports: a freezer (the installers' PyInstaller) cannot see imports
+made on first use, so it is told to collect these."""
 
 
 def __getattr__(name: str):

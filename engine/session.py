@@ -179,6 +179,14 @@ class DuplexSession:
 
     # --- conversation ------------------------------------------------------------------------
 
+    def prepare(self) -> None:
+        """Do before the conversation what its first frames would otherwise stall on: kernel
+        compilation and graph capture, which only a GPU has (the app and `offline` call it on
+        CUDA). The conversation starts afresh afterwards: the output is what it would have been."""
+        self._pcm_in.zero_()
+        self.conversation.prepare(self._pcm_in)
+        self.reset()
+
     def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Start a new conversation (optionally with a new persona); weights stay loaded.
         PersonaPlex replays its prompts here; `cancelled()` is checked every prompt frame and

@@ -70,3 +70,14 @@ def test_demo_state_at_ten_seconds_is_a_fraction_of_full_retention(audio):
         demand.step(frame)
     kv = "lm.transformer.kv"
     assert demand.store.nbytes(kv) < 0.1 * plain.store[kv].numel() * plain.store[kv].element_size()
+
+
+def test_a_prepared_session_gives_what_a_fresh_one_gives(small_context_model, audio, baseline):
+    """prepare() runs frames of silence (where a GPU compiles and captures) and starts over:
+    nothing of it reaches the conversation, with either placement."""
+    for demand in (False, True):
+        session = DuplexSession(small_context_model, RuntimeOptions(seed=2, graph_replay=False,
+                                                                    demand_sized_state=demand), PERSONA)
+        session.prepare()
+        assert session.conversation.frame.frames > 0  # the prompts ran again after the silence
+        assert_identical(run(session, audio), baseline)

@@ -128,3 +128,15 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
         session.close()
     if verify == "off":  # the demo predicts neither itself silent nor the user's speech
         assert sum(not f.diffuplex.woke for f in expected if f.diffuplex is not None) > 0
+
+
+def test_a_prepared_session_starts_captured_and_gives_the_same_output(model, audio, baseline, record):
+    """prepare() compiles and captures before the conversation: its first frames replay (no
+    compilation or capture inside them) and the output is a fresh session's, bit for bit."""
+    session = DuplexSession(model, RuntimeOptions(seed=9), PERSONA)
+    session.prepare()
+    assert session.runner.captured == {"encode", "backbone", "depformer", "decode"}
+    out = run(session, audio)
+    assert_identical(out, baseline)
+    record("prepared_slowest_frame_ms", 1000 * max(f.timings["total"] for f in out))
+    session.close()

@@ -125,6 +125,18 @@ class MoshiConversation:
         with torch.no_grad():
             return options, replay_prompts(self.frame, self._voice, self._role_tokens, cancelled)
 
+    def prepare(self, pcm: torch.Tensor) -> None:
+        """Run the plain frame on `pcm` (silence, in a host or device buffer) until each of its
+        stages has run eagerly (Triton compiles its kernels then) and, with graph replay, been
+        captured, so that a conversation's first frames neither compile nor capture; then the
+        state goes back to zero. Output starts after the delay lines fill: one eager frame with
+        output, then one that captures."""
+        with torch.no_grad():
+            self.frame.reset()
+            for _ in range(self.model.cfg.max_delay + self.model.lm.lines.lead + 3):
+                self.frame.frame(pcm)
+            self.frame.reset()
+
     def _size_for(self, predictor: Predictor | None, options: RuntimeOptions) -> None:
         """State sized for the predictor's wakes (catch-up of up to K frames, the current one,
         K future), and the loop that runs them; a new store when the size changes."""
