@@ -62,7 +62,7 @@ def _size(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
 
 
-def plan(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
+def plan_memory(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
     """The memory `load_model(path_or_name, device, weights=weights)` and a session need."""
     from .duplex_model import read_lm_checkpoint
     from .frame import FRAME_RATE
@@ -84,8 +84,3 @@ def plan(path_or_name: str | Path, weights: str | None, device: str | torch.devi
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
     return MemoryPlan(ckpt.name, weights, str(device), weight_bytes, state, ckpt.cfg.context / FRAME_RATE, free)
 
-
-def plan_memory(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
-    """`plan`, under the name `engine` exports (one look-up of `plan` per call, so a test that
-    replaces `plan` replaces this too)."""
-    return plan(path_or_name, weights, device)

@@ -66,7 +66,6 @@ class DuplexSession:
         self.conversation = conversation_for(model)(model, self.generator, options, persona, predictor)
         """The family's side of the conversation (engine.families): its runner, frame and prompts."""
         self.options = self._checked(options)
-        self.conversation.configure(self.options)
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
         cuda = self.device.type == "cuda"

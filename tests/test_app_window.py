@@ -308,8 +308,8 @@ def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, wind
 
     # This machine has no GPU: the plan is the real one for the demo, with the free memory of a
     # GPU too small for it (the one stand-in here).
-    real = memory_plan.plan
-    monkeypatch.setattr(memory_plan, "plan", lambda *args: dataclasses.replace(
+    real = memory_plan.plan_memory
+    monkeypatch.setattr(memory_plan, "plan_memory", lambda *args: dataclasses.replace(
         real(*args), device="cuda:0", free_bytes=512 << 20))
     with qtbot.waitSignal(window.models.signals.failed, timeout=120_000):
         window.models.load()

@@ -19,7 +19,7 @@ from engine.duplex_model import load_model
 from engine.errors import CheckpointError, DeviceMemoryError
 from engine.kernels.operands import Int8Weight
 from engine.lm.loader import load_lm
-from engine.memory_plan import MemoryPlan, plan
+from engine.memory_plan import MemoryPlan, plan_memory
 from engine.options import RuntimeOptions
 from engine.paths import LM_Q8_NAME
 from engine.q8_export import export_q8
@@ -132,7 +132,7 @@ def test_int8_loses_no_more_than_stock_q8():
 
 
 def test_memory_plan_counts_int8_weights_and_refuses_what_does_not_fit(q8_demo):
-    bf16, int8 = plan("demo", "bf16", "cpu"), plan(q8_demo, None, "cpu")
+    bf16, int8 = plan_memory("demo", "bf16", "cpu"), plan_memory(q8_demo, None, "cpu")
     assert int8.weights == "int8" and int8.weight_bytes < bf16.weight_bytes
     assert int8.state_bytes == bf16.state_bytes > 0 and bf16.fits  # the CPU is not checked
     small = MemoryPlan("moshiko", "bf16", "cuda:0", weight_bytes=15 << 30, state_bytes=3 << 29, context_s=240,

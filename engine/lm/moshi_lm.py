@@ -11,13 +11,11 @@ import torch
 from torch import nn
 
 from ..config.lm import LMConfig
-from ..ops.linear import ZERO_TOKEN, embedding, linear, linear_embed
+from ..ops.linear import embedding, linear, linear_embed
 from ..quant import weight_of
 from ..state import Region, Store
 from ..transformer import Adapter, RMSNormF32, StreamingTransformer
 from .delays import DelayLines
-
-__all__ = ["ZERO_TOKEN", "MoshiLM", "embed", "project"]
 
 
 def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -26,7 +24,7 @@ def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
-    """The rows of `table` for tokens (ZERO_TOKEN: a zero row)."""
+    """The rows of `table` for tokens (engine.ops.linear.ZERO_TOKEN: a zero row)."""
     return embedding(table.weight, tokens)
 
 
