@@ -11,6 +11,8 @@ from pathlib import Path
 
 from engine import WEIGHTS
 
+from .cli_models import add_model_commands
+
 
 def _codec(args) -> None:
     import numpy as np
@@ -130,8 +132,7 @@ def _gui(args) -> int:
 
 
 MODELS = ("'demo' (the bundled untrained model), a checkpoint folder, a Hugging Face cache snapshot, or a "
-          "repository name in the local cache (kyutai/moshiko-pytorch-bf16, kyutai/moshika-pytorch-bf16, "
-          "nvidia/personaplex-7b-v1)")
+          "downloaded repository name (`duplexcadence models` lists them; `duplexcadence download NAME` gets one)")
 INPUT = "any audio file soundfile reads (WAV, FLAC, OGG...), any rate and channel count"
 OUTPUT = "mono 24 kHz, 16-bit PCM; the extension picks the format (WAV without one)"
 
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_token2wav(sub)
     _add_quantize(sub)
     _add_train_diffuplex(sub)
+    add_model_commands(sub)
     return parser
 
 
@@ -184,8 +186,6 @@ def _add_offline(sub) -> None:
     offline.add_argument("--weights", choices=list(WEIGHTS),
                          help="the LM's linear weights: int8 quantizes a bf16 checkpoint on load (default: as the "
                               "checkpoint holds them; an official model.q8.safetensors is int8)")
-    offline.add_argument("--download", action="store_true",
-                         help="fetch a repository name missing from the local Hugging Face cache")
     offline.set_defaults(func=_offline)
 
 

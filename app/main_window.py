@@ -34,6 +34,7 @@ from .conversation_controller import ConversationController
 from .crash_reporting import CrashReporter, default_log_dir, setup_logging
 from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
 from .device_picker import DevicePicker
+from .library_controller import LibraryController
 from .message_bar import MessageBar
 from .model_controller import ModelController
 from .model_picker import ModelPicker
@@ -47,7 +48,9 @@ HEADPHONES_HINT = ("Tip: use headphones. Through loudspeakers the model hears it
 
 class MainWindow(QMainWindow):
     def __init__(self, settings: AppSettings | None = None, device: str = "auto",
-                 audio_config: AudioConfig | None = None):
+                 audio_config: AudioConfig | None = None, hub_client=None):
+        """`hub_client`: the engine.HubClient the model library asks (default: huggingface_hub's
+        configuration from the environment)."""
         super().__init__()
         self.info = project_info()
         self.setWindowTitle(self.info.display_name)
@@ -61,6 +64,9 @@ class MainWindow(QMainWindow):
         self.models = ModelController(
             self.settings, device, picker=self.model_picker, panel=self.panel, compute_label=self.compute_label,
             message_bar=self.message_bar, parent=self)
+        self.library = LibraryController(
+            self.settings, device, picker=self.model_picker, models=self.models, message_bar=self.message_bar,
+            parent=self, hub_client=hub_client)
         self.conversation = ConversationController(
             self.models, self.settings, audio_config or AudioConfig(), start_button=self.start_button,
             stop_button=self.stop_button, record_box=self.record_box, clock=self.clock, transcript=self.transcript,
@@ -72,7 +78,7 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1100, 720)
-        self.models.start_checks()
+        self.library.rescan()  # the list says what the chosen model needs once it is known
 
     # --- layout -------------------------------------------------------------------------
     def _build_widgets(self) -> None:

@@ -13,7 +13,7 @@ from PyQt6.QtWidgets import QFileDialog, QLabel, QWidget
 from .app_settings import AppSettings
 from .cadence_panel import CadencePanel
 from .message_bar import MessageBar
-from .model_loader import CheckpointScan, LoadedModel, LoaderSignals, MemoryCheck, ModelLoader, PredictorLoader
+from .model_loader import LoadedModel, LoaderSignals, MemoryCheck, ModelLoader, PredictorLoader
 from .model_picker import ModelPicker
 
 log = logging.getLogger("duplexcadence")
@@ -41,20 +41,12 @@ class ModelController(QObject):
         self.signals.progress.connect(picker.set_loading)
         self.signals.loaded.connect(self.set_model)
         self.signals.failed.connect(self._on_load_failed)
-        self.signals.checkpoints.connect(picker.add_checkpoints)
         self.signals.fit.connect(picker.show_fit_for)
         self.predictor_signals = LoaderSignals()
         self.predictor_signals.predictor.connect(self._on_predictor)
         self.predictor_signals.failed.connect(self._on_predictor_failed)
-        picker.choice_changed.connect(self.check_memory)
         picker.load_requested.connect(lambda _: self.load())
         panel.adapter_requested.connect(self.choose_predictor)
-
-    def start_checks(self) -> None:
-        """Offer the checkpoints of the local Hugging Face cache, and say whether the chosen
-        model fits (both on threads: a large cache, a checkpoint's header)."""
-        CheckpointScan(self.signals).start()
-        self.check_memory()
 
     def chosen_model(self) -> LoadedModel | None:
         """The loaded model when it is the one the picker shows, else None (load it first)."""
@@ -78,7 +70,8 @@ class ModelController(QObject):
         self._loader.start()
 
     def check_memory(self) -> None:
-        """Whether the chosen model and weights fit, shown in the picker before loading."""
+        """Whether the chosen (downloaded) model and weights fit, shown in the picker before
+        loading; a model to download is the library's to describe."""
         self._picker.show_fit_checking()
         MemoryCheck(self._picker.source(), self._picker.chosen_weights(), self.device, self.signals).start()
 

@@ -1,6 +1,6 @@
 """Background threads that touch the engine before a conversation: loading a model (and
-building its session), and listing checkpoints in the local Hugging Face cache. The engine,
-and with it torch, is imported here, never on the GUI thread."""
+building its session), a DiffuPlex predictor, and the memory check. The engine, and with it
+torch, is imported here, never on the GUI thread."""
 from __future__ import annotations
 
 import gc
@@ -36,9 +36,9 @@ class LoaderSignals(QObject):
     progress = pyqtSignal(str)
     loaded = pyqtSignal(object)        # LoadedModel
     failed = pyqtSignal(str, str)      # source, message naming the file and the problem
-    checkpoints = pyqtSignal(list)     # [(label, source)] from the Hugging Face cache
     predictor = pyqtSignal(str, dict)  # a predictor file loaded: its path, the new capabilities
-    fit = pyqtSignal(str, object, str, bool)  # source, weights (None: as stored), what it needs, whether it fits
+    # source, weights (None: as stored), what it needs, whether it fits (None: it cannot be used)
+    fit = pyqtSignal(str, object, str, object)
 
 
 class ModelLoader(threading.Thread):
@@ -157,28 +157,10 @@ class MemoryCheck(threading.Thread):
             return
         try:
             memory = plan_memory(self.source, self.weights, select_device(self.device))
-        except CheckpointError as exc:  # loading says it again, with the same words
-            self.signals.fit.emit(self.source, self.weights, str(exc), False)
+        except CheckpointError as exc:  # not a memory problem: loading says it again, with the same words
+            self.signals.fit.emit(self.source, self.weights, str(exc), None)
             return
         except Exception:
             log.exception("the memory check of %s failed", self.source)
             return
         self.signals.fit.emit(self.source, self.weights, memory.describe(), memory.fits)
-
-
-class CheckpointScan(threading.Thread):
-    """Lists cached checkpoints without blocking the window (the cache may be large)."""
-
-    def __init__(self, signals: LoaderSignals):
-        super().__init__(name="checkpoint-scan", daemon=True)
-        self.signals = signals
-
-    def run(self) -> None:
-        try:
-            from engine import find_local_checkpoints
-            found = [(c.name, c.name) for c in find_local_checkpoints() if c.name != "demo"]
-        except Exception:  # an unreadable cache only means fewer choices
-            log.exception("scanning the Hugging Face cache failed")
-            return
-        self.signals.checkpoints.emit(found)
-

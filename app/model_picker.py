@@ -1,39 +1,55 @@
-"""Which model to talk with: the built-in demo, checkpoints found in the local Hugging Face
-cache, or a folder; loading status; PersonaPlex voice and role prompt."""
+"""Which model to talk with: the built-in demo, the models of the Hugging Face Hub (on this
+machine or to download), other cached ones and folders; what the chosen one is, what it
+needs, its download's progress; loading status; PersonaPlex voice and role prompt."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from PyQt6.QtCore import pyqtSignal
-from PyQt6.QtWidgets import QComboBox, QFileDialog, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar, QPushButton
+from PyQt6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+)
 
-from engine import WEIGHTS
+from engine import READY, REMOTE, WEIGHTS
 
 from .app_settings import AppSettings
 
-DEMO = ("Demo model (built in, untrained)", "demo")
 AS_STORED = ("Weights as the checkpoint holds them", "")
 NO_VOICE = "No voice prompt"
+ERROR_STYLE = "color: #b00020;"
 
 
 class ModelPicker(QGroupBox):
-    load_requested = pyqtSignal(str)  # a source as engine.load_model takes it
-    choice_changed = pyqtSignal()  # the model or the weights chosen changed: check they fit
+    load_requested = pyqtSignal(str)      # a source as engine.load_model takes it
+    download_requested = pyqtSignal(str)  # a model to download (with the weights chosen)
+    remove_requested = pyqtSignal(str)
+    cancel_requested = pyqtSignal()
+    token_given = pyqtSignal(str)         # an access token typed by the user (never stored here)
+    folder_chosen = pyqtSignal(str)       # a folder to check and, if it is a model, remember
+    choice_changed = pyqtSignal()         # the model or the weights chosen changed: say what it needs
 
     def __init__(self, settings: AppSettings, parent=None):
         super().__init__("Model", parent)
         self.settings = settings
+        self.entries: dict[str, object] = {}  # name -> engine.ModelEntry, as last listed
         self.combo = QComboBox()
         self.combo.setMinimumContentsLength(28)
-        self.combo.setSizeAdjustPolicy(
-            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.addItem(*DEMO)
-        for folder in settings.model_folders:
-            self.combo.addItem(f"Folder: {folder}", folder)
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.folder_button = QPushButton("Folder…")
-        self.folder_button.setToolTip("Use a checkpoint folder (model.safetensors, Mimi "
-                                      "tokenizer, SentencePiece model).")
+        self.folder_button.setToolTip("Use a checkpoint folder (model.safetensors, Mimi tokenizer, SentencePiece "
+                                      "model).")
         self.folder_button.clicked.connect(self._choose_folder)
+        self.hub_button = QPushButton("Hub name…")
+        self.hub_button.setToolTip("Any Hugging Face repository holding a model in the official layout.")
+        self.hub_button.clicked.connect(self._ask_repo)
         self.weights = QComboBox()
         self.weights.addItem(*AS_STORED)
         for value, label in WEIGHTS.items():
@@ -41,69 +57,81 @@ class ModelPicker(QGroupBox):
         self.weights.setToolTip("int8 halves the GPU memory the weights take (an official q8 checkpoint is int8; "
                                 "a bf16 one is quantized while it loads). Chosen when the model loads.")
         self.weights.setCurrentIndex(max(0, self.weights.findData(settings.model_weights)))
+        self.action_button = QPushButton("Load")
+        self.action_button.clicked.connect(self._act)
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setToolTip("Delete this model's downloaded files from the Hugging Face cache.")
+        self.remove_button.clicked.connect(lambda: self.remove_requested.emit(self.source()))
+        self.about = QLabel("")
+        self.about.setWordWrap(True)
+        self.about.setOpenExternalLinks(True)
+        self.token_button = QPushButton("Access token…")
+        self.token_button.setToolTip("A Hugging Face access token (huggingface.co/settings/tokens), kept where "
+                                     "huggingface_hub keeps it.")
+        self.token_button.clicked.connect(self._ask_token)
         self.fit = QLabel("")
         self.fit.setWordWrap(True)
-        self.load_button = QPushButton("Load")
-        self.load_button.clicked.connect(lambda: self.load_requested.emit(self.source()))
         self.status = QLabel("No model loaded.")
         self.status.setWordWrap(True)
         self.busy = QProgressBar()
-        self.busy.setRange(0, 0)  # loading reports stages, not fractions
-        self.busy.setMaximumHeight(10)
-        self.busy.hide()
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_requested.emit)
         self.voice = QComboBox()
         self.role = QLineEdit()
         self.persona_labels = (QLabel("Voice"), QLabel("Role"))
         self._lay_out()
+        self.end_progress()
         self.show_persona([])
         self.select(settings.model_source)
-        self.combo.currentIndexChanged.connect(lambda _: self.choice_changed.emit())
+        self.combo.currentIndexChanged.connect(lambda _: self._chosen())
         self.weights.currentIndexChanged.connect(self._weights_chosen)
 
     def _lay_out(self) -> None:
         layout = QGridLayout(self)
-        layout.addWidget(self.combo, 0, 0, 1, 2)
-        layout.addWidget(self.folder_button, 0, 2)
-        layout.addWidget(self.load_button, 0, 3)
-        layout.addWidget(self.weights, 1, 0, 1, 4)
-        layout.addWidget(self.fit, 2, 0, 1, 4)
-        layout.addWidget(self.status, 3, 0, 1, 4)
-        layout.addWidget(self.busy, 4, 0, 1, 4)
-        layout.addWidget(self.persona_labels[0], 5, 0)
-        layout.addWidget(self.voice, 5, 1, 1, 3)
-        layout.addWidget(self.persona_labels[1], 6, 0)
-        layout.addWidget(self.role, 6, 1, 1, 3)
+        rows = ((self.combo, 2, self.folder_button, self.hub_button),
+                (self.weights, 2, self.action_button, self.remove_button),
+                (self.about, 3, self.token_button, None),
+                (self.fit, 4, None, None),
+                (self.busy, 3, self.cancel_button, None),
+                (self.status, 4, None, None))
+        for row, (first, span, *rest) in enumerate(rows):
+            layout.addWidget(first, row, 0, 1, span)
+            for column, widget in enumerate(rest, start=span):
+                if widget is not None:
+                    layout.addWidget(widget, row, column)
+        for offset, (label, field) in enumerate(zip(self.persona_labels, (self.voice, self.role))):
+            layout.addWidget(label, len(rows) + offset, 0)
+            layout.addWidget(field, len(rows) + offset, 1, 1, 3)
         layout.setColumnStretch(1, 1)
         # Hidden rows keep their space: the window does not jump when a model loads.
-        for widget in (self.busy, self.voice, self.role, *self.persona_labels):
+        for widget in (self.busy, self.cancel_button, self.voice, self.role, *self.persona_labels):
             policy = widget.sizePolicy()
             policy.setRetainSizeWhenHidden(True)
             widget.setSizePolicy(policy)
 
+    # --- the choice ---------------------------------------------------------------------
     def source(self) -> str:
         return self.combo.currentData()
+
+    def entry(self):
+        """The chosen model as last listed (engine.ModelEntry), or None before the list."""
+        return self.entries.get(self.source())
 
     def chosen_weights(self) -> str | None:
         """"bf16", "int8", or None: as the checkpoint holds them."""
         return self.weights.currentData() or None
 
-    def show_fit_for(self, source: str, weights: str | None, text: str, fits: bool) -> None:
-        """A memory check's answer for a choice of model and weights; an answer for an earlier
-        choice is dropped."""
-        if (source, weights) == (self.source(), self.chosen_weights()):
-            self.show_fit(text, fits)
-
-    def show_fit(self, text: str, fits: bool = True) -> None:
-        """What the model needs against the device's free memory, in red when it does not fit."""
-        self.fit.setText(text if fits else f"Does not fit: {text}")
-        self.fit.setStyleSheet("" if fits else "color: #b00020;")
-
-    def show_fit_checking(self) -> None:
-        self.fit.setText("Checking the memory it needs…")
-
-    def _weights_chosen(self) -> None:
-        self.settings.model_weights = self.weights.currentData()
-        self.choice_changed.emit()
+    def set_entries(self, entries: list) -> None:
+        """The models to offer (engine.list_models), the choice kept."""
+        current = self.source()
+        self.entries = {e.name: e for e in entries}
+        self.combo.blockSignals(True)
+        self.combo.clear()
+        for entry in entries:
+            self.combo.addItem(_label(entry), entry.name)
+        self.combo.blockSignals(False)
+        self.select(current)
+        self._chosen()
 
     def select(self, source: str) -> None:
         index = self.combo.findData(source)
@@ -113,25 +141,88 @@ class ModelPicker(QGroupBox):
             index = self.combo.count() - 1
         self.combo.setCurrentIndex(index)
 
-    def add_checkpoints(self, checkpoints: list[tuple[str, str]]) -> None:
-        """(label, source) pairs found in the local Hugging Face cache."""
-        for label, source in checkpoints:
-            if self.combo.findData(source) < 0:
-                self.combo.addItem(f"Hugging Face cache: {label}", source)
+    def _chosen(self) -> None:
+        entry = self.entry()
+        ready = entry is None or entry.state == READY
+        self.action_button.setText("Load" if ready else "Download" if entry.state == REMOTE else "Finish download")
+        self.remove_button.setVisible(entry is not None and entry.origin == "Hugging Face" and entry.state != REMOTE)
+        self.token_button.setVisible(entry is not None and entry.gated)
+        about = entry.about if entry else ""
+        if entry is not None and entry.location is not None:
+            about += f" · {entry.location}"
+        self.about.setText(about)
+        self.choice_changed.emit()
 
+    def _act(self) -> None:
+        entry = self.entry()
+        if entry is None or entry.state == READY:
+            self.load_requested.emit(self.source())
+        else:
+            self.download_requested.emit(self.source())
+
+    def show_gated(self, page: str) -> None:
+        """A gated model: where its licence is accepted, before anything is downloaded."""
+        entry = self.entry()
+        self.about.setText(f"{entry.about}. <b>Gated</b>: accept its licence on <a href='{page}'>its Hub page</a>, "
+                           "then give an access token.")
+
+    # --- what it needs ------------------------------------------------------------------
+    def show_fit_for(self, source: str, weights: str | None, text: str, fits: object) -> None:
+        """An answer for a choice of model and weights; one for an earlier choice is dropped."""
+        if (source, weights) == (self.source(), self.chosen_weights()):
+            self.show_fit(text, fits)
+
+    def show_fit(self, text: str, fits: object = True) -> None:
+        """`fits`: True, False (memory: said in red) or None (a problem that is not memory:
+        `text` says it, in red)."""
+        self.fit.setText(f"Does not fit: {text}" if fits is False else text)
+        self.fit.setStyleSheet("" if fits else ERROR_STYLE)
+
+    def show_needs(self, text: str, fits: bool) -> None:
+        """A download's description, which says itself whether the model fits."""
+        self.fit.setText(text)
+        self.fit.setStyleSheet("" if fits else ERROR_STYLE)
+
+    def show_fit_checking(self) -> None:
+        self.fit.setStyleSheet("")
+        self.fit.setText("Checking what it needs…")
+
+    def _weights_chosen(self) -> None:
+        self.settings.model_weights = self.weights.currentData()
+        self.choice_changed.emit()
+
+    # --- progress -----------------------------------------------------------------------
     def set_loading(self, stage: str) -> None:
         self.status.setText(stage)
+        self.busy.setRange(0, 0)  # loading reports stages, not fractions
+        self.busy.setTextVisible(False)
         self.busy.show()
         self.set_controls_enabled(False)
 
+    def show_download(self, progress) -> None:
+        """A download's progress (engine.Progress): bytes, speed, time left."""
+        self.busy.setRange(0, 1000)
+        self.busy.setValue(1000 * progress.done_bytes // max(1, progress.total_bytes))
+        self.busy.setTextVisible(True)
+        self.busy.setFormat(progress.describe())
+        self.busy.show()
+        self.cancel_button.show()
+        self.status.setText(f"Downloading {progress.repo}: {progress.file}")
+        self.set_controls_enabled(False)
+
+    def end_progress(self) -> None:
+        self.busy.hide()
+        self.cancel_button.hide()
+
     def set_done(self, text: str) -> None:
         self.status.setText(text)
-        self.busy.hide()
+        self.end_progress()
         self.set_controls_enabled(True)
 
     def set_controls_enabled(self, enabled: bool) -> None:
-        """The model choice and its Load button (the persona fields stay as they are)."""
-        for widget in (self.combo, self.weights, self.folder_button, self.load_button):
+        """The model choice and its actions (the persona fields stay as they are)."""
+        for widget in (self.combo, self.weights, self.folder_button, self.hub_button, self.action_button,
+                       self.remove_button, self.token_button):
             widget.setEnabled(enabled)
 
     def set_running(self, running: bool) -> None:
@@ -140,6 +231,7 @@ class ModelPicker(QGroupBox):
         for widget in (self.voice, self.role):
             widget.setEnabled(not running)
 
+    # --- PersonaPlex ----------------------------------------------------------------------
     def show_persona(self, voices: list[str], default_role: str = "") -> None:
         """PersonaPlex models take a voice and a role prompt; others hide the fields."""
         saved_voice, saved_role = self.settings.persona()
@@ -162,8 +254,28 @@ class ModelPicker(QGroupBox):
         """The voice and role chosen now are the ones shown next time (`show_persona`)."""
         self.settings.set_persona(self.voice.currentText(), self.role.text().strip())
 
+    # --- asking the user ----------------------------------------------------------------
     def _choose_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Checkpoint folder")
         if folder:
-            self.settings.remember_folder(folder)
-            self.select(folder)
+            self.folder_chosen.emit(folder)
+
+    def _ask_repo(self) -> None:
+        name, ok = QInputDialog.getText(self, "A model from the Hugging Face Hub",
+                                        "Repository name (owner/name):")
+        if ok and name.strip():
+            self.select(name.strip())
+
+    def _ask_token(self) -> None:
+        token, ok = QInputDialog.getText(self, "Hugging Face access token",
+                                         "Access token (huggingface.co/settings/tokens):", QLineEdit.EchoMode.Password)
+        if ok and token.strip():
+            self.token_given.emit(token.strip())
+
+
+def _label(entry) -> str:
+    if entry.origin == "built in":
+        return "Demo model (built in, untrained)"
+    if entry.origin == "folder":
+        return f"Folder: {entry.name}"
+    return entry.name if entry.state == READY else f"{entry.name} ({entry.state})"

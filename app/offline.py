@@ -90,7 +90,7 @@ def run_offline(args) -> None:
     if args.adapter and not Path(args.adapter).is_file():
         raise ValueError(f"{args.adapter}: no such adapter file")
     pcm = read_audio(args.input)
-    model = load_model(args.model, device=device, download=args.download, weights=args.weights)
+    model = load_model(args.model, device=device, weights=args.weights)
     persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
     adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
     session = DuplexSession(model, options, persona, predictor=adapter)

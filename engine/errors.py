@@ -17,3 +17,9 @@ class AudioOutputError(ValueError):
 class DeviceMemoryError(ValueError):
     """A model does not fit the chosen device's free memory; the message says how much it
     needs, of what, and how much is free."""
+
+
+class HubError(CheckpointError):
+    """A checkpoint could not be asked about or downloaded from the Hugging Face Hub: no network,
+    no such repository, a gated one without access, a server error, a full disk. The message
+    names the repository, what failed and what was kept."""

@@ -1,7 +1,9 @@
 """Locating model checkpoints: a directory, a Hugging Face cache snapshot, a repository name
 found in the local Hugging Face cache, or "demo" (the bundled untrained model).
 
-Nothing is downloaded unless the caller asks (`download=True`).
+Nothing is downloaded unless the caller asks (`download=True`; the app and `duplexcadence
+download` go through engine.library, with progress). A snapshot counts as a model only when
+it holds every file the loader needs: a download stopped half-way is not one.
 """
 from __future__ import annotations
 
@@ -10,16 +12,12 @@ import re
 from pathlib import Path
 
 from .errors import CheckpointError
-from .paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from .library.catalogue import KNOWN_MODELS
+from .library.local import missing_files
+from .paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, MIMI_NAME
 
 # Repositories we know the configuration of (used when a checkpoint has no config.json).
-KNOWN_REPOS = {
-    "kyutai/moshiko-pytorch-bf16": "moshiko",
-    "kyutai/moshika-pytorch-bf16": "moshika",
-    "kyutai/moshiko-pytorch-q8": "moshiko",
-    "kyutai/moshika-pytorch-q8": "moshika",
-    "nvidia/personaplex-7b-v1": "personaplex",
-}
+KNOWN_REPOS = {model.repo: model.preset for model in KNOWN_MODELS}
 _REPO_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -58,8 +56,8 @@ def resolve(path_or_name: str | Path, download: bool = False) -> tuple[Path, str
             return snapshot, text
         if download:
             return _download(text), text
-        raise CheckpointError(f"{text}: not in the local Hugging Face cache ({hf_cache_dir()}); download it "
-                              "first (`duplexcadence offline --download`, or load_model(..., download=True))")
+        raise CheckpointError(f"{text}: not downloaded yet ({hf_cache_dir()} has no complete copy); download it "
+                              f"from the app's model list, or with `duplexcadence download {text}`")
     raise CheckpointError(f"{text}: no such directory, and not a repository name or 'demo'")
 
 
@@ -102,23 +100,21 @@ def _repo_of_cache_dir(path: Path) -> str | None:
 
 
 def _latest_snapshot(entry: Path) -> Path | None:
-    """The snapshot `refs/main` points at, else the newest one, holding the LM weights."""
+    """The snapshot `refs/main` points at, else the newest one, holding every file the loader
+    needs."""
     snapshots = entry / "snapshots"
     if not snapshots.is_dir():
         return None
     ref = entry / "refs" / "main"
     if ref.is_file():
         main = snapshots / ref.read_text().strip()
-        if lm_file(main).exists():
+        if main.is_dir() and not missing_files(main):
             return main
-    candidates = [p for p in snapshots.iterdir() if lm_file(p).exists()]
+    candidates = [p for p in snapshots.iterdir() if not missing_files(p)]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
 
 
 def _download(repo: str) -> Path:
-    from huggingface_hub import snapshot_download
-    try:
-        return Path(snapshot_download(repo, allow_patterns=[
-            LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME, "config.json", "mimi_config.json", "voices.tgz"]))
-    except Exception as exc:  # network, auth, gated repo: all are "cannot get this checkpoint"
-        raise CheckpointError(f"{repo}: download failed ({exc})") from None
+    from .library.hub_client import HubClient
+    client = HubClient()
+    return client.download(client.remote(repo))

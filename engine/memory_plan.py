@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .errors import DeviceMemoryError
+
+if TYPE_CHECKING:
+    from .config.lm import LMConfig
 
 WORKING_BYTES = 1 << 30
 """An allowance for what is neither weights nor state: the CUDA context (~0.5 GiB), the
@@ -65,22 +69,28 @@ def _size(n: int) -> str:
 def plan_memory(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
     """The memory `load_model(path_or_name, device, weights=weights)` and a session need."""
     from .duplex_model import read_lm_checkpoint
+    from .paths import MIMI_NAME
+    from .quant import is_q8
+
+    ckpt = read_lm_checkpoint(path_or_name, layout_only=True)
+    mimi = ckpt.root / ckpt.meta.get("mimi_name", MIMI_NAME)
+    return plan_for_config(ckpt.name, ckpt.cfg, weights or ("int8" if is_q8(ckpt.tensors) else "bf16"), device,
+                           mimi.stat().st_size if mimi.is_file() else 0)
+
+
+def plan_for_config(name: str, cfg: LMConfig, weights: str, device: str | torch.device,
+                    mimi_bytes: int) -> MemoryPlan:
+    """The same plan from a model's configuration alone: for a model not downloaded yet."""
     from .frame import FRAME_RATE
     from .lm.moshi_lm import MoshiLM
-    from .paths import MIMI_NAME
-    from .quant import int8_layout, is_q8
+    from .quant import int8_layout
 
     device = torch.device(device)
-    ckpt = read_lm_checkpoint(path_or_name, layout_only=True)
-    weights = weights or ("int8" if is_q8(ckpt.tensors) else "bf16")
     with torch.device("meta"):
-        lm = MoshiLM(ckpt.cfg).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+        lm = MoshiLM(cfg).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
         if weights == "int8":
             int8_layout(lm)
-    mimi = ckpt.root / ckpt.meta.get("mimi_name", MIMI_NAME)
-    weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
-    weight_bytes += mimi.stat().st_size if mimi.is_file() else 0
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters()) + mimi_bytes
     state = sum(r.bytes_full() for r in lm.regions())
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
-    return MemoryPlan(ckpt.name, weights, str(device), weight_bytes, state, ckpt.cfg.context / FRAME_RATE, free)
-
+    return MemoryPlan(name, weights, str(device), weight_bytes, state, cfg.context / FRAME_RATE, free)

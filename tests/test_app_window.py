@@ -21,6 +21,7 @@ from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  
 REPO = Path(__file__).resolve().parent.parent
 SPEECH = REPO / "assets" / "speech_sample.wav"
 MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
+TOKENIZER_NAME = "tokenizer_spm_32k_3.model"
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +111,7 @@ def test_a_bad_checkpoint_gets_a_dialog_naming_the_file(qtbot, window, tmp_path)
     assert dialog is not None and dialog.isVisible()
     assert str(folder / "model.safetensors") in dialog.text()
     assert "Traceback" not in dialog.text()
-    assert window.models.loaded is None and window.model_picker.load_button.isEnabled()
+    assert window.models.loaded is None and window.model_picker.action_button.isEnabled()
     assert window.compute_label.text() == "Compute: no model loaded"
     assert not window.panel.controls.graph_replay.isEnabled()
 
@@ -120,7 +121,7 @@ def test_conversation_fills_transcript_panel_and_recording(qtbot, window, demo_m
     window.models.set_model(demo_model)
     _run_file_conversation(qtbot, window, frames=20)
     assert window.stop_button.isEnabled() and not window.start_button.isEnabled()
-    assert not window.model_picker.load_button.isEnabled()
+    assert not window.model_picker.action_button.isEnabled()
     _stop(qtbot, window)
     end = window.conversation.last_end
     audio, rate = sf.read(end.recording, dtype="float32")
@@ -165,9 +166,10 @@ def test_switches_reach_the_running_session(qtbot, window, demo_model):
     assert np.all(audio[muted_from * 1920:, 0] == 0) and audio[:muted_from * 1920, 0].any()
 
 
-def test_checkpoints_in_the_hugging_face_cache_are_offered(qtbot, tmp_path, monkeypatch):
+def test_models_in_the_hugging_face_cache_are_offered_with_their_state(qtbot, tmp_path, monkeypatch):
     import huggingface_hub.constants
-    for repo, files in (("tiny-duplex", ("model.safetensors", MIMI_FILE)),
+    for repo, files in (("tiny-duplex", ("model.safetensors", MIMI_FILE, TOKENIZER_NAME)),
+                        ("half-duplex", ("model.safetensors", MIMI_FILE)),
                         ("some-llm", ("model.safetensors",))):
         snapshot = tmp_path / "hub" / f"models--someone--{repo}" / "snapshots" / "abc123"
         snapshot.mkdir(parents=True)
@@ -178,8 +180,15 @@ def test_checkpoints_in_the_hugging_face_cache_are_offered(qtbot, tmp_path, monk
     qtbot.addWidget(w)
     combo = w.model_picker.combo
     qtbot.waitUntil(lambda: combo.findData("someone/tiny-duplex") >= 0, timeout=30_000)
-    assert "Hugging Face cache" in combo.itemText(combo.findData("someone/tiny-duplex"))
+    assert combo.itemText(combo.findData("someone/tiny-duplex")) == "someone/tiny-duplex"
+    assert combo.itemText(combo.findData("someone/half-duplex")) == "someone/half-duplex (partly downloaded)"
+    assert combo.itemText(combo.findData("kyutai/moshiko-pytorch-bf16")) == \
+        "kyutai/moshiko-pytorch-bf16 (not downloaded)"
     assert combo.findData("someone/some-llm") < 0
+    w.model_picker.select("someone/half-duplex")
+    assert w.model_picker.action_button.text() == "Finish download" and w.model_picker.remove_button.isVisibleTo(w)
+    w.model_picker.select("demo")
+    assert w.model_picker.action_button.text() == "Load" and not w.model_picker.remove_button.isVisibleTo(w)
 
 
 def test_choices_devices_and_geometry_persist(qtbot, tmp_path):

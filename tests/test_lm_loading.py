@@ -14,7 +14,7 @@ from engine.config.lm import CONFIGS, from_lm_kwargs, to_lm_kwargs
 from engine.duplex_model import load_model
 from engine.errors import CheckpointError
 from engine.lm import MoshiLM
-from engine.paths import DEMO_MODEL_DIR
+from engine.paths import DEMO_MODEL_DIR, TOKENIZER_NAME
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
 
 
@@ -105,7 +105,7 @@ def test_bad_weights_name_file_and_key(demo_copy, edit, message):
 
 @pytest.mark.parametrize("name,content,message", [
     (hub.LM_NAME, b"garbage", r"model\.safetensors: not a readable safetensors file"),
-    (hub.TOKENIZER_NAME, b"garbage", r"tokenizer_spm_32k_3\.model: not a SentencePiece model"),
+    (TOKENIZER_NAME, b"garbage", r"tokenizer_spm_32k_3\.model: not a SentencePiece model"),
     ("config.json", b"{not json", r"config\.json: not valid JSON"),
     ("voices/DEMO.pt", b"garbage", r"DEMO\.pt"),
 ])
@@ -117,7 +117,7 @@ def test_bad_files_are_named(demo_copy, name, content, message):
 
 
 def test_missing_files_are_named(demo_copy):
-    (demo_copy / hub.TOKENIZER_NAME).unlink()
+    (demo_copy / TOKENIZER_NAME).unlink()
     with pytest.raises(CheckpointError, match=r"tokenizer_spm_32k_3\.model: file not found"):
         load_model(demo_copy)
     (demo_copy / hub.LM_NAME).unlink()
@@ -175,7 +175,7 @@ def test_known_repository_without_config_uses_its_named_config(hf_cache):
 
 
 def test_uncached_repository_is_not_downloaded(hf_cache):
-    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache.*download=True"):
+    with pytest.raises(CheckpointError, match="not downloaded yet.*duplexcadence download kyutai/moshika-pytorch-bf16"):
         load_model("kyutai/moshika-pytorch-bf16")
     with pytest.raises(CheckpointError, match="no such directory"):
         load_model("/no/such/place")

@@ -18,6 +18,7 @@ from engine.config.lm import from_lm_kwargs
 from engine.duplex_model import load_model
 from engine.lm import load_lm
 from engine.options import RuntimeOptions
+from engine.paths import TOKENIZER_NAME
 from engine.session import DuplexSession
 from tests import mimi_reference
 from tests.lm_reference import (
@@ -116,7 +117,7 @@ def pipeline(tmp_path_factory):
     lm = make_reference_lm(kwargs, seed=4)
     save_official(lm, directory / hub.LM_NAME)
     (directory / "config.json").write_text(json.dumps(kwargs))
-    write_tokenizer(directory / hub.TOKENIZER_NAME)
+    write_tokenizer(directory / TOKENIZER_NAME)
     return directory, mimi, lm
 
 

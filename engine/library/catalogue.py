@@ -1,0 +1,57 @@
+"""The models a user can talk with, as the library offers them, and which files of a
+repository the loader needs (the official layout)."""
+from __future__ import annotations
+
+import dataclasses
+
+from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownModel:
+    repo: str
+    preset: str
+    """The configuration it has (engine.config.lm.CONFIGS) when it ships no config.json."""
+    about: str
+    int8_repo: str | None = None
+    """Its official int8 twin (Kyutai's `-q8` repositories): what the int8 choice downloads."""
+    gated: bool = False
+    """Its licence must be accepted on its Hub page, and the download needs a token."""
+
+
+KNOWN_MODELS = (
+    KnownModel("kyutai/moshiko-pytorch-bf16", "moshiko", "Moshi, Kyutai's full-duplex speech model, male voice "
+               "(English)", int8_repo="kyutai/moshiko-pytorch-q8"),
+    KnownModel("kyutai/moshika-pytorch-bf16", "moshika", "Moshi, female voice (English)",
+               int8_repo="kyutai/moshika-pytorch-q8"),
+    KnownModel("kyutai/moshiko-pytorch-q8", "moshiko", "Moshi, male voice, int8 weights: half the download and "
+               "the memory"),
+    KnownModel("kyutai/moshika-pytorch-q8", "moshika", "Moshi, female voice, int8 weights"),
+    KnownModel("nvidia/personaplex-7b-v1", "personaplex", "PersonaPlex, NVIDIA's Moshi: a voice and a role you "
+               "choose (English)", gated=True),
+)
+KNOWN = {m.repo: m for m in KNOWN_MODELS}
+
+OPTIONAL_FILES = ("voices.tgz", PREDICTOR_NAME, "mimi_config.json")
+"""Downloaded when a repository has them: PersonaPlex's voice prompts, a DiffuPlex predictor
+of ours, our Mimi configuration."""
+
+
+def needed_files(listing: set[str], config: dict | None, weights: str | None, repo: str) -> list[str]:
+    """The files of a repository (`listing`: every file name in it) that `load_model` reads,
+    for `weights` ("int8": the int8 file where the repository has one). Raises ValueError
+    naming what the official layout lacks."""
+    config = config or {}
+    if "moshi_name" in config:
+        lm = config["moshi_name"]
+    elif weights == "int8" and LM_Q8_NAME in listing or LM_NAME not in listing:
+        lm = LM_Q8_NAME
+    else:
+        lm = LM_NAME
+    required = [lm, config.get("mimi_name", MIMI_NAME), config.get("tokenizer_name", TOKENIZER_NAME)]
+    missing = [name for name in required if name not in listing]
+    if missing:
+        raise ValueError(f"{repo}: not a duplex speech model in the official layout (it has no "
+                         f"{', '.join(missing)})")
+    extra = ["config.json"] if "config.json" in listing else []
+    return extra + required + [name for name in OPTIONAL_FILES if name in listing]

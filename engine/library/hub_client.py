@@ -1,0 +1,236 @@
+"""Asking the Hugging Face Hub about a model and downloading the files the loader needs, into
+the client's normal cache (so the Hugging Face CLI and other tools share it). Every failure
+becomes a HubError whose one line names the repository, what failed and what was kept."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import HubError
+from .catalogue import needed_files
+from .progress import DownloadCancelled, Progress, ProgressMeter, size_text
+
+HUB_PAGE = "https://huggingface.co/{repo}"
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteModel:
+    """A repository as the Hub describes it, narrowed to the files the loader needs."""
+    repo: str
+    revision: str
+    """The commit `main` pointed at when asked: every file comes from this one."""
+    files: dict[str, int]
+    """File name -> size in bytes, in download order (the LM last)."""
+    gated: bool
+    config: dict | None
+    """Its config.json, when it has one and it could be read (a gated one needs the token)."""
+
+    @property
+    def size(self) -> int:
+        return sum(self.files.values())
+
+
+class HubClient:
+    """`endpoint`, `cache_dir` and `token` default to what huggingface_hub takes from the
+    environment (HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, HF_TOKEN or the token it stored)."""
+
+    def __init__(self, endpoint: str | None = None, cache_dir: str | Path | None = None, token: str | None = None):
+        from huggingface_hub import HfApi, constants
+        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self.cache_dir = Path(cache_dir or constants.HF_HUB_CACHE)
+        self._token = token
+        self._api = HfApi(endpoint=self.endpoint)
+
+    @property
+    def token(self) -> str | None:
+        from huggingface_hub import get_token
+        return self._token or get_token()
+
+    def page(self, repo: str) -> str:
+        """The repository's page on the Hub (where a gated model's licence is accepted)."""
+        return HUB_PAGE.format(repo=repo) if "huggingface.co" in self.endpoint else f"{self.endpoint}/{repo}"
+
+    # --- asking -------------------------------------------------------------------------
+    def remote(self, repo: str, weights: str | None = None) -> RemoteModel:
+        """What downloading `repo` (for `weights`) would fetch: the files and their sizes."""
+        with self._errors(repo):
+            info = self._api.model_info(repo, files_metadata=True, token=self.token or False)
+            sizes = {s.rfilename: s.size or 0 for s in info.siblings or ()}
+            gated = bool(getattr(info, "gated", False))
+            config = self._config(repo, info.sha) if "config.json" in sizes else None
+        try:
+            names = needed_files(set(sizes), config, weights, repo)
+        except ValueError as exc:
+            raise HubError(str(exc)) from None
+        names.sort(key=lambda name: sizes[name])  # small files first: the LM, when it comes, completes the model
+        return RemoteModel(repo, info.sha, {name: sizes[name] for name in names}, gated, config)
+
+    def _config(self, repo: str, revision: str) -> dict | None:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import GatedRepoError
+        try:
+            path = hf_hub_download(repo, "config.json", revision=revision, cache_dir=self.cache_dir,
+                                   endpoint=self.endpoint, token=self.token or False)
+        except GatedRepoError:  # read once the licence is accepted and a token given
+            return None
+        try:
+            config = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return None
+        return config if isinstance(config, dict) else None
+
+    def tensor_names(self, remote: RemoteModel, filename: str) -> list[str] | None:
+        """The tensor names in a safetensors file on the Hub, from its header alone (ranged
+        reads); None when it cannot be read (no access yet, not safetensors)."""
+        try:
+            with self._errors(remote.repo):
+                meta = self._api.parse_safetensors_file_metadata(remote.repo, filename, revision=remote.revision,
+                                                                 token=self.token or False)
+        except Exception as exc:  # no access yet (HubError), or a header the client cannot parse
+            log.info("no header for %s/%s: %s", remote.repo, filename, exc)
+            return None
+        return list(meta.tensors)
+
+    def cached_bytes(self, remote: RemoteModel) -> int:
+        """How much of `remote` is in the cache already (complete files only)."""
+        return sum(size for name, size in remote.files.items() if self._cached(remote, name))
+
+    def _cached(self, remote: RemoteModel, name: str) -> bool:
+        from huggingface_hub import try_to_load_from_cache
+        return isinstance(try_to_load_from_cache(remote.repo, name, cache_dir=self.cache_dir,
+                                                 revision=remote.revision), str)
+
+    def check_disk(self, remote: RemoteModel) -> None:
+        """Refuses, before anything is written, a download the disk cannot hold."""
+        need = remote.size - self.cached_bytes(remote)
+        free = free_bytes(self.cache_dir)
+        if need > free:
+            raise HubError(f"{remote.repo}: the download needs {size_text(need)} and {_existing(self.cache_dir)} "
+                           f"has {size_text(free)} free; free some space or set HF_HOME to a larger disk")
+
+    def snapshot_folder(self, repo: str, revision: str) -> Path:
+        """Where the client keeps the files of `repo` at `revision` (its cache layout)."""
+        from huggingface_hub.file_download import repo_folder_name
+        return self.cache_dir / repo_folder_name(repo_id=repo, repo_type="model") / "snapshots" / revision
+
+    # --- downloading --------------------------------------------------------------------
+    def download(self, remote: RemoteModel, report: Callable[[Progress], None] = lambda p: None,
+                 cancel: threading.Event | None = None) -> Path:
+        """Fetches the files of `remote` not yet in the cache; returns the snapshot folder.
+        A file becomes part of the snapshot only once complete and checked (the client's
+        size and hash checks); a cancelled or failed download keeps the complete files, and
+        the next download fetches only the rest. Raises HubError or DownloadCancelled."""
+        from huggingface_hub import hf_hub_download
+        self.check_disk(remote)
+        meter = ProgressMeter(remote.repo, remote.size, report, cancel or threading.Event())
+        snapshot = self.snapshot_folder(remote.repo, remote.revision)
+        for index, (name, size) in enumerate(remote.files.items()):
+            meter.start_file(name)
+            with self._errors(remote.repo, kept=meter.done):
+                # The first file by branch name, so that the cache records what `main` is
+                # (tools that load "main" find this snapshot); the rest from that commit.
+                path = hf_hub_download(remote.repo, name, revision="main" if index == 0 else remote.revision,
+                                       cache_dir=self.cache_dir, endpoint=self.endpoint,
+                                       token=self.token or False, tqdm_class=meter.hook())
+            meter.finish_file(size)
+            if index == 0 and snapshot not in Path(path).parents:
+                raise HubError(f"{remote.repo}: the repository changed while downloading; try again")
+        return snapshot
+
+    def save_token(self, token: str) -> str:
+        """Checks an access token with the Hub and stores it where huggingface_hub keeps it
+        (HF_HOME/token), never in our settings. Returns the account name."""
+        from huggingface_hub import constants
+        token = token.strip()
+        with self._errors("the token"):
+            who = self._api.whoami(token=token)
+        path = Path(constants.HF_TOKEN_PATH)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        part.write_text(token)
+        part.chmod(0o600)
+        os.replace(part, path)
+        return str(who.get("name", ""))
+
+    # --- errors -------------------------------------------------------------------------
+    def _errors(self, repo: str, kept: int = 0):
+        return _HubErrors(self, repo, kept)
+
+
+class _HubErrors:
+    """Turns what the client raises into one line for the user."""
+
+    def __init__(self, client: HubClient, repo: str, kept: int):
+        self.client, self.repo, self.kept = client, repo, kept
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, (HubError, DownloadCancelled)):
+            return False
+        message = describe_failure(exc, self.repo, self.client)
+        if message is None:
+            return False  # not the Hub's or the network's: a bug, raised as it is
+        if self.kept:
+            message += f"; kept the {size_text(self.kept)} already downloaded"
+        raise HubError(message) from None
+
+
+def describe_failure(exc: BaseException, repo: str, client: HubClient) -> str | None:
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, GatedRepoError):
+        if status == 403 or client.token:
+            return (f"{repo}: the licence is not accepted for this token's account; accept it at "
+                    f"{client.page(repo)}, then download again")
+        return (f"{repo} is gated: accept its licence at {client.page(repo)} and give a Hugging Face access "
+                "token (huggingface.co/settings/tokens)")
+    if isinstance(exc, RepositoryNotFoundError):
+        return f"{repo}: no such model repository on {client.endpoint} (or it is private)"
+    if isinstance(exc, RevisionNotFoundError):
+        return f"{repo}: the Hub has no 'main' revision for it"
+    if isinstance(exc, EntryNotFoundError):
+        return f"{repo}: a file it lists is missing on the Hub ({exc})"
+    if isinstance(exc, HfHubHTTPError) and status == 401:
+        return f"{repo}: the Hub refused the access token (invalid or expired); give a new one"
+    if isinstance(exc, HfHubHTTPError) and status is not None:
+        return f"{repo}: the Hub answered HTTP {status}; try again later"
+    if isinstance(exc, LocalEntryNotFoundError) or _is_network_error(exc):
+        return f"{repo}: cannot reach {client.endpoint} ({type(exc).__name__}); check the network"
+    if isinstance(exc, OSError):  # the client's size/hash checks, a full disk, a read-only cache
+        return f"{repo}: {exc}"
+    return None
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    """The client's HTTP library raises its own connection and timeout errors (httpx or
+    requests, by version), which are not OSErrors."""
+    return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "requests", "urllib3", "httpcore"}
+
+
+def free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(_existing(folder)).free
+
+
+def _existing(folder: Path) -> Path:
+    """The folder, or its nearest parent that exists (the cache may not exist yet)."""
+    folder = Path(folder).expanduser().absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+

@@ -1,0 +1,124 @@
+"""Every model a user can pick, in one list: the built-in demo, the known Hub models (on this
+machine or not), other models in the Hugging Face cache, and checkpoint folders; and, for
+one not downloaded yet, what downloading it means (which repository, how much, whether it
+fits this machine)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import CheckpointError
+from ..paths import DEMO_MODEL_DIR
+from .catalogue import KNOWN, KNOWN_MODELS
+from .hub_client import HubClient, RemoteModel
+from .local import cached_models, missing_files
+
+if TYPE_CHECKING:
+    import torch
+
+READY, PARTIAL, REMOTE = "ready", "partly downloaded", "not downloaded"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    """What `load_model` takes: "demo", a repository name, or a folder."""
+    about: str
+    origin: str
+    """"built in", "Hugging Face" or "folder"."""
+    state: str
+    """READY, PARTIAL (a download to finish) or REMOTE."""
+    location: Path | None
+    size_on_disk: int = 0
+    gated: bool = False
+    int8_repo: str | None = None
+
+
+def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEntry]:
+    """Folders that are not (or no longer) complete checkpoints are left out."""
+    entries = [ModelEntry("demo", "Built-in demo: untrained, for trying the app (it babbles)", "built in", READY,
+                          DEMO_MODEL_DIR, _folder_size(DEMO_MODEL_DIR))]
+    cached = {c.repo: c for c in cached_models(cache_dir)}
+    for model in KNOWN_MODELS:
+        entries.append(_hub_entry(model.repo, model.about, cached.pop(model.repo, None), model.gated,
+                                  model.int8_repo))
+    for repo, found in cached.items():
+        entries.append(_hub_entry(repo, "A model from the Hugging Face Hub", found, False, None))
+    for folder in folders:
+        path = Path(folder)
+        if not missing_files(path):
+            entries.append(ModelEntry(str(path), "A checkpoint folder", "folder", READY, path, _folder_size(path)))
+    return entries
+
+
+def _hub_entry(repo, about, cached, gated, int8_repo) -> ModelEntry:
+    state = REMOTE if cached is None else READY if cached.complete else PARTIAL
+    return ModelEntry(repo, about, "Hugging Face", state, cached.snapshot if cached else None,
+                      cached.size_on_disk if cached else 0, gated, int8_repo)
+
+
+def _folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadPlan:
+    """What downloading a model for a choice of weights fetches, and whether it then fits."""
+    remote: RemoteModel
+    weights: str
+    """"bf16" or "int8", as loading will use them."""
+    note: str
+    """What the weights choice downloads ("the official int8 files of …", "the bf16 files,
+    quantized each time the model loads")."""
+    to_download: int
+    """Bytes not in the cache yet."""
+    memory: object | None
+    """engine.memory_plan.MemoryPlan, or None when the model's shape cannot be known before
+    downloading (a gated repository without access)."""
+
+
+def plan_download(client: HubClient, name: str, weights: str | None, device: str | torch.device) -> DownloadPlan:
+    """Asks the Hub (raises HubError); `weights` None: as the repository holds them."""
+    repo, note = name, ""
+    twin = KNOWN[name].int8_repo if name in KNOWN else None
+    if weights == "int8" and twin:
+        repo, note = twin, f"int8: downloads {twin}, the official int8 files"
+    remote = client.remote(repo, weights)
+    lm_is_q8 = any(f.endswith(".q8.safetensors") for f in remote.files)
+    chosen = weights or ("int8" if lm_is_q8 else "bf16")
+    if chosen == "int8" and not lm_is_q8:
+        note = "int8: downloads the bf16 files; they are quantized each time the model loads"
+    return DownloadPlan(remote, chosen, note, remote.size - client.cached_bytes(remote),
+                        _memory(client, remote, chosen, device))
+
+
+def _memory(client: HubClient, remote: RemoteModel, weights: str, device):
+    from ..config.lm import CONFIGS, from_lm_kwargs
+    from ..memory_plan import plan_for_config
+    from ..paths import MIMI_NAME
+    config = remote.config or {}
+    if "dim" in config:
+        cfg = from_lm_kwargs(config, f"{remote.repo}/config.json", remote.repo)
+    elif remote.repo in KNOWN:
+        cfg = CONFIGS[KNOWN[remote.repo].preset]
+    else:
+        preset = _preset_from_header(client, remote)
+        if preset is None:
+            return None
+        cfg = CONFIGS[preset]
+    try:
+        return plan_for_config(remote.repo, cfg, weights, device, remote.files.get(
+            config.get("mimi_name", MIMI_NAME), 0))
+    except CheckpointError:
+        return None
+
+
+def _preset_from_header(client: HubClient, remote: RemoteModel) -> str | None:
+    """The checkpoint's depformer steps, read from the LM file's header on the Hub (ranged
+    reads, no download), say which 7B shape it is, as the loader decides."""
+    names = client.tensor_names(remote, max(remote.files, key=remote.files.get))
+    if names is None:
+        return None
+    steps = sum(1 for k in names if k.startswith("linears.") and k.endswith(".weight"))
+    return "personaplex" if steps == 16 else "moshiko"

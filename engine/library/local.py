@@ -1,0 +1,86 @@
+"""The models already on this machine: complete or partly downloaded snapshots in the
+Hugging Face cache (read with the client's own cache scan), and removing them with its
+deletion API."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from ..errors import HubError
+from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from .catalogue import KNOWN, needed_files
+
+log = logging.getLogger(__name__)
+# Names only duplex checkpoints use (many models ship a model.safetensors).
+_OURS = {LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME}
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedModel:
+    repo: str
+    snapshot: Path
+    complete: bool
+    """Every file the loader needs is there; a partial one is finished by downloading again."""
+    size_on_disk: int
+
+
+def missing_files(folder: Path, name: str = "") -> list[str]:
+    """What a checkpoint folder lacks of the official layout ([] when complete)."""
+    listing = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    try:
+        files = needed_files(listing, _config(folder), None, name or str(folder))
+    except ValueError:
+        files = [LM_NAME, MIMI_NAME, TOKENIZER_NAME]
+    return [f for f in files if not (folder / f).exists()]
+
+
+def _config(folder: Path) -> dict | None:
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def cached_models(cache_dir: str | Path) -> list[CachedModel]:
+    """The duplex models in the cache (known repositories, or any holding a Mimi codec or an
+    LM of the official names), newest revision first per repository."""
+    from huggingface_hub import scan_cache_dir
+    try:
+        info = scan_cache_dir(cache_dir)
+    except Exception as exc:  # no cache yet, or one the client cannot read: nothing cached
+        log.info("no Hugging Face cache at %s (%s)", cache_dir, exc)
+        return []
+    found = []
+    for repo in sorted(info.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue
+        for rev in sorted(repo.revisions, key=lambda r: r.last_modified, reverse=True):
+            names = {f.file_name for f in rev.files}
+            if repo.repo_id in KNOWN or names & _OURS:
+                complete = not missing_files(rev.snapshot_path, repo.repo_id)
+                found.append(CachedModel(repo.repo_id, rev.snapshot_path, complete, rev.size_on_disk))
+                break
+    return found
+
+
+def remove_model(repo: str, cache_dir: str | Path) -> int:
+    """Frees every cached revision of `repo` (snapshots and the blobs no other revision
+    uses); returns the bytes freed."""
+    from huggingface_hub import scan_cache_dir
+    try:
+        info = scan_cache_dir(cache_dir)
+    except Exception as exc:
+        raise HubError(f"{repo}: cannot read the Hugging Face cache at {cache_dir} ({exc})") from None
+    revisions = [rev.commit_hash for r in info.repos if r.repo_id == repo and r.repo_type == "model"
+                 for rev in r.revisions]
+    if not revisions:
+        raise HubError(f"{repo}: not in the Hugging Face cache at {cache_dir}")
+    strategy = info.delete_revisions(*revisions)
+    try:
+        strategy.execute()
+    except OSError as exc:
+        raise HubError(f"{repo}: could not remove all of its files ({exc})") from None
+    return strategy.expected_freed_size
