@@ -91,6 +91,8 @@ def _download(args) -> None:
 
     client = HubClient()
     plan = plan_download(client, args.name, args.weights, select_device(args.device))
+    if plan.remote.gated and not client.token:
+        raise ValueError(client.gated_hint(plan.remote.repo) + "; set HF_TOKEN, or run `duplexcadence login`")
     if plan.note:
         print(plan.note, file=sys.stderr)
     if plan.memory is not None and not plan.memory.fits:

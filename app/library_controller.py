@@ -45,7 +45,7 @@ class LibraryController(QObject):
         self.last_dialog: QMessageBox | None = None
         self._download_after_check: tuple[str, str | None] | None = None
         self._load_after_scan: str | None = None
-        self._shown_at = 0.0
+        self._shown_at, self._shown_file = 0.0, ""
         s = self.signals
         s.listed.connect(self._on_listed)
         s.planned.connect(self._on_planned)
@@ -135,8 +135,9 @@ class LibraryController(QObject):
 
     def _on_progress(self, progress) -> None:
         now = time.monotonic()
-        if now - self._shown_at >= PROGRESS_EVERY_S or progress.done_bytes >= progress.total_bytes:
-            self._shown_at = now
+        if (now - self._shown_at >= PROGRESS_EVERY_S or progress.file != self._shown_file
+                or progress.done_bytes >= progress.total_bytes):
+            self._shown_at, self._shown_file = now, progress.file
             self._picker.show_download(progress)
 
     def _on_downloaded(self, name: str, repo: str) -> None:

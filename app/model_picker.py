@@ -75,7 +75,7 @@ class ModelPicker(QGroupBox):
         self.status.setWordWrap(True)
         self.busy = QProgressBar()
         self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel_requested.emit)
+        self.cancel_button.clicked.connect(lambda: self.cancel_requested.emit())
         self.voice = QComboBox()
         self.role = QLineEdit()
         self.persona_labels = (QLabel("Voice"), QLabel("Role"))

@@ -57,6 +57,10 @@ class HubClient:
         """The repository's page on the Hub (where a gated model's licence is accepted)."""
         return HUB_PAGE.format(repo=repo) if "huggingface.co" in self.endpoint else f"{self.endpoint}/{repo}"
 
+    def gated_hint(self, repo: str) -> str:
+        return (f"{repo} is gated: accept its licence at {self.page(repo)} and give a Hugging Face access "
+                "token (huggingface.co/settings/tokens)")
+
     # --- asking -------------------------------------------------------------------------
     def remote(self, repo: str, weights: str | None = None) -> RemoteModel:
         """What downloading `repo` (for `weights`) would fetch: the files and their sizes."""
@@ -128,6 +132,8 @@ class HubClient:
         size and hash checks); a cancelled or failed download keeps the complete files, and
         the next download fetches only the rest. Raises HubError or DownloadCancelled."""
         from huggingface_hub import hf_hub_download
+        if remote.gated and not self.token:  # said before a byte is fetched, not after a refusal
+            raise HubError(self.gated_hint(remote.repo))
         self.check_disk(remote)
         meter = ProgressMeter(remote.repo, remote.size, report, cancel or threading.Event())
         snapshot = self.snapshot_folder(remote.repo, remote.revision)
@@ -198,8 +204,7 @@ def describe_failure(exc: BaseException, repo: str, client: HubClient) -> str | 
         if status == 403 or client.token:
             return (f"{repo}: the licence is not accepted for this token's account; accept it at "
                     f"{client.page(repo)}, then download again")
-        return (f"{repo} is gated: accept its licence at {client.page(repo)} and give a Hugging Face access "
-                "token (huggingface.co/settings/tokens)")
+        return client.gated_hint(repo)
     if isinstance(exc, RepositoryNotFoundError):
         return f"{repo}: no such model repository on {client.endpoint} (or it is private)"
     if isinstance(exc, RevisionNotFoundError):
