@@ -24,6 +24,9 @@ from engine import (
     write_audio,
 )
 
+ROLE_SHOWN = 40
+"""Characters of the role prompt the summary shows."""
+
 
 def words_with_times(pieces: list[str]) -> list[dict]:
     """Per-frame text pieces -> words with start/end seconds.
@@ -95,7 +98,10 @@ def run_offline(args) -> None:
     adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
     session = DuplexSession(model, options, persona, predictor=adapter)
     if device.startswith("cuda"):
+        started = time.perf_counter()
         session.prepare()  # compile and capture now, not during the first seconds of speech
+        print(f"prepared in {time.perf_counter() - started:.2f} s (kernels compiled, graphs captured)",
+              file=sys.stderr)
 
     frames = split_frames(pcm)
     out, pieces, stats = [], [], DiffuPlexStats()
@@ -111,6 +117,9 @@ def run_offline(args) -> None:
         session.close()
     transcript = {"model": model.name, "words": words_with_times(pieces)}
     _write_all(args.output, np.concatenate(out)[:len(pcm)], args.transcript, transcript)
+    prompts = prompt_line(session)
+    if prompts:
+        print(prompts, file=sys.stderr)
     _print_summary(session.speak_times, len(pcm) / SAMPLE_RATE)
     if stats.frames:
         print(stats.summary(), file=sys.stderr)
@@ -138,6 +147,18 @@ def _write_all(audio_path: str, pcm: np.ndarray, transcript_path: str | None, tr
         os.replace(part, target)
 
 
+def prompt_line(session) -> str | None:
+    """PersonaPlex's prompts, timed on their own: they run before the conversation (in the
+    session's reset), outside the SPEAK times. None without prompts."""
+    persona = session.persona
+    role = persona.role.strip()
+    if not (persona.voice or role):
+        return None
+    shown = role if len(role) <= ROLE_SHOWN else role[:ROLE_SHOWN - 3].rstrip() + "..."
+    role_part = f'role "{shown}"' if role else "no role"
+    return f"prompts {session.prompt_s:.2f} s (voice {persona.voice or 'none'}, {role_part})"
+
+
 def _print_summary(speak_times: list[float], duration: float) -> None:
     if not speak_times:
         print(f"{duration:.2f} s processed (under one second: no SPEAK time summary)", file=sys.stderr)
@@ -145,5 +166,5 @@ def _print_summary(speak_times: list[float], duration: float) -> None:
     times = np.asarray(speak_times)
     over = int((times > 1.0).sum())
     print(f"SPEAK time per second of output over {len(times)} s: mean {times.mean():.3f} s, "
-          f"p99 {np.percentile(times, 99):.3f} s, max {times.max():.3f} s, "
+          f"p99 {np.percentile(times, 99):.3f} s, max {times.max():.3f} s, first {times[0]:.3f} s, "
           f"{over} second(s) over the 1.0 s cadence", file=sys.stderr)

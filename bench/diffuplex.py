@@ -8,7 +8,10 @@ each wake the loop plays exactly `a` of the frames it predicted (each still chec
 read, as a real policy checks it), for a = 0..K, under LISTEN and SPEAK. Reported per run, as
 means over every frame: the Core LM (backbone stage), the LM (backbone and depformer) and the
 deployment path (PCM in on the host to PCM out on the host), the ratios over AR, and the slowest
-wake frame (each must fit the 80 ms frame).
+wake frame (each must fit the 80 ms frame). The session is prepared at load, as the app
+prepares it (`prepare_s`: the plain frame and the wakes of K); before each run, a conversation
+of its own replays a voice prompt and the default role (`prompt_s`) and times its first frame
+(`first_frame_ms`: under LISTEN and SPEAK a wake), then the run starts from an empty context.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import torch
 from engine.families.diffuplex.acceptance import PolicyChecks
 from engine.frame import FRAME_RATE
 
-from .run import SHAPES, WARMUP_FRAMES, input_frames
+from .run import SHAPES, VOICE_S, WARMUP_FRAMES, input_frames, prompted_start, seconds, write_voice
 
 RANK = 16
 PUBLISHED = {"listen": {"core": 1.61, "wall": 1.46}, "speak": {"core": 1.80, "wall": 1.59}}
@@ -50,7 +53,9 @@ class ForcedAcceptance(PolicyChecks):
 
 
 def _run(session, frames: np.ndarray, accept: int | None) -> dict:
-    """One conversation; `accept`: frames played after each wake (None: plain AR)."""
+    """One conversation after a prompted start of its own; `accept`: frames played after each
+    wake (None: plain AR)."""
+    prompt_s, first_frame_ms = prompted_start(session, frames[0])
     if accept is not None:
         session.diffuplex.checks = ForcedAcceptance(session.model.cfg, session.device, accept)
     records = []
@@ -63,6 +68,7 @@ def _run(session, frames: np.ndarray, accept: int | None) -> dict:
     total = np.array([t["total"] for t, _ in records]) * 1000
     woke = np.array([w for _, w in records])
     return {"accepted": accept, "frames": len(records), "wakes": int(woke.sum()),
+            "prompt_s": prompt_s, "first_frame_ms": first_frame_ms,
             "core_ms": float(core.mean()), "lm_ms": float(lm.mean()),
             "total_mean_ms": float(total.mean()), "total_p50_ms": float(np.percentile(total, 50)),
             "wake_frame_p99_ms": float(np.percentile(total[woke], 99)), "wake_frame_max_ms": float(total[woke].max())}
@@ -101,6 +107,7 @@ def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: 
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         model_dir = Path(tmp)
         write_stock_checkpoint(model_dir, SHAPES[shape], seed=seed)
+        write_voice(model_dir, shape)
         model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
         predictor = new_predictor(model.cfg, rank=RANK, block=block, seed=seed)
         with torch.no_grad():
@@ -108,15 +115,16 @@ def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: 
                 b.normal_(0, 1e-3, generator=torch.Generator().manual_seed(seed))
         save_predictor(predictor, model_dir / "predictor.safetensors")
         del predictor
-        # No persona prompts, as in the main bench; fast path on (the defaults).
-        session = DuplexSession(model, RuntimeOptions(seed=seed), Persona(None, ""),
+        # Measured from an empty context, as in the main bench; fast path on (the defaults).
+        session = DuplexSession(model, RuntimeOptions(seed=seed, block=block), Persona(None, ""),
                                 predictor=model_dir / "predictor.safetensors")
+        report["prepare_s"] = seconds(session.prepare)
+        report["prompts"] = {"voice_s": VOICE_S, "role": "the default role"}
         ar = report["runs"]["ar"] = _run(session, pcm, None)
         for policy in ("listen", "speak"):
             runs = report["runs"][policy] = []
             for accept in range(block + 1):
                 session.set_options(RuntimeOptions(seed=seed, policy=policy, block=block))
-                session.reset()
                 runs.append(_run(session, pcm, accept))
         report["graphs"] = len(session.runner.captured)
         report["peak_bytes"] = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
@@ -143,7 +151,8 @@ def format_table(report: dict) -> str:
     lines = [f"DiffuPlex, {report['shape']} on {report['gpu']}, K = {report['block']}, rank {report['rank']}, "
              f"{report['frames']} frames per run, torch {report['torch']}",
              "| policy | accepted per wake | wakes/s | Core LM ms/frame | LM ms/frame | frame mean ms | "
-             "frame p50 ms | slowest wake frame ms | Core LM x | wall x |", "|---" * 10 + "|"]
+             "frame p50 ms | slowest wake frame ms | Core LM x | wall x | prompts s | first frame ms |",
+             "|---" * 12 + "|"]
     ar = report["runs"]["ar"]
 
     def row(policy, r):
@@ -151,11 +160,13 @@ def format_table(report: dict) -> str:
         return (f"| {policy} | {'-' if r['accepted'] is None else r['accepted']} | {wakes:.2f} | {r['core_ms']:.2f} "
                 f"| {r['lm_ms']:.2f} | {r['total_mean_ms']:.2f} | {r['total_p50_ms']:.2f} | "
                 f"{r['wake_frame_max_ms']:.2f} | {ar['core_ms'] / r['core_ms']:.2f} | "
-                f"{ar['total_mean_ms'] / r['total_mean_ms']:.2f} |")
+                f"{ar['total_mean_ms'] / r['total_mean_ms']:.2f} | {r['prompt_s']:.2f} | {r['first_frame_ms']:.2f} |")
 
     lines.append(row("ar", ar))
     for policy in ("listen", "speak"):
         lines += [row(policy, r) for r in report["runs"][policy]]
+    lines.append(f"prepare() at load (the plain frame and the wakes of K = {report['block']}): "
+                 f"{report['prepare_s']:.2f} s; each run's first frame follows its prompts")
     for policy, q in report["ratios"].items():
         at, pub = q["at_published_acceptance"], q["published"]
         lines.append(f"{policy} at {at['accepted']:.2f} accepted frames per wake: Core LM {at['core']:.2f}x "

@@ -23,8 +23,13 @@ class RunResult:
     peak_bytes: int
     kernels: dict = dataclasses.field(default_factory=dict)
     """Per stage (and "frame"): kernels and GPU busy ms per frame (bench.kernels)."""
-    first_frame_s: float | None = None
-    """The first frame's time: kernel compilation (or reading it from the cache) included."""
+    prepare_s: float | None = None
+    """Getting ready at load: ours `DuplexSession.prepare()` (kernels compiled, graphs captured),
+    stock its server's warm-up; None where a runtime has none."""
+    prompt_s: float | None = None
+    """PersonaPlex's voice and role prompts replayed (personaplex shape, ours); else None."""
+    first_frame_ms: float | None = None
+    """The first conversation frame once ready (after prepare_s, and prompt_s where there are prompts)."""
     peak_at: dict = dataclasses.field(default_factory=dict)
     """Conversation length -> peak memory so far (ours: torch's peak plus the mapped state)."""
     budget: dict | None = None
@@ -109,13 +114,24 @@ def format_table(report: dict) -> str:
     if "int8_ratios" in report:
         lines.append("int8: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in report["int8_ratios"].items()))
-    first = [f"{r['name']} {r['first_frame_s']:.2f} s" for r in report["runs"] if r.get("first_frame_s") is not None]
-    if first:
-        lines.append("first frame (kernel compilation or Triton's on-disk cache included): " + ", ".join(first))
+    lines += startup_lines(report["runs"])
     if "fidelity" in report:
         from .fidelity import format_fidelity
         lines += ["", format_fidelity(report["fidelity"])]
     return "\n".join(lines)
+
+
+def startup_lines(runs: list[dict]) -> list[str]:
+    """How each run starts: getting ready at load, the prompts, then the first frame."""
+    lines = ["", "start-up (ours: prepare() at load; stock: its server's warm-up):"]
+    for r in runs:
+        if r.get("first_frame_ms") is None:
+            continue
+        parts = [f"ready in {r['prepare_s']:.2f} s" if r.get("prepare_s") is not None else "no warm-up"]
+        if r.get("prompt_s") is not None:
+            parts.append(f"prompts {r['prompt_s']:.2f} s")
+        lines.append(f"- {r['name']}: " + ", ".join(parts) + f", first frame {r['first_frame_ms']:.2f} ms")
+    return lines
 
 
 def _kernel_table(runs: list[dict]) -> list[str]:

@@ -7,6 +7,13 @@ each stage, SPEAK time per second, streaming-state memory at 10 / 30 / 120 s of
 conversation, peak memory; then the ratios ours/stock and the weight-read floor. The int8
 rows run the same weights from the official q8 layout through stock q8 (bitsandbytes) and
 ours, over the whole context and under memory budgets (engine.state.memory_budget).
+
+Each run also records how it starts: `prepare_s` (ours: `DuplexSession.prepare()`, as the app
+and `offline` run it at load; stock: its server's own warm-up), `first_frame_ms` (the first
+conversation frame once the model is ready) and, for the personaplex shape, `prompt_s` (ours:
+a voice prompt and the default role replayed, in a conversation of their own before the
+measured one; that first frame follows them). The measured runs start from an empty context
+on both sides, as the stock runtime runs no prompts.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import json
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +38,8 @@ from .report import CHECKPOINTS_S, RunResult, format_table, int8_ratios, ratios,
 SHAPES = {"moshiko": 8, "personaplex": 16}  # name: depformer steps
 WARMUP_FRAMES = 12  # start-up frames and graph capture are excluded from the statistics
 GIB = 1 << 30
+VOICE_NAME, VOICE_S = "BENCH", 10
+"""The personaplex shape's voice prompt: random embeddings (its time does not depend on them)."""
 BUDGETS = {"moshiko": (10 * GIB, round(9.3 * GIB)), "personaplex": (round(10.5 * GIB), round(9.3 * GIB))}
 """Memory budgets of the int8 runs (torch's allocations plus mapped state): a whole
 conversation on a 12 GB card, two minutes on a 10 GB card."""
@@ -62,6 +72,39 @@ def copy_bandwidth(device: str = "cuda", gib: int = 4) -> float:
     return rate
 
 
+def write_voice(folder: Path, shape: str) -> None:
+    """A voice prompt file for `shape`'s model in `folder` (where load_model finds voices)."""
+    from engine.config.lm import CONFIGS
+
+    cfg = CONFIGS[shape]
+    (folder / "voices").mkdir(exist_ok=True)
+    torch.save({"embeddings": torch.randn(round(VOICE_S * FRAME_RATE), 1, 1, cfg.dim, dtype=torch.bfloat16),
+                "cache": torch.zeros(1, cfg.n_q + 1, cfg.max_delay + 3, dtype=torch.int64)},
+               folder / "voices" / f"{VOICE_NAME}.pt")
+
+
+def seconds(work: Callable[[], object]) -> float:
+    """Wall seconds of `work`, the device's included."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    work()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def prompted_start(session, frame: np.ndarray) -> tuple[float, float]:
+    """A conversation started as PersonaPlex starts one (the bench's voice and the default role
+    replayed, then `frame`): (the prompts' seconds, the first frame's ms). The session is then
+    reset without prompts, for a measured run from an empty context."""
+    from engine import Persona
+    from engine.lm.personaplex import DEFAULT_ROLE
+
+    session.reset(Persona(VOICE_NAME, DEFAULT_ROLE))
+    prompt_s, first_ms = session.prompt_s, 1000 * session.step(frame).timings["total"]
+    session.reset(Persona(None, ""))
+    return prompt_s, first_ms
+
+
 def _marks() -> dict[int, str]:
     """Frame count -> label of the conversation lengths at which memory is read."""
     return {round(s * FRAME_RATE): f"{s}s" for s in CHECKPOINTS_S}
@@ -81,6 +124,7 @@ def run_stock(model_dir: Path, frames: np.ndarray, name: str) -> tuple[RunResult
     _fresh_device()
     mimi, lm = load_stock(model_dir)
     runner = StockRunner(mimi, lm)
+    prepare_s = runner.warm_up()
     state, peak, marks = {}, {}, _marks()
     for i, frame in enumerate(frames):
         runner.step(frame)
@@ -89,6 +133,7 @@ def run_stock(model_dir: Path, frames: np.ndarray, name: str) -> tuple[RunResult
             peak[marks[i + 1]] = torch.cuda.max_memory_allocated()
     result = summarize(name, runner.records[WARMUP_FRAMES:], state, torch.cuda.max_memory_allocated())
     result.peak_at = peak
+    result.prepare_s, result.first_frame_ms = prepare_s, 1000 * runner.records[0]["total"]
     result.kernels = profile_stages(functools.partial(runner.step, frames[-1]), runner.timer)
     lm_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
     runner.close()
@@ -128,6 +173,8 @@ def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, p
     # No persona prompts: the stock runtime runs none, so both start from an empty context.
     session = DuplexSession(model, options, Persona(None, ""))
     try:
+        prepare_s = seconds(session.prepare)
+        prompted = prompted_start(session, frames[0]) if model.variant == "personaplex" else None
         records, state, peak, marks = [], {}, {}, _marks()
         for i, frame in enumerate(frames):
             records.append(session.step(frame).timings)
@@ -139,7 +186,8 @@ def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, p
         result = summarize(name, records[WARMUP_FRAMES:], state,
                            torch.cuda.max_memory_allocated() + session.store.mapped_bytes())
         result.peak_at = peak
-        result.first_frame_s = records[0]["total"]
+        result.prepare_s = prepare_s
+        result.prompt_s, result.first_frame_ms = prompted or (None, 1000 * records[0]["total"])
         if profile:
             result.kernels = profile_stages(functools.partial(session.step, frames[-1]), session.timer)
     finally:
@@ -190,6 +238,9 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
         model_dir, q8_dir = Path(tmp) / "bf16", Path(tmp) / "q8"
         model_dir.mkdir()
         write_stock_checkpoint(model_dir, SHAPES[shape], seed=seed)
+        if shape == "personaplex":
+            write_voice(model_dir, shape)
+            report["prompts"] = {"voice_s": VOICE_S, "role": "the default role"}
         stock, lm_bytes = run_stock(model_dir, pcm[:frames], "stock moshi 0.2.13")
         ours = run_ours(model_dir, pcm[:frames], True, "ours, graph_replay + demand_sized_state")
         plain = run_ours(model_dir, pcm[:plain_frames], False, "ours, optimizations off")

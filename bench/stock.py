@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from engine.checkpoint import official_layout
+from engine.frame import FRAME_SIZE
 from engine.runtime.timing import FrameTimer
+
+SERVER_WARMUP_FRAMES = 4
+"""Frames of silence the reference server runs before its first connection (ServerState.warmup)."""
 
 
 def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
@@ -156,6 +161,20 @@ class StockRunner:
         self._gen_ctx = self.gen.streaming(1)
         self._mimi_ctx.__enter__()
         self._gen_ctx.__enter__()
+
+    def warm_up(self) -> float:
+        """The stock runtime's own warm-up, as its server does it before taking a connection
+        (`ServerState.warmup`: frames of silence, on which its CUDA graphs are captured), then
+        the reset a new connection gets (graphs kept). Returns its seconds; it leaves no record."""
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(SERVER_WARMUP_FRAMES):
+            self.step(np.zeros(FRAME_SIZE, np.float32))
+        self.mimi.reset_streaming()
+        self.gen.reset_streaming()
+        torch.cuda.synchronize()
+        self.records.clear()
+        return time.perf_counter() - start
 
     def close(self):
         self._gen_ctx.__exit__(None, None, None)

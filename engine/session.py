@@ -112,6 +112,11 @@ class DuplexSession:
         return self.conversation.diffuplex
 
     @property
+    def prompt_s(self) -> float:
+        """Seconds the last reset() spent replaying PersonaPlex's prompts (0 without prompts)."""
+        return self.conversation.prompt_s
+
+    @property
     def runner(self):
         """The conversation's stage runner (engine.runtime.stages): its state and graphs."""
         return self.conversation.runner
@@ -181,9 +186,13 @@ class DuplexSession:
     def prepare(self) -> None:
         """Do before the conversation what its first frames would otherwise stall on: kernel
         compilation and graph capture, which only a GPU has (the app and `offline` call it on
-        CUDA). The conversation starts afresh afterwards: the output is what it would have been."""
+        CUDA), for the plain frame and, with a DiffuPlex predictor, the wakes of the K the
+        options give. The conversation starts afresh afterwards: the output is what it would
+        have been. Options set later that change the shapes or the sampling compile or capture
+        again where they first run."""
+        self._apply_pending()  # prepare for the options the conversation will run under
         self._pcm_in.zero_()
-        self.conversation.prepare(self._pcm_in)
+        self.conversation.prepare(self._pcm_in, self.options)
         self.reset()
 
     def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False) -> bool:

@@ -1,5 +1,8 @@
 """The benchmark's report on the CPU: summaries, the int8 ratios and the tables, from records
 shaped like a run's (the runs themselves need a CUDA GPU)."""
+import json
+
+from bench.diffuplex import format_table as diffuplex_table
 from bench.report import format_table, int8_ratios, summarize
 from engine.frame import STAGES
 
@@ -31,3 +34,41 @@ def test_int8_ratios_and_tables():
     assert "| ours int8, 120 s | failed: DeviceMemoryError: over budget |" in table
     assert "- ours int8: 4.50/-/-/9.00" in table
     assert "budget 9.0 GiB over 1500 frames: FAILED" in table
+
+
+def test_each_run_records_how_it_starts():
+    """Getting ready (ours: prepare(); stock: its server's warm-up), the prompts (ours, the
+    personaplex shape) and the first frame after them, in the JSON and the table."""
+    stock, ours, small = _run("stock", 17.0, 16.0), _run("ours", 8.0, 15.0), _run("ours int8, 120 s", 4.0, 8.0)
+    stock.prepare_s, stock.first_frame_ms = 0.41, 25.5
+    ours.prepare_s, ours.prompt_s, ours.first_frame_ms = 6.25, 3.5, 9.75
+    small.failure = "DeviceMemoryError: over budget"
+    runs = [json.loads(json.dumps(r.as_dict())) for r in (stock, ours, small)]
+    assert {k: runs[1][k] for k in ("prepare_s", "prompt_s", "first_frame_ms")} == \
+        {"prepare_s": 6.25, "prompt_s": 3.5, "first_frame_ms": 9.75}
+    assert runs[0]["prompt_s"] is None and "first_frame_s" not in runs[0]
+    report = {"shape": "personaplex", "gpu": "test", "frames": 50, "torch": "x", "runs": runs,
+              "floor": {"ms_per_frame": 3.0, "lm_bytes": 15e9, "copy_bandwidth_bytes_per_s": 4e12},
+              "ratios": {"speedup_p50_vs_stock": 2.125}}
+    table = format_table(report)
+    assert "- stock: ready in 0.41 s, first frame 25.50 ms" in table
+    assert "- ours: ready in 6.25 s, prompts 3.50 s, first frame 9.75 ms" in table
+    assert "ours int8" not in table.split("start-up")[1]  # failed before it started
+
+
+def test_the_diffuplex_table_shows_prepare_prompts_and_first_frames():
+    def run(accepted, wake_ms):
+        return {"accepted": accepted, "frames": 100, "wakes": 50, "prompt_s": 3.25, "first_frame_ms": wake_ms,
+                "core_ms": 5.0, "lm_ms": 7.0, "total_mean_ms": 9.0, "total_p50_ms": 9.0,
+                "wake_frame_p99_ms": 12.0, "wake_frame_max_ms": 13.0}
+
+    ratios = {"at_published_acceptance": {"accepted": 0.61, "core": 1.2, "lm": 1.1, "total": 1.1},
+              "published": {"core": 1.61, "wall": 1.46}}
+    report = {"shape": "personaplex", "gpu": "test", "block": 1, "rank": 16, "frames": 100, "torch": "x",
+              "prepare_s": 7.5, "runs": {"ar": run(None, 9.5), "listen": [run(0, 11.0), run(1, 11.5)],
+                                         "speak": [run(0, 11.0), run(1, 11.5)]},
+              "ratios": {"listen": ratios, "speak": ratios}}
+    table = diffuplex_table(report)
+    assert "prepare() at load (the plain frame and the wakes of K = 1): 7.50 s" in table
+    assert "| 1.00 | 1.00 | 3.25 | 9.50 |" in table  # AR's row: ratios over itself, prompts, first frame
+    assert table.count("| 3.25 | 11.50 |") == 2

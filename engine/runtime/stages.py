@@ -10,7 +10,8 @@ runner owns everything around them, written once for every family:
 - the capture policy: with graph replay on CUDA, a key runs eagerly the first time (that run
   does every lazy initialisation: Triton compilation, cuBLAS/cuFFT plans, constant tables),
   and from then on replays its graph (captured on first need). `prepare` does the eager run
-  and the capture ahead of time, for a list of stages;
+  and the capture ahead of time, for a list of stages; `prepare_through` for stages that
+  read one another's outputs, by running the family's own step until each is done;
 - validity: graphs point into the store and bake in whatever the stages close over, so
   moving the state, replacing the store, or the family saying its inputs changed
   (`invalidate`) drops them.
@@ -70,6 +71,12 @@ class StageRunner:
         """Whether stages with these keys would replay now: replay is on and each ran eagerly.
         Stages that read one another's outputs ask for all of them at once (all replay or none)."""
         return self.replay and self._ran.issuperset(keys)
+
+    def prepared(self, keys: Iterable[Any]) -> bool:
+        """Whether stages with these keys would neither run eagerly for the first time nor be
+        captured when they next run: each has run and, with replay on, has its graph."""
+        keys = set(keys)
+        return self._ran.issuperset(keys) and (not self.replay or self.captured.issuperset(keys))
 
     def invalidate(self) -> None:
         """Drop every graph (what they read changed: sampling parameters, a predictor's weights)."""
@@ -131,3 +138,17 @@ class StageRunner:
             for stage in stages:
                 if stage.key not in self.graphs.graphs:
                     self.graphs.capture(stage.key, stage.work)
+
+    def prepare_through(self, step: Callable[[], Any], keys: Iterable[Any], limit: int) -> None:
+        """The capture policy ahead of time for stages that read one another's outputs (a
+        frame's, a wake's): `step` (the family's own work, running them through `run`) runs
+        until each of `keys` is `prepared`, so they are captured together as they run. `limit`
+        steps at most: a step that never runs one of the keys would otherwise loop forever.
+        The steps write state: the caller resets the store afterwards."""
+        keys = list(keys)
+        for _ in range(limit):
+            if self.prepared(keys):
+                return
+            step()
+        if not self.prepared(keys):
+            raise RuntimeError(f"{limit} steps left {[k for k in keys if not self.prepared((k,))]} unprepared")

@@ -38,3 +38,19 @@ class PolicyChecks:
         if options.policy == "listen":
             checks.append((generated[0] == self._silent).any())
         return bool(torch.stack(checks).all())  # one read of the device
+
+
+class PlayFirst:
+    """Plays the first `accept` frames of every plan and refuses the next before its
+    depformer, reading nothing: the checks under which a loop's frames take each wake shape
+    in turn (the loop's `prepare`)."""
+
+    def __init__(self, accept: int = 0):
+        self.accept = accept
+
+    def text_allows(self, i: int, text: torch.Tensor, confidence: torch.Tensor, options: RuntimeOptions) -> bool:
+        return i < self.accept
+
+    def accepts(self, i: int, generated: torch.Tensor, confidence: torch.Tensor, user: torch.Tensor,
+                options: RuntimeOptions) -> bool:
+        return True

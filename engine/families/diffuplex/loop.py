@@ -26,11 +26,12 @@ from collections.abc import Callable
 import torch
 
 from ...options import RuntimeOptions
-from ..moshi import LMInputs
-from .acceptance import PolicyChecks
+from ..moshi import LMInputs, no_mark
+from ..moshi.frame import PLAY_KEY
+from .acceptance import PlayFirst, PolicyChecks
 from .predictor import Predictor
 from .stats import WakeReport
-from .wake import Wakes
+from .wake import Wakes, planned_key, wake_keys
 
 
 class DiffuPlexLoop:
@@ -56,6 +57,10 @@ class DiffuPlexLoop:
         self._next = 0  # the next of them to play
         self._consumed: list[LMInputs] = []
         self._previous: torch.Tensor | None = None  # the last frame's generated tokens
+
+    def block(self, options: RuntimeOptions) -> int:
+        """K: the future frames a predicting wake plans under `options`."""
+        return min(options.block, self.predictor.spec.block)
 
     @property
     def pending(self) -> bool:
@@ -99,7 +104,7 @@ class DiffuPlexLoop:
         and (not under `ar`) K future positions, the new plan."""
         frames = [*self._consumed, LMInputs(user)]
         discarded = 0 if options.policy == "ar" else self._planned - self._next  # AR: not a revision
-        k = 0 if options.policy == "ar" else min(options.block, self.predictor.spec.block)
+        k = 0 if options.policy == "ar" else self.block(options)
         # A graph's output: copied, since the decode graph replays before the session reads it.
         tokens = self.wakes.wake(frames, self.predictor if k else None, k, mark).clone()
         if k:
@@ -109,3 +114,22 @@ class DiffuPlexLoop:
         self._planned, self._next, self._consumed = k, 0, []
         self._previous = self.frame.last_generated().clone()
         return tokens, WakeReport(woke=True, discarded=discarded)
+
+
+def prepare_wakes(wakes: Wakes, predictor: Predictor, pcm: torch.Tensor, options: RuntimeOptions) -> None:
+    """Run a predicting loop's frames on `pcm` until each shape they take with the K that
+    `options` ask of this predictor has run eagerly and, with graph replay, been captured: the
+    wakes over 0..K frames caught up, every planned frame's depformer, the decode of a played
+    frame. Output must have started (the plain frame prepared first); the caller resets the
+    state afterwards."""
+    script = PlayFirst()
+    loop = DiffuPlexLoop(wakes, predictor, script)
+    options = options.replace(policy="speak")  # the shapes are K's: every predicting policy takes the same
+    k = loop.block(options)
+    for accept in range(k + 1):
+        # Rounds of `accept` frames played, then a wake catching them up: the first round runs
+        # each stage eagerly, the next captures it. At most what is left of the last plan
+        # comes before them.
+        script.accept = accept
+        keys = [PLAY_KEY, *wake_keys(accept, k), *map(planned_key, range(accept))]
+        wakes.frame.runner.prepare_through(lambda: loop.step(pcm, options, no_mark), keys, 3 * (k + 1))

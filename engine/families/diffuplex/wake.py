@@ -37,6 +37,16 @@ class WakeInputs(NamedTuple):
     plan: Plan  # what a predicting wake writes
 
 
+def wake_keys(n: int, k: int) -> tuple[tuple, tuple]:
+    """The keys of a wake's two stages, over n frames caught up and k predicted."""
+    return ("backbone", n, k), ("depformer", n, k)
+
+
+def planned_key(f: int) -> tuple:
+    """The key of the f-th planned frame's depformer."""
+    return "planned", f
+
+
 def new_wake_inputs(frame: MoshiFrame, reach: int) -> WakeInputs:
     cfg, device = frame.cfg, frame.runner.device
     plan = Plan(torch.zeros(reach, 1, 1, cfg.dim, dtype=frame.lm.dtype, device=device),
@@ -73,17 +83,23 @@ class Wakes:
         step reads as history."""
         n, frame = len(frames) - 1, self.frame
         self._check(frames, predictor, k)
-        if predictor is not None and predictor is not self._bound:
-            frame.runner.invalidate()  # captured wakes read the predictor's weights where they are
-            self._bound = predictor
+        if predictor is not None:
+            self.bind(predictor)
         self.inputs.user[:n + 1].copy_(torch.stack([f.user for f in frames]))
         if n:
             self.inputs.played[:n].copy_(torch.stack([f.generated for f in frames[:-1]]))
-        keys = ("backbone", n, k), ("depformer", n, k)
+        keys = wake_keys(n, k)
         replay = frame.started and frame.runner.may_replay(keys)
         _, tokens = frame.run_lm(keys, lambda: self._backbone(n, predictor, k), n + 1, mark, replay)
         self._planned, self._planned_at = k, frame.frames
         return tokens
+
+    def bind(self, predictor: Predictor) -> None:
+        """Captured wakes read the predictor's weights where they lie: another predictor drops
+        every graph (the runner's graphs go together)."""
+        if predictor is not self._bound:
+            self.frame.runner.invalidate()
+            self._bound = predictor
 
     def planned(self, f: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The f-th frame after the last wake's current one, as that wake predicted it: the
@@ -94,7 +110,7 @@ class Wakes:
         planned = self._current()
         if not 0 <= f < planned:
             raise ValueError(f"frame {f} of the plan: the last wake planned {planned}")
-        return self.frame.runner.run(Stage(("planned", f), lambda: self._planned_frame(f)), self.frame.started)
+        return self.frame.runner.run(Stage(planned_key(f), lambda: self._planned_frame(f)), self.frame.started)
 
     def planned_text(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The text tokens the last wake planned, and their confidence (the top of their

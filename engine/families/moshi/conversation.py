@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,11 +20,11 @@ from ...lm.personaplex import DEFAULT_ROLE, wrap_role
 from ...options import RuntimeOptions
 from ...runtime.stages import StageRunner
 from ...state.placement import new_store
-from ..diffuplex.loop import DiffuPlexLoop
+from ..diffuplex.loop import DiffuPlexLoop, prepare_wakes
 from ..diffuplex.predictor import Predictor, load_predictor
 from ..diffuplex.stats import WakeReport
 from ..diffuplex.wake import Wakes
-from .frame import MoshiFrame
+from .frame import FRAME_KEYS, MoshiFrame
 from .prompts import replay_prompts
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class MoshiConversation:
         self._wakes: Wakes | None = None
         self.diffuplex: DiffuPlexLoop | None = None
         """The DiffuPlex loop of this conversation (None without a predictor)."""
+        self.prompt_s = 0.0
+        """Seconds the last reset spent replaying PersonaPlex's prompts (0 without prompts)."""
 
     @property
     def output_width(self) -> int:
@@ -120,22 +123,38 @@ class MoshiConversation:
             log.warning("policy %s without a predictor: AR", options.policy)
             options = options.replace(policy="ar")
         self.frame.reset()
+        self.prompt_s = 0.0
         if self.model.variant != "personaplex":
             return options, True
-        with torch.no_grad():
-            return options, replay_prompts(self.frame, self._voice, self._role_tokens, cancelled)
+        return options, self._replay_prompts(cancelled)
 
-    def prepare(self, pcm: torch.Tensor) -> None:
-        """Run the plain frame on `pcm` (silence, in a host or device buffer) until each of its
-        stages has run eagerly (Triton compiles its kernels then) and, with graph replay, been
-        captured, so that a conversation's first frames neither compile nor capture; then the
-        state goes back to zero. Output starts after the delay lines fill: one eager frame with
-        output, then one that captures."""
+    def _replay_prompts(self, cancelled: Callable[[], bool]) -> bool:
+        started = time.perf_counter()
         with torch.no_grad():
-            self.frame.reset()
-            for _ in range(self.model.cfg.max_delay + self.model.lm.lines.lead + 3):
-                self.frame.frame(pcm)
-            self.frame.reset()
+            done = replay_prompts(self.frame, self._voice, self._role_tokens, cancelled)
+        if self.model.device.type == "cuda":  # the prompts' time is the device's: wait for it
+            torch.cuda.synchronize(self.model.device)
+        self.prompt_s = time.perf_counter() - started
+        return done
+
+    def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
+        """Run frames on `pcm` (silence, in a host or device buffer) until each stage a
+        conversation under `options` would meet has run eagerly (Triton compiles its kernels
+        then) and, with graph replay, been captured, so that its first frames neither compile
+        nor capture; then the state goes back to zero. The plain frame first (output starts
+        after the delay lines fill: one eager frame with output, then one that captures); with
+        a predictor, whatever the policy (the app picks it after loading), the wakes of its K."""
+        self._size_for(self.predictor, options)
+        frame = self.frame
+        with torch.no_grad():
+            frame.reset()
+            if self.predictor is not None:
+                self._wakes.bind(self.predictor)  # now: binding it at the first wake would drop the frame's graphs
+            limit = self.model.cfg.max_delay + self.model.lm.lines.lead + 3
+            self.runner.prepare_through(lambda: frame.frame(pcm), FRAME_KEYS, limit)
+            if self.predictor is not None:
+                prepare_wakes(self._wakes, self.predictor, pcm, options)
+            frame.reset()
 
     def _size_for(self, predictor: Predictor | None, options: RuntimeOptions) -> None:
         """State sized for the predictor's wakes (catch-up of up to K frames, the current one,

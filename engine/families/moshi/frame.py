@@ -28,6 +28,8 @@ from ..mimi_stages import MimiStages
 from .inputs import LMInputs, Wake
 
 FRAME_KEYS = ("encode", "backbone", "depformer", "decode")
+PLAY_KEY = "play"
+"""The decode of a frame whose tokens come from elsewhere (a played prediction)."""
 
 
 def no_mark(stage: str) -> None:
@@ -100,7 +102,7 @@ class MoshiFrame:
         """The decode stage alone: output tokens [1 + dep_q] from anywhere -> pcm [1, 1,
         frame_size] on the device (read it before the next frame)."""
         self._tokens.copy_(tokens)
-        return self.mimi.decode("play", self._model_codes(self._tokens), True)
+        return self.mimi.decode(PLAY_KEY, self._model_codes(self._tokens), True)
 
     def last_generated(self) -> torch.Tensor:
         """What the last LM frame generated: the delay-line row it committed [1 + dep_q]."""
