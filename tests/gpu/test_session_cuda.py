@@ -2,6 +2,7 @@
 PCM with graph replay and demand-sized state on or off, switched at any frame; replay
 really runs captured graphs, and demand-sized state never moves."""
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -139,4 +140,43 @@ def test_a_prepared_session_starts_captured_and_gives_the_same_output(model, aud
     out = run(session, audio)
     assert_identical(out, baseline)
     record("prepared_slowest_frame_ms", 1000 * max(f.timings["total"] for f in out))
+    session.close()
+
+
+@pytest.fixture(scope="module")
+def moshi_model(tmp_path_factory):
+    """A small Moshi-variant checkpoint (no prompts: a conversation begins with start-up
+    frames, which have no output while the delay lines fill)."""
+    from engine.paths import LM_NAME, TOKENIZER_NAME
+    from tests import mimi_reference
+    from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs, write_tokenizer
+    directory = tmp_path_factory.mktemp("moshi_small")
+    mimi_cfg = mimi_reference.small_config()
+    mimi_reference.save_official(mimi_reference.build_reference(mimi_cfg, num_codebooks=8, seed=2), mimi_cfg,
+                                 directory)
+    kwargs = small_lm_kwargs(dep_q=8, card=mimi_cfg["quantizer"]["bins"])
+    save_official(make_reference_lm(kwargs, seed=4), directory / LM_NAME)
+    (directory / "config.json").write_text(json.dumps(kwargs))
+    write_tokenizer(directory / TOKENIZER_NAME)
+    return load_model(directory, device="cuda")
+
+
+def test_after_prepare_the_start_up_frames_replay_too(moshi_model, audio):
+    """After prepare() the start-up frames replay like the rest (the first second is as fast
+    as any), and the output is a fresh session's, bit for bit."""
+    expected = run(DuplexSession(moshi_model, RuntimeOptions(seed=9)), audio)
+    session = DuplexSession(moshi_model, RuntimeOptions(seed=9))
+    session.prepare()
+    runner, eager = session.runner, []
+    run_stage = runner.run
+
+    def counted_run(stage, replay=True):
+        if not (replay and runner.may_replay((stage.key,))):
+            eager.append(stage.key)
+        return run_stage(stage, replay)
+
+    runner.run = counted_run
+    out = run(session, audio)
+    assert out[0].tokens is None and eager == [], eager
+    assert_identical(out, expected)
     session.close()

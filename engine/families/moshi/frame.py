@@ -82,7 +82,10 @@ class MoshiFrame:
         """pcm float32 [frame_size] (a pinned host buffer, or on the device) -> (tokens [1 + dep_q],
         pcm [1, 1, frame_size] on the device), or (None, None) during start-up. `mark(stage)`
         is called as each stage is queued."""
-        replay = self.started and self.runner.may_replay(FRAME_KEYS)
+        # Start-up frames (no output yet) run the same stages as any other: once all four have
+        # run (a prepared session, or a second conversation) they replay too, so the first
+        # second of a conversation is as fast as the rest.
+        replay = self.runner.may_replay(FRAME_KEYS)
         codes = self.mimi.encode(pcm, replay)
         mark("encode")
         _, tokens = self._lm_frame(LMInputs(codes[0, :self.cfg.user_q, 0]), mark, replay)
