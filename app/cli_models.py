@@ -21,7 +21,7 @@ def add_model_commands(sub) -> None:
     models.add_argument("--folder", action="append", default=[], help="a checkpoint folder to list too")
     models.set_defaults(func=_models)
     download = sub.add_parser("download", help="download a model from the Hugging Face Hub into its cache "
-                                               "(resumes what an earlier download left)")
+                                               "(files an earlier download completed are kept)")
     download.add_argument("name", help="a repository name, e.g. kyutai/moshiko-pytorch-bf16")
     download.add_argument("--weights", choices=list(WEIGHTS),
                           help="int8: the official -q8 twin where one exists, else the bf16 files (quantized on "

@@ -4,6 +4,7 @@ gated models, and loading a model the moment its download ends."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -114,7 +115,7 @@ class LibraryController(QObject):
 
     # --- downloading --------------------------------------------------------------------
     def start_download(self, name: str) -> None:
-        if self.download is not None and self.download.is_alive():
+        if self.downloading():
             return
         key = (name, self._picker.chosen_weights())
         self._picker.set_loading(f"Asking the Hub about {name}…")
@@ -126,8 +127,12 @@ class LibraryController(QObject):
 
     def _start(self, name: str, plan) -> None:
         log.info("downloading %s (%s)", plan.remote.repo, size_text(plan.to_download))
+        self._models.busy_changed.emit(True)  # no conversation starts and no model loads meanwhile
         self.download = ModelDownload(self.hub, self.signals, name, plan)
         self.download.start()
+
+    def downloading(self) -> bool:
+        return self.download is not None and self.download.is_alive()
 
     def cancel_download(self) -> None:
         if self.download is not None:
@@ -141,12 +146,14 @@ class LibraryController(QObject):
             self._picker.show_download(progress)
 
     def _on_downloaded(self, name: str, repo: str) -> None:
+        self._models.busy_changed.emit(False)
         self.plans.clear()  # sizes to download changed
         self._picker.set_done(f"Downloaded {repo}.")
         self._load_after_scan = repo  # talk at once: it loads as soon as the list has it
         self.rescan()
 
     def _on_download_failed(self, name: str, message: str) -> None:
+        self._models.busy_changed.emit(False)
         self.plans.clear()
         self._picker.set_done(f"{name}: not downloaded.")
         self._message_bar.show_message(message, "info" if "cancelled" in message else "error")
@@ -154,6 +161,11 @@ class LibraryController(QObject):
 
     # --- removing, folders, tokens ------------------------------------------------------
     def ask_remove(self, name: str) -> None:
+        loaded = self._models.loaded
+        if self.downloading() or (loaded is not None and loaded.source == name):
+            self._message_bar.show_message(f"{name} is {'downloading' if self.downloading() else 'loaded'}: "
+                                           "cancel or load another model first, then remove it.", "info")
+            return
         entry = self._picker.entry()
         size = f" ({size_text(entry.size_on_disk)})" if entry is not None and entry.size_on_disk else ""
         self.last_dialog = QMessageBox(QMessageBox.Icon.Question, "Remove the model",
@@ -181,7 +193,8 @@ class LibraryController(QObject):
 
     def _on_token_checked(self, saved: bool, text: str) -> None:
         if saved:
-            self._message_bar.show_message(f"Access token stored for {text or 'your account'}.", "info")
+            overridden = " (HF_TOKEN in the environment is used before it)" if os.environ.get("HF_TOKEN") else ""
+            self._message_bar.show_message(f"Access token stored for {text or 'your account'}{overridden}.", "info")
             self.plans.clear()
             self.check_choice()
         else:

@@ -236,6 +236,7 @@ class MainWindow(QMainWindow):
         self.recording_label.setText(f"{what}: {path}")
 
     def closeEvent(self, event) -> None:
+        self.library.cancel_download()  # complete files stay in the cache for next time
         self.conversation.stop_and_wait()
         self.settings.set_geometry(self.saveGeometry())
         super().closeEvent(event)

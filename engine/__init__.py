@@ -20,7 +20,6 @@ _EXPORTS = {
     "read_audio": ".audio_files", "write_audio": ".audio_files", "check_writable": ".audio_files",
     "output_format": ".audio_files", "split_frames": ".audio_files",
     "plan_memory": ".memory_plan", "MemoryPlan": ".memory_plan",
-    "find_local_checkpoints": ".hub",
     "HubError": ".errors", "HubClient": ".library.hub_client", "RemoteModel": ".library.hub_client",
     "free_bytes": ".library.hub_client",
     "DownloadCancelled": ".library.progress", "Progress": ".library.progress", "size_text": ".library.progress",

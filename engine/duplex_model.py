@@ -19,7 +19,7 @@ from .lm.loader import build_lm
 from .lm.moshi_lm import MoshiLM
 from .lm.personaplex import VoicePrompt, load_voice
 from .mimi import Mimi, load_mimi
-from .paths import MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME
+from .paths import MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
 from .state import Region
 
 log = logging.getLogger(__name__)
@@ -140,12 +140,12 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     lm = build_lm(cfg, ckpt.tensors, lm_path, device, dtype, weights)
     del ckpt
-    mimi = load_mimi(root / meta.get("mimi_name", MIMI_NAME), device=device,
+    mimi = load_mimi(file_in(root, meta.get("mimi_name", MIMI_NAME), f"{root}/config.json"), device=device,
                      num_codebooks=max(cfg.model_q, cfg.user_q))
     if mimi.cardinality != cfg.card:
         raise CheckpointError(f"{lm_path}: the LM expects {cfg.card} codes per codebook, "
                               f"the Mimi has {mimi.cardinality}")
-    tokenizer = _read_tokenizer(root / meta.get("tokenizer_name", TOKENIZER_NAME), cfg)
+    tokenizer = _read_tokenizer(file_in(root, meta.get("tokenizer_name", TOKENIZER_NAME), f"{root}/config.json"), cfg)
     if device.type == "cuda":
         # Loading (and quantizing on load) leaves freed transients in torch's cache; on a
         # small card that is memory the conversation's state needs.
@@ -158,7 +158,7 @@ def mimi_file(path_or_name: str | Path) -> Path:
     if Path(path_or_name).is_file():
         return Path(path_or_name)
     root, _ = hub.resolve(path_or_name)
-    return root / _read_config(root).get("mimi_name", MIMI_NAME)
+    return file_in(root, _read_config(root).get("mimi_name", MIMI_NAME), f"{root}/config.json")
 
 
 def load_model_mimi(path_or_name: str | Path, device: str | torch.device = "cpu") -> Mimi:

@@ -7,26 +7,17 @@ it holds every file the loader needs: a download stopped half-way is not one.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
 from .errors import CheckpointError
 from .library.catalogue import KNOWN_MODELS
 from .library.local import missing_files
-from .paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, MIMI_NAME
+from .paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, file_in
 
 # Repositories we know the configuration of (used when a checkpoint has no config.json).
 KNOWN_REPOS = {model.repo: model.preset for model in KNOWN_MODELS}
 _REPO_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-
-@dataclasses.dataclass(frozen=True)
-class LocalCheckpoint:
-    name: str
-    """What to show and what `load_model` accepts: "demo", a repo name, or a directory."""
-    path: Path
-    repo: str | None = None
 
 
 def hf_cache_dir() -> Path:
@@ -61,35 +52,11 @@ def resolve(path_or_name: str | Path, download: bool = False) -> tuple[Path, str
     raise CheckpointError(f"{text}: no such directory, and not a repository name or 'demo'")
 
 
-def find_local_checkpoints() -> list[LocalCheckpoint]:
-    """The demo model, then every cached Hugging Face snapshot holding a duplex checkpoint."""
-    found = [LocalCheckpoint("demo", DEMO_MODEL_DIR)] if (DEMO_MODEL_DIR / LM_NAME).exists() else []
-    cache = hf_cache_dir()
-    if cache.is_dir():
-        for entry in sorted(cache.glob("models--*")):
-            snapshot = _latest_snapshot(entry)
-            if snapshot is not None and _is_duplex(snapshot):
-                repo = _repo_of_cache_dir(entry)
-                found.append(LocalCheckpoint(repo, snapshot, repo))
-    return found
-
-
-def _is_duplex(snapshot: Path) -> bool:
-    """Many models ship a model.safetensors; ours come with a Mimi codec, or an LM config
-    that names one."""
-    if (snapshot / MIMI_NAME).exists():
-        return True
-    try:
-        return '"mimi_name"' in (snapshot / "config.json").read_text()
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
 def lm_file(root: Path, meta: dict | None = None) -> Path:
     """The LM weights of a checkpoint directory: the file its config.json names, else
     `model.safetensors`, else the official q8 file `model.q8.safetensors`."""
     if meta and "moshi_name" in meta:
-        return root / meta["moshi_name"]
+        return file_in(root, meta["moshi_name"], f"{root}/config.json")
     return root / LM_NAME if (root / LM_NAME).exists() or not (root / LM_Q8_NAME).exists() else root / LM_Q8_NAME
 
 

@@ -69,11 +69,11 @@ def _size(n: int) -> str:
 def plan_memory(path_or_name: str | Path, weights: str | None, device: str | torch.device) -> MemoryPlan:
     """The memory `load_model(path_or_name, device, weights=weights)` and a session need."""
     from .duplex_model import read_lm_checkpoint
-    from .paths import MIMI_NAME
+    from .paths import MIMI_NAME, file_in
     from .quant import is_q8
 
     ckpt = read_lm_checkpoint(path_or_name, layout_only=True)
-    mimi = ckpt.root / ckpt.meta.get("mimi_name", MIMI_NAME)
+    mimi = file_in(ckpt.root, ckpt.meta.get("mimi_name", MIMI_NAME), f"{ckpt.root}/config.json")
     return plan_for_config(ckpt.name, ckpt.cfg, weights or ("int8" if is_q8(ckpt.tensors) else "bf16"), device,
                            mimi.stat().st_size if mimi.is_file() else 0)
 

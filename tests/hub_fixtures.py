@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.paths import DEMO_MODEL_DIR, LM_NAME, MIMI_NAME, TOKENIZER_NAME
+from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.fake_hub import FakeHub
 
 BF16, Q8, GATED, NOT_A_MODEL = ("kyutai/moshiko-pytorch-bf16", "kyutai/moshiko-pytorch-q8",
@@ -49,6 +49,3 @@ def hub(q8_folder):
         server.accept_token(STRANGER_TOKEN, "stranger")
         yield server
 
-
-def needed_size(files: dict[str, Path | bytes], names=(LM_NAME, MIMI_NAME, TOKENIZER_NAME)) -> int:
-    return sum(len(v) if isinstance(v, bytes) else v.stat().st_size for k, v in files.items() if k in names)

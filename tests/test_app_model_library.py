@@ -76,6 +76,13 @@ def test_remove_asks_then_frees_the_files(qtbot, window):
     picker.select(BF16)
     with qtbot.waitSignal(window.models.ready, timeout=120_000):
         picker.action_button.click()
+    picker.remove_button.click()  # the loaded model's files are not pulled from under it
+    assert f"{BF16} is loaded: cancel or load another model first" in window.message_bar.text()
+    assert window.library.last_dialog is None
+    picker.select("demo")
+    with qtbot.waitSignal(window.models.ready, timeout=120_000):
+        picker.action_button.click()
+    picker.select(BF16)
     picker.remove_button.click()
     dialog = window.library.last_dialog
     assert dialog.isVisible() and BF16 in dialog.text()

@@ -13,6 +13,7 @@ from engine.checkpoint import official_layout
 from engine.config.lm import CONFIGS, from_lm_kwargs, to_lm_kwargs
 from engine.duplex_model import load_model
 from engine.errors import CheckpointError
+from engine.library.listing import READY, list_models
 from engine.lm import MoshiLM
 from engine.paths import DEMO_MODEL_DIR, TOKENIZER_NAME
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
@@ -162,7 +163,7 @@ def test_locating_checkpoints(hf_cache, demo_copy):
     assert hub.resolve("someone/tiny-duplex") == (snapshot, "someone/tiny-duplex")
     assert hub.resolve(snapshot) == (snapshot, "someone/tiny-duplex")
     assert hub.resolve(snapshot.parent.parent) == (snapshot, "someone/tiny-duplex")
-    found = {c.name: c.path for c in hub.find_local_checkpoints()}
+    found = {e.name: e.location for e in list_models(hf_cache) if e.state == READY}
     assert found == {"demo": DEMO_MODEL_DIR, "someone/tiny-duplex": snapshot,
                      "kyutai/moshiko-pytorch-bf16": snapshot.parents[2] / "models--kyutai--moshiko-pytorch-bf16"
                      / "snapshots" / "abc123"}

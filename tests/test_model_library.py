@@ -77,6 +77,8 @@ def test_sizes_come_from_the_hub_and_only_needed_files_count(hub, cache):
     int8 = plan_download(client, BF16, "int8", "cpu")
     assert int8.remote.repo == Q8 and LM_Q8_NAME in int8.remote.files and "official int8" in int8.note
     assert int8.memory.weight_bytes < plan.memory.weight_bytes
+    # Asking cached the config.json it read; that is no download: the list still says so.
+    assert next(e for e in list_models(cache) if e.name == BF16).state == REMOTE
     with pytest.raises(HubError, match=f"{NOT_A_MODEL}: not a duplex speech model.*no {MIMI_NAME}"):
         client.remote(NOT_A_MODEL)
 
@@ -190,3 +192,20 @@ def test_remove_frees_a_downloaded_model(hub, cache):
     assert next(e for e in list_models(cache) if e.name == BF16).state == REMOTE
     with pytest.raises(HubError, match=f"{BF16}: not in the Hugging Face cache"):
         remove_model(BF16, cache)
+
+
+@pytest.mark.parametrize("name", ["../../outside/secret.safetensors", "/etc/passwd", ["a list"], 7])
+def test_a_config_naming_files_outside_its_folder_is_refused(hub, cache, tmp_path, name):
+    import json
+    files = {**demo_files(), "config.json": json.dumps({**json.loads(demo_files()["config.json"].read_text()),
+                                                        "mimi_name": name}).encode()}
+    hub.add_repo("someone/hostile", files)
+    with pytest.raises(HubError, match="someone/hostile/config.json: .* (outside the model's folder|not a file name)"):
+        client_for(hub, cache).remote("someone/hostile")
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    for file_name, content in files.items():
+        (folder / file_name).write_bytes(content if isinstance(content, bytes) else content.read_bytes())
+    assert missing_files(folder)[0].startswith("usable config.json")  # not a model, in the list or the loader
+    with pytest.raises(HubError.__mro__[1], match="(outside the model's folder|not a file name)"):
+        load_model(folder)

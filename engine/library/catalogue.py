@@ -3,8 +3,9 @@ repository the loader needs (the official layout)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
-from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME
+from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,9 @@ def needed_files(listing: set[str], config: dict | None, weights: str | None, re
     for `weights` ("int8": the int8 file where the repository has one). Raises ValueError
     naming what the official layout lacks."""
     config = config or {}
+    for key in ("moshi_name", "mimi_name", "tokenizer_name"):
+        if key in config:
+            file_in(Path(), config[key], f"{repo}/config.json")  # raises for a path out of it
     if "moshi_name" in config:
         lm = config["moshi_name"]
     elif weights == "int8" and LM_Q8_NAME in listing or LM_NAME not in listing:
@@ -55,3 +59,4 @@ def needed_files(listing: set[str], config: dict | None, weights: str | None, re
                          f"{', '.join(missing)})")
     extra = ["config.json"] if "config.json" in listing else []
     return extra + required + [name for name in OPTIONAL_FILES if name in listing]
+

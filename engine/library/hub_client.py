@@ -16,7 +16,6 @@ from ..errors import HubError
 from .catalogue import needed_files
 from .progress import DownloadCancelled, Progress, ProgressMeter, size_text
 
-HUB_PAGE = "https://huggingface.co/{repo}"
 log = logging.getLogger(__name__)
 
 
@@ -55,7 +54,7 @@ class HubClient:
 
     def page(self, repo: str) -> str:
         """The repository's page on the Hub (where a gated model's licence is accepted)."""
-        return HUB_PAGE.format(repo=repo) if "huggingface.co" in self.endpoint else f"{self.endpoint}/{repo}"
+        return f"{self.endpoint}/{repo}"
 
     def gated_hint(self, repo: str) -> str:
         return (f"{repo} is gated: accept its licence at {self.page(repo)} and give a Hugging Face access "
@@ -146,6 +145,9 @@ class HubClient:
                                        cache_dir=self.cache_dir, endpoint=self.endpoint,
                                        token=self.token or False, tqdm_class=meter.hook())
             meter.finish_file(size)
+            # The Xet path reports progress from its own thread, where a cancel raised in the
+            # hook is only logged: the file completes, and the download stops here.
+            meter.check_cancelled()
             if index == 0 and snapshot not in Path(path).parents:
                 raise HubError(f"{remote.repo}: the repository changed while downloading; try again")
         return snapshot
@@ -160,8 +162,8 @@ class HubClient:
         path = Path(constants.HF_TOKEN_PATH)
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}.part")
-        part.write_text(token)
-        part.chmod(0o600)
+        with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+            file.write(token)  # readable by the user alone from its first byte
         os.replace(part, path)
         return str(who.get("name", ""))
 
@@ -209,14 +211,14 @@ def describe_failure(exc: BaseException, repo: str, client: HubClient) -> str | 
         return f"{repo}: no such model repository on {client.endpoint} (or it is private)"
     if isinstance(exc, RevisionNotFoundError):
         return f"{repo}: the Hub has no 'main' revision for it"
+    if isinstance(exc, LocalEntryNotFoundError) or _is_network_error(exc):  # a subclass of the next
+        return f"{repo}: cannot reach {client.endpoint} ({type(exc).__name__}); check the network"
     if isinstance(exc, EntryNotFoundError):
         return f"{repo}: a file it lists is missing on the Hub ({exc})"
     if isinstance(exc, HfHubHTTPError) and status == 401:
         return f"{repo}: the Hub refused the access token (invalid or expired); give a new one"
     if isinstance(exc, HfHubHTTPError) and status is not None:
         return f"{repo}: the Hub answered HTTP {status}; try again later"
-    if isinstance(exc, LocalEntryNotFoundError) or _is_network_error(exc):
-        return f"{repo}: cannot reach {client.endpoint} ({type(exc).__name__}); check the network"
     if isinstance(exc, OSError):  # the client's size/hash checks, a full disk, a read-only cache
         return f"{repo}: {exc}"
     return None

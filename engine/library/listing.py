@@ -32,7 +32,6 @@ class ModelEntry:
     location: Path | None
     size_on_disk: int = 0
     gated: bool = False
-    int8_repo: str | None = None
 
 
 def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEntry]:
@@ -41,21 +40,20 @@ def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEnt
                           DEMO_MODEL_DIR, _folder_size(DEMO_MODEL_DIR))]
     cached = {c.repo: c for c in cached_models(cache_dir)}
     for model in KNOWN_MODELS:
-        entries.append(_hub_entry(model.repo, model.about, cached.pop(model.repo, None), model.gated,
-                                  model.int8_repo))
+        entries.append(_hub_entry(model.repo, model.about, cached.pop(model.repo, None), model.gated))
     for repo, found in cached.items():
-        entries.append(_hub_entry(repo, "A model from the Hugging Face Hub", found, False, None))
+        entries.append(_hub_entry(repo, "A model from the Hugging Face Hub", found, False))
     for folder in folders:
         path = Path(folder)
-        if not missing_files(path):
+        if path.is_dir() and not missing_files(path):
             entries.append(ModelEntry(str(path), "A checkpoint folder", "folder", READY, path, _folder_size(path)))
     return entries
 
 
-def _hub_entry(repo, about, cached, gated, int8_repo) -> ModelEntry:
+def _hub_entry(repo: str, about: str, cached, gated: bool) -> ModelEntry:
     state = REMOTE if cached is None else READY if cached.complete else PARTIAL
     return ModelEntry(repo, about, "Hugging Face", state, cached.snapshot if cached else None,
-                      cached.size_on_disk if cached else 0, gated, int8_repo)
+                      cached.size_on_disk if cached else 0, gated)
 
 
 def _folder_size(folder: Path) -> int:

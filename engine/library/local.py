@@ -15,6 +15,7 @@ from .catalogue import KNOWN, needed_files
 log = logging.getLogger(__name__)
 # Names only duplex checkpoints use (many models ship a model.safetensors).
 _OURS = {LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME}
+_WEIGHTS = _OURS | {LM_NAME}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,12 +27,15 @@ class CachedModel:
     size_on_disk: int
 
 
-def missing_files(folder: Path, name: str = "") -> list[str]:
-    """What a checkpoint folder lacks of the official layout ([] when complete)."""
+def missing_files(folder: Path) -> list[str]:
+    """What a checkpoint folder lacks of the official layout ([] when complete); a config.json
+    naming files that cannot be its own makes it no model at all."""
     listing = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     try:
-        files = needed_files(listing, _config(folder), None, name or str(folder))
-    except ValueError:
+        files = needed_files(listing, _config(folder), None, str(folder))
+    except ValueError as exc:
+        if "not a duplex speech model" not in str(exc):
+            return [f"usable config.json ({exc})"]
         files = [LM_NAME, MIMI_NAME, TOKENIZER_NAME]
     return [f for f in files if not (folder / f).exists()]
 
@@ -57,12 +61,16 @@ def cached_models(cache_dir: str | Path) -> list[CachedModel]:
     for repo in sorted(info.repos, key=lambda r: r.repo_id):
         if repo.repo_type != "model":
             continue
+        # A complete revision first (the loader takes one), else the newest partial one.
+        candidates = []
         for rev in sorted(repo.revisions, key=lambda r: r.last_modified, reverse=True):
             names = {f.file_name for f in rev.files}
-            if repo.repo_id in KNOWN or names & _OURS:
-                complete = not missing_files(rev.snapshot_path, repo.repo_id)
-                found.append(CachedModel(repo.repo_id, rev.snapshot_path, complete, rev.size_on_disk))
-                break
+            # Asking the Hub about a model caches its config.json: that alone is no download.
+            if names & (_WEIGHTS if repo.repo_id in KNOWN else _OURS):
+                candidates.append(CachedModel(repo.repo_id, rev.snapshot_path, not missing_files(rev.snapshot_path),
+                                              rev.size_on_disk))
+        if candidates:
+            found.append(max(candidates, key=lambda c: c.complete))
     return found
 
 
@@ -83,4 +91,8 @@ def remove_model(repo: str, cache_dir: str | Path) -> int:
         strategy.execute()
     except OSError as exc:
         raise HubError(f"{repo}: could not remove all of its files ({exc})") from None
+    # The client logs a file it could not delete and goes on: what is left says so.
+    left = [p for p in strategy.snapshots | strategy.blobs if p.exists()]
+    if left:
+        raise HubError(f"{repo}: could not remove {len(left)} of its files (in use, or no permission), e.g. {left[0]}")
     return strategy.expected_freed_size
