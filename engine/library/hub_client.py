@@ -3,6 +3,7 @@ the client's normal cache (so the Hugging Face CLI and other tools share it). Ev
 becomes a HubError whose one line names the repository, what failed and what was kept."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -168,28 +169,21 @@ class HubClient:
         return str(who.get("name", ""))
 
     # --- errors -------------------------------------------------------------------------
+    @contextlib.contextmanager
     def _errors(self, repo: str, kept: int = 0):
-        return _HubErrors(self, repo, kept)
-
-
-class _HubErrors:
-    """Turns what the client raises into one line for the user."""
-
-    def __init__(self, client: HubClient, repo: str, kept: int):
-        self.client, self.repo, self.kept = client, repo, kept
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None or isinstance(exc, (HubError, DownloadCancelled)):
-            return False
-        message = describe_failure(exc, self.repo, self.client)
-        if message is None:
-            return False  # not the Hub's or the network's: a bug, raised as it is
-        if self.kept:
-            message += f"; kept the {size_text(self.kept)} already downloaded"
-        raise HubError(message) from None
+        """Turns what the client raises into one line for the user; anything that is neither
+        the Hub's nor the network's is a bug, raised as it is."""
+        try:
+            yield
+        except (HubError, DownloadCancelled):
+            raise
+        except Exception as exc:
+            message = describe_failure(exc, repo, self)
+            if message is None:
+                raise
+            if kept:
+                message += f"; kept the {size_text(kept)} already downloaded"
+            raise HubError(message) from None
 
 
 def describe_failure(exc: BaseException, repo: str, client: HubClient) -> str | None:
