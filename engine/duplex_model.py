@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tarfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece
@@ -120,7 +121,7 @@ def read_lm_checkpoint(path_or_name: str | Path, download: bool = False, layout_
     lm_path = hub.lm_file(root, meta)
     tensors = read_safetensors_layout(lm_path) if layout_only else read_safetensors(lm_path)
     name = _model_name(meta, root, repo)
-    return LMCheckpoint(root, meta, lm_path, name, _lm_config(meta, root, name, repo, tensors, lm_path), tensors)
+    return LMCheckpoint(root, meta, lm_path, name, lm_config(meta, root, name, repo, tensors, lm_path), tensors)
 
 
 def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
@@ -181,7 +182,10 @@ def _model_name(meta: dict, root: Path, repo: str | None) -> str:
     return root.name
 
 
-def _lm_config(meta: dict, root: Path, name: str, repo: str | None, tensors: dict, lm_path: Path) -> LMConfig:
+def lm_config(meta: dict, root: Path, name: str, repo: str | None, tensors: Iterable[str], lm_path: Path
+              ) -> LMConfig:
+    """A checkpoint's LMConfig from its config.json (`meta`), else its known repository's,
+    else the 7B shape its tensor names give."""
     # The checkpoint says how many depformer steps it has. NVIDIA's PersonaPlex loader
     # likewise ignores config.json and fixes 16 steps.
     steps = sum(1 for k in tensors if k.startswith("linears.") and k.endswith(".weight"))

@@ -79,6 +79,11 @@ def test_sizes_come_from_the_hub_and_only_needed_files_count(hub, cache):
     assert int8.memory.weight_bytes < plan.memory.weight_bytes
     # Asking cached the config.json it read; that is no download: the list still says so.
     assert next(e for e in list_models(cache) if e.name == BF16).state == REMOTE
+    # No config.json and not a known repository: the LM's header on the Hub gives its shape (the
+    # demo's 16 depformer steps: PersonaPlex's 7B).
+    hub.add_repo("someone/no-config", {n: p for n, p in demo_files().items() if n != "config.json"})
+    bare = plan_download(client, "someone/no-config", None, "cpu")
+    assert bare.memory is not None and bare.memory.weight_bytes > 10**10
     with pytest.raises(HubError, match=f"{NOT_A_MODEL}: not a duplex speech model.*no {MIMI_NAME}"):
         client.remote(NOT_A_MODEL)
 

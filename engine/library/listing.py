@@ -92,31 +92,20 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
 
 
 def _memory(client: HubClient, remote: RemoteModel, weights: str, device):
-    from ..config.lm import CONFIGS, from_lm_kwargs
+    from ..duplex_model import lm_config
     from ..memory_plan import plan_for_config
     from ..paths import MIMI_NAME
-    config = remote.config or {}
-    if "dim" in config:
-        cfg = from_lm_kwargs(config, f"{remote.repo}/config.json", remote.repo)
-    elif remote.repo in KNOWN:
-        cfg = CONFIGS[KNOWN[remote.repo].preset]
-    else:
-        preset = _preset_from_header(client, remote)
-        if preset is None:
+    config, lm = remote.config or {}, max(remote.files, key=remote.files.get)
+    names: list[str] | None = []
+    if "dim" not in config and remote.repo not in KNOWN:
+        # Its depformer steps say which 7B shape it is, as the loader decides: read from the
+        # LM file's header on the Hub (ranged reads, no download).
+        names = client.tensor_names(remote, lm)
+        if names is None:
             return None
-        cfg = CONFIGS[preset]
     try:
+        cfg = lm_config(config, Path(remote.repo), remote.repo, remote.repo, names, Path(remote.repo) / lm)
         return plan_for_config(remote.repo, cfg, weights, device, remote.files.get(
             config.get("mimi_name", MIMI_NAME), 0))
     except CheckpointError:
         return None
-
-
-def _preset_from_header(client: HubClient, remote: RemoteModel) -> str | None:
-    """The checkpoint's depformer steps, read from the LM file's header on the Hub (ranged
-    reads, no download), say which 7B shape it is, as the loader decides."""
-    names = client.tensor_names(remote, max(remote.files, key=remote.files.get))
-    if names is None:
-        return None
-    steps = sum(1 for k in names if k.startswith("linears.") and k.endswith(".weight"))
-    return "personaplex" if steps == 16 else "moshiko"
