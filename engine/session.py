@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,12 +27,16 @@ from .families import conversation_for
 from .families.diffuplex.stats import WakeReport
 from .families.moshi.conversation import Persona
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
+from .runtime.stages import Regeneration
 from .runtime.timing import FrameTimer, SpeakMeter
 from .state import Store
 from .state.placement import new_store, placement_for
 
-__all__ = ["DuplexSession", "FrameOutput", "Persona"]
+__all__ = ["DuplexSession", "FrameOutput", "Persona", "Preparing"]
 log = logging.getLogger(__name__)
+PREPARE_SHARE = 0.5
+"""A frame (its own work and the recording of a change's graphs after it) ends within this
+share of the cadence, recording at least one graph: the rest is the audio path's margin."""
 
 
 @dataclasses.dataclass
@@ -52,6 +57,19 @@ class FrameOutput:
     """Device memory in use after this frame (torch's plus state mapped outside it); None on CPU."""
     diffuplex: WakeReport | None = None
     """What DiffuPlex did this frame (woke, or played a predicted frame); None when it did not run."""
+    applied: tuple[str, ...] = ()
+    """The options (RuntimeOptions field names) that took effect at this frame."""
+    preparing: Preparing | None = None
+    """A change of options being prepared (it takes effect once its graphs are recorded)."""
+
+
+class Preparing(NamedTuple):
+    """A change of options waiting for its graphs, recorded between frames (counted in their
+    time) while the conversation goes on under the options in force."""
+    fields: tuple[str, ...]
+    """The RuntimeOptions fields that change."""
+    recorded: int
+    total: int
 
 
 class DuplexSession:
@@ -68,6 +86,8 @@ class DuplexSession:
         self.options = self._checked(options)
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
+        self._change: tuple[RuntimeOptions, tuple[str, ...], Regeneration] | None = None
+        """Options being prepared: (them, the fields that change, their graphs' regeneration)."""
         cuda = self.device.type == "cuda"
         self.timer = FrameTimer(self.device)
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
@@ -166,19 +186,55 @@ class DuplexSession:
                 log.info("%s requested: %s", toggle, reasons[toggle])
         return options
 
-    def _apply_pending(self) -> None:
+    def _apply_pending(self, wait: bool = False) -> tuple[str, ...]:
+        """The options set since the last frame, in force from now, unless they need graphs
+        the conversation does not have: those are recorded after this and the next frames
+        (`_prepare_more`) and the options take effect once they are (at once with `wait`:
+        before a conversation). Returns the fields that took effect."""
         with self._pending_lock:
             new, self._pending = self._pending, None
-        if new is None:
-            return
-        if placement_for(self.device, new) is not type(self.store):
-            self.runner.move_state(new_store(self.conversation.regions(), self.device, new))
-        self.conversation.configure(new)
-        self.options = new
+        if new is not None:
+            if self._change is not None:  # newer options: prepare for them instead
+                self._change[2].cancel()
+                self._change = None
+            changed = tuple(field.name for field in dataclasses.fields(new)
+                            if getattr(new, field.name) != getattr(self.options, field.name))
+            store = None
+            if placement_for(self.device, new) is not type(self.store):
+                store = new_store(self.conversation.regions(), self.device, new)
+            regeneration = self.conversation.regeneration(self.options, new, store)
+            if regeneration is None:
+                if store is not None:
+                    self.runner.move_state(store)
+                self._set(new)
+                return changed
+            self._change = new, changed, regeneration
+        if self._change is None or not (wait or self._change[2].done):
+            return ()
+        (new, changed, regeneration), self._change = self._change, None
+        self.conversation.configure(new)  # drops the graphs in use: the new ones come next
+        regeneration.finish()
+        self._set(new)
+        return changed
+
+    def _set(self, options: RuntimeOptions) -> None:
+        self.conversation.configure(options)
+        self.options = options
+
+    def _prepare_more(self, began: float) -> Preparing | None:
+        """Record some of a pending change's graphs, within the frame's share of the cadence."""
+        if self._change is None:
+            return None
+        new, changed, regeneration = self._change
+        regeneration.step(began + PREPARE_SHARE * self.model.frame_size / self.model.sample_rate)
+        return Preparing(changed, regeneration.total - len(regeneration.todo), regeneration.total)
 
     def close(self) -> None:
         """Give back what lives outside Python's reach: the graphs, then the memory mapped
         for demand-sized state."""
+        if self._change is not None:
+            self._change[2].cancel()
+            self._change = None
         self.runner.close()
 
     # --- conversation ------------------------------------------------------------------------
@@ -186,13 +242,17 @@ class DuplexSession:
     def prepare(self) -> None:
         """Do before the conversation what its first frames would otherwise stall on: kernel
         compilation and graph capture, which only a GPU has (the app and `offline` call it on
-        CUDA), for the plain frame and, with a DiffuPlex predictor, the wakes of the K the
-        options give. The conversation starts afresh afterwards: the output is what it would
+        CUDA), for the plain frame and, with a DiffuPlex predictor, the wakes of every K it
+        can plan. The conversation starts afresh afterwards: the output is what it would
         have been. Options set later that change the shapes or the sampling compile or capture
         again where they first run."""
-        self._apply_pending()  # prepare for the options the conversation will run under
+        self._apply_pending(wait=True)  # prepare for the options the conversation will run under
         self._pcm_in.zero_()
-        self.conversation.prepare(self._pcm_in, self.options)
+        # With graphs even when replay is off, so that turning it on takes effect at once.
+        replayed = self.options.replace(graph_replay=True)
+        self.conversation.configure(replayed)
+        self.conversation.prepare(self._pcm_in, replayed)
+        self.conversation.configure(self.options)
         self.reset()
 
     def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False) -> bool:
@@ -201,7 +261,7 @@ class DuplexSession:
         returns False if it stopped the replay (reset again before stepping)."""
         if persona is not None:
             self.conversation.set_persona(persona)
-        self._apply_pending()
+        self._apply_pending(wait=True)
         self.generator.manual_seed(self.options.seed)
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
         self.options, done = self.conversation.reset(self.options, cancelled)
@@ -214,8 +274,9 @@ class DuplexSession:
         pcm = np.asarray(pcm)
         if pcm.shape != (model.frame_size,) or not np.issubdtype(pcm.dtype, np.floating):
             raise ValueError(f"a frame is float32 [{model.frame_size}], got {pcm.dtype} {list(pcm.shape)}")
-        self._apply_pending()
-        self.timer.begin()
+        self.timer.begin()  # a change's cost (a state move) counts to the frame it delays
+        applied = self._apply_pending()
+        self.timer.mark(None)
         self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
         tokens, out, report = self.conversation.step(self._pcm_in, self.options, self.timer.mark)
         if tokens is not None:
@@ -223,11 +284,12 @@ class DuplexSession:
             self._tokens_out.copy_(tokens, non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the frame's one wait for the device
-        timings = self.timer.end()
+        preparing = self._prepare_more(self.timer.started)
+        timings = self.timer.end()  # its total: the frame and what was recorded after it
         if tokens is None:
             pcm_out, tokens_out, text = np.zeros(model.frame_size, np.float32), None, ""
         else:
             pcm_out, tokens_out = self._pcm_out.numpy().copy(), self._tokens_out.numpy().copy()
             text = self.conversation.text_piece(int(tokens_out[0]))
         return FrameOutput(pcm_out, text, tokens_out, timings, tuple(self.meter.add(timings["total"])),
-                           self.state_bytes(), self.gpu_memory_bytes(), report)
+                           self.state_bytes(), self.gpu_memory_bytes(), report, applied, preparing)

@@ -1,8 +1,11 @@
 """A prepared session with the demo model's DiffuPlex predictor: prepare() runs the wake shapes
-of the predictor's K too (on the CPU eagerly, since graphs need CUDA), and the conversation
-after it is an unprepared one's bit for bit; loading a predictor or changing options after
-prepare() still gives a fresh session's output. On CUDA, the first frames after prepare()
-neither run a stage for the first time nor capture a graph."""
+of every K up to the predictor's block and the AR frames that catch up played ones (on the
+CPU eagerly, since graphs need CUDA), and the conversation after it is an unprepared one's bit
+for bit; loading a predictor or changing options after prepare() still gives a fresh
+session's output, and switching policy or K mid-conversation meets no new shape. On CUDA, the
+first frames after prepare() neither run a stage for the first time nor capture a graph, and
+a change that needs new graphs mid-conversation records them between frames, outside the
+conversation's own work, taking effect when they are ready."""
 import pytest
 import torch
 
@@ -70,10 +73,29 @@ def test_a_prepared_diffuplex_session_gives_what_a_fresh_one_gives(model, audio,
         assert any(f.diffuplex is not None and not f.diffuplex.woke for f in out)  # predictions played
 
 
-def test_the_options_block_decides_the_shapes(model):
+def _every_shape() -> list:
+    return [*(key for k in range(1, K + 1) for key in _shape_keys(k)),
+            *(key for n in range(1, K + 1) for k in range(n) for key in wake_keys(n, k))]
+
+
+def test_every_k_and_every_switch_of_k_is_prepared(model):
     session = DuplexSession(model, _options("speak", block=2), PERSONA, predictor=model.predictor_file)
     session.prepare()
-    assert session.runner.prepared(_shape_keys(2)) and not session.runner.prepared(wake_keys(0, K))
+    assert session.runner.prepared(_every_shape())
+
+
+SWITCHES = {4: _options("speak", "off", block=2), 12: _options("ar"), 16: _options("speak", "off"),
+            24: _options("listen", block=3), 30: _options("speak", "off", block=1), 34: _options("ar")}
+"""Policy and K changed mid-conversation, with frames played before each switch to AR."""
+
+
+def test_switching_policy_or_k_mid_conversation_meets_no_new_shape(model, audio):
+    session = DuplexSession(model, _options("ar"), PERSONA, predictor=model.predictor_file)
+    session.prepare()
+    ran = set(session.runner._ran)
+    out = run(session, audio, SWITCHES)
+    assert any(f.diffuplex is not None and not f.diffuplex.woke for f in out)
+    assert set(session.runner._ran) == ran, set(session.runner._ran) - ran
 
 
 def test_a_predictor_loaded_after_prepare_gives_a_fresh_sessions_output(model, audio, fresh):
@@ -127,9 +149,54 @@ def test_after_prepare_the_first_frames_only_replay(audio, policy, verify):
         return run_stage(stage, replay)
 
     runner.run = counted_run
-    runner.graphs.capture = lambda key, work: (captured.append(key), capture(key, work))[1]
+    runner.graphs.capture = lambda key, work, into=None: (captured.append(key), capture(key, work, into))[1]
     out = run(session, audio)
     assert eager == [] and captured == [], (eager, captured)
     assert_identical(out, expected)
+    session.close()
+    torch.cuda.synchronize()
+
+
+MID_CHANGES = {6: _options("speak", "off", text_temperature=0.9, audio_top_k=40),
+               26: _options("speak", "off", text_temperature=0.9, audio_top_k=40, demand_sized_state=False),
+               46: _options("ar", greedy=True, demand_sized_state=False), 66: _options("listen", block=2),
+               70: _options("listen", block=2, graph_replay=False, audio_top_k=7), 76: _options("speak", "off"),
+               100: _options("ar", text_top_k=10), 101: _options("speak", "off", block=3, text_top_k=5)}
+"""Mid-conversation changes that need new graphs (sampling, the state's placement, replay back
+on after sampling changed without it) mixed with policy and K, each given time to take effect
+but the last two (a newer change replaces one being prepared)."""
+
+
+@pytest.mark.gpu
+def test_changes_mid_conversation_are_prepared_between_frames(audio):
+    """After prepare(), no frame runs a stage for the first time or captures a graph, whatever
+    the changes: graphs a change needs are recorded between frames (a regeneration) while the
+    conversation goes on under the options in force, which change at the frame each change
+    reports as applied (at once when no graph is needed); the output is then an eager session's given each change at that frame."""
+    model = load_model("demo", device="cuda")
+    audio = split_frames(read_audio(SPEECH_SAMPLE))[:120]
+    session = DuplexSession(model, _options("ar"), PERSONA, predictor=model.predictor_file)
+    session.prepare()
+    runner, live = session.runner, []
+    run_stage = runner.run
+
+    def counted_run(stage, replay=True):
+        if runner.replay and not (replay and runner.may_replay((stage.key,)) and stage.key in runner.graphs.graphs):
+            live.append(stage.key)  # run eagerly or captured inside a frame, with replay on
+        return run_stage(stage, replay)
+
+    runner.run = counted_run
+    out = run(session, audio, MID_CHANGES)
+    applied = [i for i, f in enumerate(out) if f.applied]
+    changes = [(i, options) for i, options in MID_CHANGES.items() if i != 100]  # 101 replaced it
+    assert len(applied) == len(changes), applied
+    assert all(at >= i for at, (i, _) in zip(applied, changes)) and any(f.preparing is not None for f in out)
+    assert live == []
+    eager_changes = {at: options.replace(graph_replay=False, demand_sized_state=False)
+                     for at, (_, options) in zip(applied, changes)}
+    expected = run(DuplexSession(model, _options("ar", graph_replay=False, demand_sized_state=False), PERSONA,
+                                 predictor=model.predictor_file), audio, eager_changes)
+    assert_identical(out, expected)
+    assert [f.diffuplex for f in out] == [f.diffuplex for f in expected]
     session.close()
     torch.cuda.synchronize()

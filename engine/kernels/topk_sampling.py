@@ -17,7 +17,7 @@ import triton.language as tl
 from . import MAX_VOCAB
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["top_k"])  # one kernel for every top-k: a change mid-conversation compiles nothing
 def _topk_race_kernel(LOGITS, EXPO, OUT, V, top_k, temperature, sl, se, BV: tl.constexpr):
     row = tl.program_id(0)
     idx = tl.arange(0, BV)

@@ -26,8 +26,11 @@ class Graphs:
         self.pool = None
         self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
 
-    def capture(self, key: Any, stage: Callable[[], Any]) -> None:
-        """Record `stage` as the graph of `key` without running it (a replay runs it)."""
+    def capture(self, key: Any, stage: Callable[[], Any], into: Any = None) -> Any:
+        """Record `stage` as the graph of `key` without running it (a replay runs it); returns
+        its outputs. `into`: outputs of an earlier capture of the same work (tensors, nested in
+        tuples as `stage` returns them) that this graph writes its own into, so the graphs of
+        other keys that read them read this one's."""
         graph = torch.cuda.CUDAGraph()
         if self.generator is not None:
             graph.register_generator_state(self.generator)
@@ -36,13 +39,14 @@ class Graphs:
         torch.cuda.synchronize(self.device)
         with torch.cuda.graph(graph, pool=self.pool):
             outputs = stage()  # recorded, not run
+            if into is not None:
+                outputs = _copy_into(into, outputs)
         self.graphs[key] = graph, outputs
+        return outputs
 
     def run(self, key: Any, stage: Callable[[], Any]) -> Any:
-        """Replay the graph of `key`, capturing `stage` first if it has none; returns the
-        outputs the capture recorded (rewritten by each replay)."""
-        if key not in self.graphs:
-            self.capture(key, stage)
+        """Replay the graph of `key` (captured); returns the outputs its capture recorded
+        (rewritten by each replay)."""
         graph, outputs = self.graphs[key]
         graph.replay()
         return outputs
@@ -50,3 +54,15 @@ class Graphs:
     def clear(self) -> None:
         self.graphs.clear()
         self.pool = None
+
+
+def _copy_into(into: Any, outputs: Any) -> Any:
+    """Copy `outputs` into the tensors of `into`, of the same structure; returns `into`."""
+    if isinstance(into, torch.Tensor):
+        into.copy_(outputs)
+    elif isinstance(into, tuple):
+        for a, b in zip(into, outputs, strict=True):
+            _copy_into(a, b)
+    elif into != outputs:
+        raise ValueError(f"a stage's outputs changed: {outputs!r} where its first capture gave {into!r}")
+    return into

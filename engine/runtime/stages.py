@@ -14,11 +14,18 @@ runner owns everything around them, written once for every family:
   read one another's outputs, by running the family's own step until each is done;
 - validity: graphs point into the store and bake in whatever the stages close over, so
   moving the state, replacing the store, or the family saying its inputs changed
-  (`invalidate`) drops them.
+  (`invalidate`) drops them;
+- generations: each key's graph writes its outputs where the key's first capture put them,
+  and the runner keeps the work it captured, so every graph can be recorded anew, under a
+  configuration not in use yet (`Regeneration`: new sampling, another placement of the
+  state) a few keys at a time while the graphs in use go on replaying, then swapped in.
 """
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -49,6 +56,13 @@ class StageRunner:
         self.graphs = Graphs(self.device, generator) if self.device.type == "cuda" else None
         self._ran: set[Any] = set()
         """Keys run eagerly in this store: their lazy initialisation is done, so they may be captured."""
+        self._works: dict[Any, Callable[[], Any]] = {}
+        """The work each key's graph was captured from: what a regeneration records again."""
+        self._outputs: dict[Any, Any] = {}
+        """Each key's outputs as its first capture recorded them: every later graph of the key
+        writes there, so graphs that read them (and the works above) stay valid."""
+        self._capture_s: dict[Any, float] = {}
+        """How long each key's last capture took (host time): how a regeneration budgets."""
         self.replay = False
         self.configure(options or RuntimeOptions())
 
@@ -71,6 +85,12 @@ class StageRunner:
         """Whether stages with these keys would replay now: replay is on and each ran eagerly.
         Stages that read one another's outputs ask for all of them at once (all replay or none)."""
         return self.replay and self._ran.issuperset(keys)
+
+    @property
+    def stale(self) -> bool:
+        """Some key once captured has no graph now (dropped while replay was off): turning
+        replay on needs a regeneration first."""
+        return not self.captured.issuperset(self._works)
 
     def prepared(self, keys: Iterable[Any]) -> bool:
         """Whether stages with these keys would neither run eagerly for the first time nor be
@@ -100,6 +120,8 @@ class StageRunner:
         runs eagerly once again before it is captured."""
         self.invalidate()
         self._ran.clear()
+        self._works.clear()
+        self._outputs.clear()
         old, self.store = self.store, store
         old.close()
 
@@ -122,6 +144,8 @@ class StageRunner:
         for clock, ticks in stage.ticks:
             self.store.advance(clock, ticks)
         if replay and self.may_replay((stage.key,)):
+            if stage.key not in self.graphs.graphs:
+                self._capture(self.graphs, stage.key, stage.work)
             return self.graphs.run(stage.key, stage.work)
         self._ran.add(stage.key)
         return stage.work()
@@ -137,7 +161,7 @@ class StageRunner:
         if self.replay:
             for stage in stages:
                 if stage.key not in self.graphs.graphs:
-                    self.graphs.capture(stage.key, stage.work)
+                    self._capture(self.graphs, stage.key, stage.work)
 
     def prepare_through(self, step: Callable[[], Any], keys: Iterable[Any], limit: int) -> None:
         """The capture policy ahead of time for stages that read one another's outputs (a
@@ -152,3 +176,72 @@ class StageRunner:
             step()
         if not self.prepared(keys):
             raise RuntimeError(f"{limit} steps left {[k for k in keys if not self.prepared((k,))]} unprepared")
+
+    def _capture(self, graphs: Graphs, key: Any, work: Callable[[], Any]) -> None:
+        start = time.perf_counter()
+        outputs = graphs.capture(key, work, self._outputs.get(key))
+        self._outputs.setdefault(key, outputs)
+        self._works[key] = work
+        self._capture_s[key] = time.perf_counter() - start
+
+    # --- generations -------------------------------------------------------------------------
+
+    def regenerate(self, configured: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+                   store: Store | None = None) -> Regeneration:
+        """A new generation of every graph captured so far, recorded under `configured()` (the
+        family's new settings, e.g. sampling, in force only while it records) and, given
+        `store`, into that store (another placement of the same regions)."""
+        return Regeneration(self, configured, store)
+
+    def _take(self, graphs: Graphs, store: Store | None) -> None:
+        """The regenerated graphs (and their store, the live state copied in) take over."""
+        if store is not None:
+            copy_state(self.store, store)
+        self.invalidate()  # the old generation first: it points into the old store
+        self.graphs = graphs
+        if store is not None:
+            old, self.store = self.store, store
+            old.close()
+
+
+class Regeneration:
+    """A runner's graphs recorded anew, a few keys at a time between frames. A capture records
+    without running anything, so until `finish` the conversation goes on exactly as it was,
+    replaying the graphs in use (or eagerly, with replay off)."""
+
+    def __init__(self, runner: StageRunner, configured: Callable[[], AbstractContextManager], store: Store | None):
+        self.runner, self.configured, self.store = runner, configured, store
+        self.graphs = Graphs(runner.device, runner.generator)
+        self.todo = list(runner._works)
+        self.total = len(self.todo)
+
+    @property
+    def done(self) -> bool:
+        return not self.todo
+
+    def step(self, deadline: float) -> None:
+        """Capture keys while each is expected to end before `deadline` (perf_counter time;
+        expected: its last capture's time), at least one."""
+        runner, live = self.runner, self.runner.store
+        with self.configured():
+            runner.store = self.store or live  # the works read the runner's store as they run
+            try:
+                first = True
+                while self.todo and (first or time.perf_counter() + runner._capture_s[self.todo[0]] <= deadline):
+                    key, first = self.todo.pop(0), False
+                    runner._capture(self.graphs, key, runner._works[key])
+            finally:
+                runner.store = live
+
+    def finish(self) -> None:
+        """Capture what is left, then the new graphs (and store) take over."""
+        while self.todo:
+            self.step(float("inf"))
+        self.runner._take(self.graphs, self.store)
+        self.store = None
+
+    def cancel(self) -> None:
+        self.graphs.clear()
+        if self.store is not None:
+            self.store.close()
+            self.store = None

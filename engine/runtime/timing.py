@@ -18,11 +18,12 @@ class FrameTimer:
     def __init__(self, device: torch.device | str):
         self.cuda = torch.device(device).type == "cuda"
         self._marks: list[tuple[str | None, object]] = []
-        self._start = 0.0
+        self.started = 0.0
+        """perf_counter time the frame began."""
 
     def begin(self) -> None:
         self._marks = []
-        self._start = time.perf_counter()
+        self.started = time.perf_counter()
         self.mark(None)
 
     def mark(self, stage: str | None) -> None:
@@ -41,7 +42,7 @@ class FrameTimer:
         for (_, a), (stage, b) in zip(self._marks, self._marks[1:]):
             if stage is not None:
                 out[stage] += a.elapsed_time(b) / 1000 if self.cuda else b - a
-        out["total"] = time.perf_counter() - self._start
+        out["total"] = time.perf_counter() - self.started
         return out
 
 

@@ -56,12 +56,18 @@ def test_switching_mid_conversation_bit_identical(model, audio, baseline):
     assert_identical(run(session, audio, {6: on, 20: graphs_only, 31: on, 40: off, 41: on}), baseline)
 
 
-def test_sampling_changes_recapture(model, audio):
+def test_sampling_changes_take_effect_once_their_graphs_are_recorded(model, audio):
+    """New sampling needs new graphs: they are recorded after the frames that follow the change
+    (the old ones replaying meanwhile) and the change takes effect at the frame that reports it;
+    an eager session given the change at that frame gives the same output."""
     session = DuplexSession(model, RuntimeOptions(seed=1, demand_sized_state=False), PERSONA)
     eager = DuplexSession(model, RuntimeOptions(seed=1, **PLAIN), PERSONA)
     greedy = RuntimeOptions(seed=1, greedy=True, demand_sized_state=False)
     a = run(session, audio, {30: greedy})
-    b = run(eager, audio, {30: greedy.replace(graph_replay=False)})
+    at = [i for i, f in enumerate(a) if f.applied]
+    assert len(at) == 1 and at[0] > 30 and a[at[0]].applied == ("greedy",)
+    assert a[30].preparing.fields == ("greedy",) and a[at[0] - 1].preparing[1:] == (4, 4)
+    b = run(eager, audio, {at[0]: greedy.replace(graph_replay=False)})
     assert_identical(a, b)
 
 

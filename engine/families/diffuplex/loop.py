@@ -133,3 +133,23 @@ def prepare_wakes(wakes: Wakes, predictor: Predictor, pcm: torch.Tensor, options
         script.accept = accept
         keys = [PLAY_KEY, *wake_keys(accept, k), *map(planned_key, range(accept))]
         wakes.frame.runner.prepare_through(lambda: loop.step(pcm, options, no_mark), keys, 3 * (k + 1))
+
+
+def prepare_switches(wakes: Wakes, predictor: Predictor, pcm: torch.Tensor, options: RuntimeOptions) -> None:
+    """As prepare_wakes, for the wakes that follow a switch of K or to AR mid-plan: n frames
+    played from a plan of the predictor's whole block, then a wake under a K below n (0: the
+    AR frame that catches them up) takes shape `wake_keys(n, k)`, one prepare_wakes never
+    meets."""
+    script = PlayFirst()
+    loop = DiffuPlexLoop(wakes, predictor, script)
+    block = predictor.spec.block
+    speak = options.replace(policy="speak", block=block)
+    for n in range(1, block + 1):
+        for k in range(n):
+            after = speak.replace(block=k) if k else speak.replace(policy="ar")
+
+            def step(after: RuntimeOptions = after) -> None:  # the whole plan until n are played, then the switch
+                loop.step(pcm, after if len(loop._consumed) == script.accept else speak, no_mark)
+
+            script.accept = n
+            wakes.frame.runner.prepare_through(step, wake_keys(n, k), 4 * (block + 2))

@@ -18,13 +18,14 @@ import torch
 from ...duplex_model import DuplexModel
 from ...lm.personaplex import DEFAULT_ROLE, wrap_role
 from ...options import RuntimeOptions
-from ...runtime.stages import StageRunner
+from ...runtime.stages import Regeneration, StageRunner
+from ...state import Store
 from ...state.placement import new_store
-from ..diffuplex.loop import DiffuPlexLoop, prepare_wakes
+from ..diffuplex.loop import DiffuPlexLoop, prepare_switches, prepare_wakes
 from ..diffuplex.predictor import Predictor, load_predictor
 from ..diffuplex.stats import WakeReport
 from ..diffuplex.wake import Wakes
-from .frame import FRAME_KEYS, MoshiFrame
+from .frame import FRAME_KEYS, MoshiFrame, sampling_of
 from .prompts import replay_prompts
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,18 @@ class MoshiConversation:
         self.runner.configure(options)
         self.frame.configure(options)
 
+    def regeneration(self, old: RuntimeOptions, new: RuntimeOptions, store: Store | None = None
+                     ) -> Regeneration | None:
+        """The graphs a change from `old` to `new` needs before it takes effect (recorded in the
+        background: see Regeneration), or None when the graphs in use serve `new`: sampling is
+        baked into graphs, another placement (`store`) moves what they point at, and turning
+        replay on needs graphs dropped while it was off."""
+        replay = new.graph_replay and self.runner.can_replay
+        if not replay or not (store is not None or sampling_of(old) != sampling_of(new)
+                              or (not old.graph_replay and self.runner.stale)):
+            return None
+        return self.runner.regenerate(lambda: self.frame.sampling_as(new), store)
+
     def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool]) -> tuple[RuntimeOptions, bool]:
         """A new conversation under `options`: the state sized for the predictor's wakes, zeroed,
         and PersonaPlex's prompts replayed (`cancelled()` checked every prompt frame). Returns
@@ -143,7 +156,9 @@ class MoshiConversation:
         then) and, with graph replay, been captured, so that its first frames neither compile
         nor capture; then the state goes back to zero. The plain frame first (output starts
         after the delay lines fill: one eager frame with output, then one that captures); with
-        a predictor, whatever the policy (the app picks it after loading), the wakes of its K."""
+        a predictor, whatever the policy and K (both may change mid-conversation), the wakes of
+        every K up to its block and those that follow a switch of K or to AR mid-plan, so a
+        switch of policy or K never compiles."""
         self._size_for(self.predictor, options)
         frame = self.frame
         with torch.no_grad():
@@ -153,7 +168,9 @@ class MoshiConversation:
             limit = self.model.cfg.max_delay + self.model.lm.lines.lead + 3
             self.runner.prepare_through(lambda: frame.frame(pcm), FRAME_KEYS, limit)
             if self.predictor is not None:
-                prepare_wakes(self._wakes, self.predictor, pcm, options)
+                for k in range(1, self.predictor.spec.block + 1):
+                    prepare_wakes(self._wakes, self.predictor, pcm, options.replace(block=k))
+                prepare_switches(self._wakes, self.predictor, pcm, options)
             frame.reset()
 
     def _size_for(self, predictor: Predictor | None, options: RuntimeOptions) -> None:

@@ -14,7 +14,8 @@ wakes from the same pieces (`frame_rows`, `wake_of`, `run_lm`, `codebooks`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -64,6 +65,17 @@ class MoshiFrame:
         if sampling != (self.text_sampling, self.audio_sampling):
             self.text_sampling, self.audio_sampling = sampling
             self.runner.invalidate()
+
+    @contextlib.contextmanager
+    def sampling_as(self, options: RuntimeOptions) -> Iterator[None]:
+        """The sampling `options` ask for, while graphs for them are recorded (a regeneration);
+        the sampling in use after."""
+        kept = self.text_sampling, self.audio_sampling
+        self.text_sampling, self.audio_sampling = sampling_of(options)
+        try:
+            yield
+        finally:
+            self.text_sampling, self.audio_sampling = kept
 
     def reset(self) -> None:
         """A new conversation: state and frame count to zero (graphs stay valid)."""
