@@ -6,6 +6,7 @@ session's output, and switching policy or K mid-conversation meets no new shape.
 first frames after prepare() neither run a stage for the first time nor capture a graph, and
 a change that needs new graphs mid-conversation records them between frames, outside the
 conversation's own work, taking effect when they are ready."""
+import numpy as np
 import pytest
 import torch
 
@@ -158,10 +159,10 @@ def test_after_prepare_the_first_frames_only_replay(audio, policy, verify):
 
 
 MID_CHANGES = {6: _options("speak", "off", text_temperature=0.9, audio_top_k=40),
-               26: _options("speak", "off", text_temperature=0.9, audio_top_k=40, demand_sized_state=False),
-               46: _options("ar", greedy=True, demand_sized_state=False), 66: _options("listen", block=2),
-               70: _options("listen", block=2, graph_replay=False, audio_top_k=7), 76: _options("speak", "off"),
-               100: _options("ar", text_top_k=10), 101: _options("speak", "off", block=3, text_top_k=5)}
+               46: _options("speak", "off", text_temperature=0.9, audio_top_k=40, demand_sized_state=False),
+               86: _options("ar", greedy=True, demand_sized_state=False), 126: _options("listen", block=2),
+               130: _options("listen", block=2, graph_replay=False, audio_top_k=7), 136: _options("speak", "off"),
+               196: _options("ar", text_top_k=10), 197: _options("speak", "off", block=3, text_top_k=5)}
 """Mid-conversation changes that need new graphs (sampling, the state's placement, replay back
 on after sampling changed without it) mixed with policy and K, each given time to take effect
 but the last two (a newer change replaces one being prepared)."""
@@ -172,9 +173,10 @@ def test_changes_mid_conversation_are_prepared_between_frames(audio):
     """After prepare(), no frame runs a stage for the first time or captures a graph, whatever
     the changes: graphs a change needs are recorded between frames (a regeneration) while the
     conversation goes on under the options in force, which change at the frame each change
-    reports as applied (at once when no graph is needed); the output is then an eager session's given each change at that frame."""
+    reports as applied (at once when no graph is needed); the output is then an eager
+    session's given each change at that frame."""
     model = load_model("demo", device="cuda")
-    audio = split_frames(read_audio(SPEECH_SAMPLE))[:120]
+    audio = np.tile(split_frames(read_audio(SPEECH_SAMPLE)), (2, 1))[:240]
     session = DuplexSession(model, _options("ar"), PERSONA, predictor=model.predictor_file)
     session.prepare()
     runner, live = session.runner, []
@@ -188,10 +190,11 @@ def test_changes_mid_conversation_are_prepared_between_frames(audio):
     runner.run = counted_run
     out = run(session, audio, MID_CHANGES)
     applied = [i for i, f in enumerate(out) if f.applied]
-    changes = [(i, options) for i, options in MID_CHANGES.items() if i != 100]  # 101 replaced it
+    changes = [(i, options) for i, options in MID_CHANGES.items() if i != 196]  # 197 replaced it
     assert len(applied) == len(changes), applied
     assert all(at >= i for at, (i, _) in zip(applied, changes)) and any(f.preparing is not None for f in out)
     assert live == []
+    print("frames until each change took effect:", [at - i for at, (i, _) in zip(applied, changes)])
     eager_changes = {at: options.replace(graph_replay=False, demand_sized_state=False)
                      for at, (_, options) in zip(applied, changes)}
     expected = run(DuplexSession(model, _options("ar", graph_replay=False, demand_sized_state=False), PERSONA,

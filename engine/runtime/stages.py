@@ -214,24 +214,31 @@ class Regeneration:
         self.graphs = Graphs(runner.device, runner.generator)
         self.todo = list(runner._works)
         self.total = len(self.todo)
+        self._spent = 0.0  # seconds its captures took
 
     @property
     def done(self) -> bool:
         return not self.todo
 
     def step(self, deadline: float) -> None:
-        """Capture keys while each is expected to end before `deadline` (perf_counter time;
-        expected: its last capture's time), at least one."""
+        """Capture keys while each is expected to end before `deadline` (perf_counter time), at
+        least one. Expected: the mean of this regeneration's captures so far (a key's first
+        capture, at load, also paid for one-time set-up), before any its last capture's."""
         runner, live = self.runner, self.runner.store
         with self.configured():
             runner.store = self.store or live  # the works read the runner's store as they run
             try:
                 first = True
-                while self.todo and (first or time.perf_counter() + runner._capture_s[self.todo[0]] <= deadline):
+                while self.todo and (first or time.perf_counter() + self._expected(self.todo[0]) <= deadline):
                     key, first = self.todo.pop(0), False
                     runner._capture(self.graphs, key, runner._works[key])
+                    self._spent += runner._capture_s[key]
             finally:
                 runner.store = live
+
+    def _expected(self, key: Any) -> float:
+        done = self.total - len(self.todo)
+        return self._spent / done if done else self.runner._capture_s[key]
 
     def finish(self) -> None:
         """Capture what is left, then the new graphs (and store) take over."""
