@@ -160,7 +160,8 @@ def test_after_prepare_the_first_frames_only_replay(audio, policy, verify):
 
 MID_CHANGES = {6: _options("speak", "off", text_temperature=0.9, audio_top_k=40),
                46: _options("speak", "off", text_temperature=0.9, audio_top_k=40, demand_sized_state=False),
-               86: _options("ar", greedy=True, demand_sized_state=False), 126: _options("listen", block=2),
+               86: _options("ar", greedy=True, demand_sized_state=False),
+               126: _options("listen", block=2, greedy=True, demand_sized_state=False),
                130: _options("listen", block=2, graph_replay=False, audio_top_k=7), 136: _options("speak", "off"),
                196: _options("ar", text_top_k=10), 197: _options("speak", "off", block=3, text_top_k=5)}
 """Mid-conversation changes that need new graphs (sampling, the state's placement, replay back

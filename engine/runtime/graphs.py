@@ -24,6 +24,7 @@ class Graphs:
     def __init__(self, device: torch.device, generator: torch.Generator | None = None):
         self.device, self.generator = device, generator
         self.pool = None
+        self._stream: torch.cuda.Stream | None = None  # captures run on a stream of their own
         self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
 
     def capture(self, key: Any, stage: Callable[[], Any], into: Any = None) -> Any:
@@ -36,11 +37,19 @@ class Graphs:
             graph.register_generator_state(self.generator)
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        # As torch.cuda.graph captures, without emptying the allocator's cache (and, in older
+        # torch, collecting garbage) before each capture: a regeneration captures between frames.
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = stage()  # recorded, not run
-            if into is not None:
-                outputs = _copy_into(into, outputs)
+        with torch.cuda.stream(self._stream):
+            graph.capture_begin(self.pool)
+            try:
+                outputs = stage()  # recorded, not run
+                if into is not None:
+                    outputs = _copy_into(into, outputs)
+            finally:
+                graph.capture_end()
         self.graphs[key] = graph, outputs
         return outputs
 
