@@ -34,9 +34,9 @@ from .state.placement import new_store, placement_for
 
 __all__ = ["DuplexSession", "FrameOutput", "Persona", "Preparing"]
 log = logging.getLogger(__name__)
-PREPARE_SHARE = 0.5
-"""A frame (its own work and the recording of a change's graphs after it) ends within this
-share of the cadence, recording at least one graph: the rest is the audio path's margin."""
+PREPARE_SHARE, PREPARE_LIMIT = 0.5, 0.9
+"""A frame (its own work and the recording of a change's graphs after it) ends within the
+first share of the cadence; to record one graph that does not fit there, within the second."""
 
 
 @dataclasses.dataclass
@@ -226,7 +226,8 @@ class DuplexSession:
         if self._change is None:
             return None
         new, changed, regeneration = self._change
-        regeneration.step(began + PREPARE_SHARE * self.model.frame_size / self.model.sample_rate)
+        cadence = self.model.frame_size / self.model.sample_rate
+        regeneration.step(began + PREPARE_SHARE * cadence, began + PREPARE_LIMIT * cadence)
         return Preparing(changed, regeneration.total - len(regeneration.todo), regeneration.total)
 
     def close(self) -> None:

@@ -220,16 +220,21 @@ class Regeneration:
     def done(self) -> bool:
         return not self.todo
 
-    def step(self, deadline: float) -> None:
-        """Capture keys while each is expected to end before `deadline` (perf_counter time), at
-        least one. Expected: the mean of this regeneration's captures so far (a key's first
-        capture, at load, also paid for one-time set-up), before any its last capture's."""
+    def step(self, deadline: float, limit: float) -> None:
+        """Capture keys while each is expected to end before `deadline` (perf_counter time),
+        and the first even after it while it is expected to end before `limit` (always with
+        replay off: eager frames leave no room, and the change must come). Expected: the mean
+        of this regeneration's captures so far (a key's first capture, at load, also paid for
+        one-time set-up), before any its last capture's."""
         runner, live = self.runner, self.runner.store
         with self.configured():
             runner.store = self.store or live  # the works read the runner's store as they run
             try:
                 first = True
-                while self.todo and (first or time.perf_counter() + self._expected(self.todo[0]) <= deadline):
+                while self.todo:
+                    ends = time.perf_counter() + self._expected(self.todo[0])
+                    if not (ends <= deadline or (first and (ends <= limit or not runner.replay))):
+                        break
                     key, first = self.todo.pop(0), False
                     runner._capture(self.graphs, key, runner._works[key])
                     self._spent += runner._capture_s[key]
@@ -243,7 +248,7 @@ class Regeneration:
     def finish(self) -> None:
         """Capture what is left, then the new graphs (and store) take over."""
         while self.todo:
-            self.step(float("inf"))
+            self.step(float("inf"), float("inf"))
         self.runner._take(self.graphs, self.store)
         self.store = None
 
