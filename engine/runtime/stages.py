@@ -204,6 +204,11 @@ class StageRunner:
             old.close()
 
 
+STARVED = 25
+"""Steps in a row a regeneration may record nothing (2 s of frames) before it records a graph
+that does not fit a frame's cadence: late rather than never."""
+
+
 class Regeneration:
     """A runner's graphs recorded anew, a few keys at a time between frames. A capture records
     without running anything, so until `finish` the conversation goes on exactly as it was,
@@ -215,6 +220,7 @@ class Regeneration:
         self.todo = list(runner._works)
         self.total = len(self.todo)
         self._spent = 0.0  # seconds its captures took
+        self._idle = 0  # steps in a row that recorded nothing
 
     @property
     def done(self) -> bool:
@@ -223,7 +229,8 @@ class Regeneration:
     def step(self, deadline: float, limit: float) -> None:
         """Capture keys while each is expected to end before `deadline` (perf_counter time),
         and the first even after it while it is expected to end before `limit` (always with
-        replay off: eager frames leave no room, and the change must come). Expected: the mean
+        replay off, where eager frames leave no room, or after STARVED steps that recorded
+        nothing: the change must come). Expected: the mean
         of this regeneration's captures so far (a key's first capture, at load, also paid for
         one-time set-up), before any its last capture's."""
         runner, live = self.runner, self.runner.store
@@ -233,13 +240,15 @@ class Regeneration:
                 first = True
                 while self.todo:
                     ends = time.perf_counter() + self._expected(self.todo[0])
-                    if not (ends <= deadline or (first and (ends <= limit or not runner.replay))):
+                    anyway = not runner.replay or self._idle >= STARVED
+                    if not (ends <= deadline or (first and (ends <= limit or anyway))):
                         break
                     key, first = self.todo.pop(0), False
                     runner._capture(self.graphs, key, runner._works[key])
                     self._spent += runner._capture_s[key]
             finally:
                 runner.store = live
+        self._idle = self._idle + 1 if first else 0
 
     def _expected(self, key: Any) -> float:
         done = self.total - len(self.todo)
