@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from PyQt6.QtCore import pyqtSignal
 from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from engine import DiffuPlexStats, RuntimeOptions
+from engine import FRAME_SECONDS, DiffuPlexStats, FrameOutput, RuntimeOptions
 
 from .audio_io import AudioCounters
 from .cadence_chart import CadenceChart
@@ -33,17 +33,19 @@ class CadencePanel(QWidget):
         self.memory_label = QLabel()
         self.audio_label = QLabel()
         self.diffuplex_label = QLabel()
+        self.change_label = QLabel()  # a change of the switches being prepared, or when it took effect
+        self.change_label.setWordWrap(True)
         self.audio_label.setWordWrap(True)
         self.controls = RuntimeControls(options)
         self.controls.changed.connect(self.options_changed)
         self.controls.adapter_requested.connect(self.adapter_requested)
-        controls_box = QGroupBox("Runtime (applies from the next frame)")
+        controls_box = QGroupBox("Runtime (changes apply between frames)")
         QVBoxLayout(controls_box).addWidget(self.controls)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.chart, 1)
         for label in (self.speak_label, self.frame_label, self.stage_label, self.diffuplex_label,
-                      self.memory_label, self.audio_label):
+                      self.memory_label, self.audio_label, self.change_label):
             layout.addWidget(label)
         layout.addWidget(controls_box)
         self.reset()
@@ -59,6 +61,7 @@ class CadencePanel(QWidget):
         self._refresh_labels()
         self.memory_label.setText("GPU memory in use: —")
         self.audio_label.setText("Audio: —")
+        self.change_label.hide()
         self.chart.update()
 
     def add_frame(self, report: FrameReport) -> None:
@@ -75,6 +78,10 @@ class CadencePanel(QWidget):
         memory += f" · streaming state {out.state_bytes / 2**20:.1f} MiB"
         self.memory_label.setText(memory)
         self.audio_label.setText(_audio_line(report.counters, self._backlog_cap_s))
+        change = _change_line(out, report.index)
+        if change is not None:
+            self.change_label.setText(change)
+            self.change_label.show()
         self.chart.update()
 
     # The runtime switches, for the window (their widget stays the panel's own).
@@ -114,3 +121,23 @@ def _audio_line(c: AudioCounters, backlog_cap_s: float | None) -> str:
     if c.dropped_output_s:
         line += f" · speaker queue full, {c.dropped_output_s:.2f} s dropped"
     return line
+
+
+_OPTION_NAMES = {"graph_replay": "graph replay", "demand_sized_state": "demand-sized state", "policy": "policy",
+                 "text_temperature": "text temperature", "text_top_k": "text top-k",
+                 "audio_temperature": "audio temperature", "audio_top_k": "audio top-k", "greedy": "greedy",
+                 "seed": "seed", "tau": "confidence τ", "block": "block K", "verify": "verification"}
+
+
+def _change_line(out: FrameOutput, index: int) -> str | None:
+    """What the frame says of a change of options: being prepared, or taken effect; else None."""
+    def names(fields):
+        return ", ".join(_OPTION_NAMES.get(f, f) for f in fields)
+
+    if out.applied:
+        return f"Applied at {index * FRAME_SECONDS:.1f} s: {names(out.applied)}."
+    if out.preparing is not None:
+        fields, recorded, total = out.preparing
+        return (f"Preparing {names(fields)}: recording graphs, {recorded} of {total}. "
+                "The conversation goes on as it was until they are ready.")
+    return None

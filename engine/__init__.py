@@ -10,7 +10,7 @@ _EXPORTS = {
     "DuplexModel": ".duplex_model", "load_model": ".duplex_model",
     "Mimi": ".mimi", "MimiStream": ".mimi", "load_mimi": ".mimi",
     "RuntimeOptions": ".options", "POLICIES": ".options", "TOGGLES": ".options",
-    "DuplexSession": ".session", "FrameOutput": ".session", "Persona": ".session",
+    "DuplexSession": ".session", "FrameOutput": ".session", "Preparing": ".session", "Persona": ".session",
     "CodecSession": ".codec_session",
     "DeviceMemoryError": ".errors",
     "load_model_mimi": ".duplex_model",

@@ -86,6 +86,26 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
     assert _colour_count(panel.chart.grab().toImage(), OVER) == 0
 
 
+def test_panel_says_when_a_change_is_prepared_and_when_it_took_effect(qtbot):
+    from engine import Preparing
+    panel = CadencePanel(RuntimeOptions())
+    qtbot.addWidget(panel)
+    counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
+    timings, pcm = _timings(0.01), np.zeros(1920, np.float32)
+    assert panel.change_label.isHidden()
+    preparing = FrameOutput(pcm, "", None, timings, (), 0, None, preparing=Preparing(("audio_top_k", "greedy"), 12, 50))
+    panel.add_frame(FrameReport(40, preparing, -60.0, counters))
+    assert not panel.change_label.isHidden()
+    assert "Preparing audio top-k, greedy: recording graphs, 12 of 50" in panel.change_label.text()
+    panel.add_frame(FrameReport(41, FrameOutput(pcm, "", None, timings, (), 0, None), -60.0, counters))
+    assert "12 of 50" in panel.change_label.text()  # a frame without news keeps the line
+    applied = FrameOutput(pcm, "", None, timings, (), 0, None, applied=("audio_top_k", "greedy"))
+    panel.add_frame(FrameReport(50, applied, -60.0, counters))
+    assert panel.change_label.text() == "Applied at 4.0 s: audio top-k, greedy."
+    panel.reset()
+    assert panel.change_label.isHidden()
+
+
 def test_switches_follow_what_the_engine_can_do(qtbot):
     panel = CadencePanel(RuntimeOptions(policy="speak", demand_sized_state=False))
     qtbot.addWidget(panel)
