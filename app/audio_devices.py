@@ -6,6 +6,8 @@ while streams are open: re-initialising PortAudio closes them.
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 try:
@@ -58,3 +60,9 @@ def _default_index(kind: str) -> int:
         return sd.query_devices(kind=kind)["index"]
     except sd.PortAudioError:  # no default device of this kind
         return -1
+
+
+@contextlib.contextmanager
+def opening(device: AudioDevice) -> Iterator[None]:
+    """Around opening a stream on `device`: routes it where the device says."""
+    yield

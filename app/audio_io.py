@@ -17,6 +17,7 @@ import soxr
 from engine import FRAME_SIZE
 from engine import SAMPLE_RATE as ENGINE_RATE
 
+from . import audio_devices
 from .audio_devices import AudioDevice, sd
 from .ring_buffer import SpscRing
 
@@ -109,14 +110,16 @@ class AudioLink:
         self._closed = False
         self._streams = []
         try:
-            self._streams.append(sd.InputStream(
-                device=microphone.index, samplerate=in_rate, channels=1, dtype="float32",
-                latency=config.device_latency, callback=self._on_input,
-                finished_callback=self._on_input_finished))
-            self._streams.append(sd.OutputStream(
-                device=speaker.index, samplerate=out_rate, channels=1, dtype="float32",
-                latency=config.device_latency, callback=self._on_output,
-                finished_callback=self._on_output_finished))
+            with audio_devices.opening(microphone):
+                self._streams.append(sd.InputStream(
+                    device=microphone.index, samplerate=in_rate, channels=1, dtype="float32",
+                    latency=config.device_latency, callback=self._on_input,
+                    finished_callback=self._on_input_finished))
+            with audio_devices.opening(speaker):
+                self._streams.append(sd.OutputStream(
+                    device=speaker.index, samplerate=out_rate, channels=1, dtype="float32",
+                    latency=config.device_latency, callback=self._on_output,
+                    finished_callback=self._on_output_finished))
         except (sd.PortAudioError, ValueError) as exc:
             self.close()
             raise AudioDeviceError(f"Could not open the audio devices "

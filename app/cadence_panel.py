@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from PyQt6.QtCore import pyqtSignal
 from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from engine import FRAME_SECONDS, DiffuPlexStats, FrameOutput, RuntimeOptions
+from engine import FRAME_SECONDS, DiffuPlexStats, RuntimeOptions
 
 from .audio_io import AudioCounters
 from .cadence_chart import CadenceChart
@@ -15,6 +15,8 @@ from .cadence_stats import CadenceStats
 from .runtime_controls import RuntimeControls
 
 if TYPE_CHECKING:
+    from engine import FrameOutput
+
     from .conversation import FrameReport
 
 
