@@ -7,8 +7,11 @@ from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine import TOGGLES, WEIGHTS, RuntimeOptions
 
+from .echo_cancel import EchoSettings
+
 # Versioned: the first release stored both toggles off, its default then, not a choice.
 RUNTIME_GROUP = "runtime.v2"
+ECHO_CHOICES = ("echo_cancellation", "noise_suppression", "high_pass")  # what the Audio box offers
 
 
 class AppSettings:
@@ -63,6 +66,46 @@ class AppSettings:
 
     def set_device_key(self, kind: str, key: str) -> None:
         self.q.setValue(f"audio/{kind}", key)
+
+    def device_label(self, kind: str) -> str:
+        """What the remembered device was called, for saying which one is missing."""
+        return self._get(f"audio/{kind}_label", "")
+
+    def set_device_label(self, kind: str, label: str) -> None:
+        self.q.setValue(f"audio/{kind}_label", label)
+
+    @property
+    def speaker_volume(self) -> float:
+        """The model's voice gain, 0..1 (1: as the model made it)."""
+        try:
+            return min(1.0, max(0.0, self._get("audio/speaker_volume", 1.0, float)))
+        except ValueError:  # edited by hand
+            return 1.0
+
+    @speaker_volume.setter
+    def speaker_volume(self, value: float) -> None:
+        self.q.setValue("audio/speaker_volume", float(value))
+
+    @property
+    def speaker_muted(self) -> bool:
+        return self._get("audio/speaker_muted", False, bool)
+
+    @speaker_muted.setter
+    def speaker_muted(self, value: bool) -> None:
+        self.q.setValue("audio/speaker_muted", value)
+
+    @property
+    def echo_settings(self) -> EchoSettings:
+        """The microphone path's processing, as chosen in the Audio box. Automatic gain is not
+        offered there, so it keeps EchoSettings' default (off) and is not stored."""
+        default = EchoSettings()
+        return EchoSettings(**{name: self._get(f"echo/{name}", getattr(default, name), bool)
+                               for name in ECHO_CHOICES})
+
+    @echo_settings.setter
+    def echo_settings(self, value: EchoSettings) -> None:
+        for name in ECHO_CHOICES:
+            self.q.setValue(f"echo/{name}", getattr(value, name))
 
     @property
     def runtime_options(self) -> RuntimeOptions:

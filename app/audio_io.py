@@ -2,8 +2,9 @@
 
 Each device runs at its own rate. PortAudio's callbacks only move samples between the
 device and a preallocated ring (no allocation, lock, logging or torch there); the engine
-thread does everything else: streaming resampling with soxr, cutting 80 ms frames,
-bounding latency, and watching that both streams are still alive.
+thread does everything else: echo cancellation (app.echo_cancel: the speaker callback also
+keeps what it played, the far end), streaming resampling with soxr, cutting 80 ms frames,
+bounding latency, the speaker's volume, and watching that both streams are still alive.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from engine import SAMPLE_RATE as ENGINE_RATE
 
 from . import audio_devices
 from .audio_devices import AudioDevice, sd
+from .echo_cancel import APM_RATE, EchoCanceller, EchoSettings, EchoState
 from .ring_buffer import SpscRing
 
 
@@ -85,7 +87,7 @@ class AudioLink:
     `read_frame()` / `write_frame()` / `problem()` / `counters()`; `close()` from anywhere."""
 
     def __init__(self, microphone: AudioDevice, speaker: AudioDevice,
-                 config: AudioConfig = AudioConfig()):
+                 config: AudioConfig = AudioConfig(), echo: EchoSettings | None = None):
         if sd is None:
             raise AudioDeviceError("No audio system is available on this machine.")
         self.config = config
@@ -95,6 +97,17 @@ class AudioLink:
         self._out_ring = SpscRing(int(out_rate * config.output_capacity_s))
         self._in_scratch = np.zeros(self._in_ring.capacity, dtype=np.float32)
         self._in_resampler = soxr.ResampleStream(in_rate, ENGINE_RATE, 1, dtype="float32")
+        # Echo cancellation: what the speaker played, beside what the microphone captured,
+        # each with its first sample's PortAudio time (set by the callbacks).
+        self._played_ring = SpscRing(self._out_ring.capacity * 2)
+        self._played_scratch = np.zeros(self._played_ring.capacity, dtype=np.float32)
+        self._mic_t0: float | None = None
+        self._speaker_t0: float | None = None
+        self._echo: EchoCanceller | None = None
+        self._echo_resampler: soxr.ResampleStream | None = None
+        self._echo_wanted: EchoSettings | None = echo or EchoSettings()  # applied by the engine thread
+        self._gain = 1.0  # the speaker's volume (0 when muted): what is played is what the canceller hears
+        self._output_dbfs = -120.0
         self._out_resampler = soxr.ResampleStream(ENGINE_RATE, out_rate, 1, dtype="float32")
         self._pending = np.zeros(0, dtype=np.float32)  # engine-rate audio not yet framed
         self._backlog_s = 0.0  # waiting microphone audio when the engine last looked
@@ -127,6 +140,8 @@ class AudioLink:
 
     # --- PortAudio's real-time thread -------------------------------------------------
     def _on_input(self, indata, frames, time_info, status):
+        if self._mic_t0 is None:
+            self._mic_t0 = time_info.inputBufferAdcTime or time_info.currentTime
         self._mic.calls += 1
         if status.input_overflow:
             self._pa_overflows += 1
@@ -137,15 +152,18 @@ class AudioLink:
         self._speaker.calls += 1
         if status.output_underflow:
             self._pa_underflows += 1
+        if self._speaker_t0 is None:
+            self._speaker_t0 = time_info.outputBufferDacTime or time_info.currentTime
         if self._priming and self._out_ring.available() < self._prebuffer:
             outdata.fill(0)
-            return
-        self._priming = False
-        n = self._out_ring.read_into(outdata[:, 0])
-        if n < frames:
-            outdata[n:] = 0
-            self._ring_underflows += 1
-            self._priming = True
+        else:
+            self._priming = False
+            n = self._out_ring.read_into(outdata[:, 0])
+            if n < frames:
+                outdata[n:] = 0
+                self._ring_underflows += 1
+                self._priming = True
+        self._played_ring.write(outdata[:, 0])  # silence too: the far end's timeline is the device's
 
     def _on_input_finished(self):
         self._mic.finished = not self._closed
@@ -170,8 +188,15 @@ class AudioLink:
         """The next 80 ms of microphone audio at 24 kHz, or None if it has not arrived yet.
         Keeps at most `max_input_backlog_s` waiting: older audio is dropped, so a slow
         engine answers late by a bounded amount instead of drifting ever further behind."""
+        self._apply_echo_settings()
         n = self._in_ring.read_into(self._in_scratch)
-        if n:
+        played = self._played_ring.read_into(self._played_scratch)
+        if self._echo is not None:
+            self._echo.add_played(self._played_scratch[:played], self._speaker_t0)
+            if n:
+                cleaned = self._echo.process(self._in_scratch[:n], self._mic_t0)
+                self._pending = np.concatenate([self._pending, self._echo_resampler.resample_chunk(cleaned)])
+        elif n:
             converted = self._in_resampler.resample_chunk(self._in_scratch[:n])
             self._pending = np.concatenate([self._pending, converted])
         limit = max(FRAME_SIZE, int(ENGINE_RATE * self.config.max_input_backlog_s))
@@ -185,8 +210,35 @@ class AudioLink:
         return frame
 
     def write_frame(self, pcm: np.ndarray) -> None:
-        converted = self._out_resampler.resample_chunk(np.asarray(pcm, dtype=np.float32))
+        pcm = np.asarray(pcm, dtype=np.float32) * self._gain
+        self._output_dbfs = 10 * float(np.log10(np.mean(pcm ** 2) + 1e-12))
+        converted = self._out_resampler.resample_chunk(pcm)
         self._dropped_out += len(converted) - self._out_ring.write(converted)
+
+    def set_speaker_gain(self, gain: float) -> None:
+        """The speaker's volume, 0..1 (0: muted), from the next frame written."""
+        self._gain = float(min(1.0, max(0.0, gain)))
+
+    def output_level_dbfs(self) -> float:
+        """The level of the last frame written to the speaker (after the volume)."""
+        return self._output_dbfs
+
+    def set_echo(self, settings: EchoSettings) -> None:
+        """From any thread; the engine thread applies it at its next read (a new canceller,
+        which converges again)."""
+        self._echo_wanted = settings
+
+    def echo_state(self) -> EchoState:
+        return EchoState("off", None, 0.0) if self._echo is None else self._echo.state()
+
+    def _apply_echo_settings(self) -> None:
+        wanted, self._echo_wanted = self._echo_wanted, None
+        if wanted is None:
+            return
+        # New resamplers too: the microphone's path starts over at the rate it now carries.
+        self._echo = EchoCanceller(wanted, self._in_rate, self._out_rate) if wanted.any else None
+        self._echo_resampler = soxr.ResampleStream(APM_RATE, ENGINE_RATE, 1, dtype="float32") if wanted.any else None
+        self._in_resampler = soxr.ResampleStream(self._in_rate, ENGINE_RATE, 1, dtype="float32")
 
     def problem(self) -> str | None:
         """A message for the user if either stream has failed, else None."""

@@ -15,6 +15,7 @@ import numpy as np
 from PyQt6.QtCore import QObject, pyqtSignal
 
 from .audio_io import AudioCounters
+from .echo_cancel import EchoSettings, EchoState
 from .recorder import ConversationRecorder
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class FrameReport:
     output: FrameOutput
     level_dbfs: float         # of the microphone frame the engine heard
     counters: AudioCounters
+    output_dbfs: float = -120.0  # of the model's frame as the speaker played it (after the volume)
+    echo: EchoState | None = None  # what echo cancellation is doing
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class ConversationWorker(threading.Thread):
         self.persona = persona
         self.signals = signals
         self._muted = False
+        self._echo_changed: EchoSettings | None = None  # for the recording's notes
         self._stopping = threading.Event()
 
     def set_options(self, options: RuntimeOptions) -> None:
@@ -77,6 +81,15 @@ class ConversationWorker(threading.Thread):
 
     def set_muted(self, muted: bool) -> None:
         self._muted = muted
+
+    def set_speaker_gain(self, gain: float) -> None:
+        """GUI thread: the speaker's volume (0 when muted), from the next frame played."""
+        self.link.set_speaker_gain(gain)
+
+    def set_echo(self, settings: EchoSettings) -> None:
+        """GUI thread: the microphone path's processing, applied by the engine thread."""
+        self.link.set_echo(settings)
+        self._echo_changed = settings
 
     def stop(self) -> None:
         """GUI thread: silence at once (the audio link closes now); the engine thread finishes
@@ -135,8 +148,12 @@ class ConversationWorker(threading.Thread):
                 if self.session.options is not options:  # applied with this frame
                     options = self.session.options
                     self.recorder.note_options(dataclasses.asdict(options))
+                echo, self._echo_changed = self._echo_changed, None
+                if echo is not None:
+                    self.recorder.note_audio_processing(dataclasses.asdict(echo))
                 self.recorder.add_frame(frame, out.pcm, out.text)
-            self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters()))
+            self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
+                                                self.link.output_level_dbfs(), self.link.echo_state()))
             index += 1
 
     def _reset_session(self) -> None:

@@ -56,6 +56,9 @@ class ConversationController(QObject):
         stop_button.clicked.connect(self.stop)
         panel.options_changed.connect(self._on_options)
         device_picker.muted_changed.connect(self._on_muted)
+        device_picker.volume_changed.connect(self._on_speaker_gain)
+        device_picker.speaker_muted_changed.connect(self._on_speaker_gain)
+        device_picker.echo_changed.connect(self._on_echo)
 
     @property
     def running(self) -> bool:
@@ -78,7 +81,7 @@ class ConversationController(QObject):
         persona = self._persona(loaded)
         options = self._panel.options()
         try:
-            recorder = self._new_recorder(loaded, options)
+            recorder = self._new_recorder(loaded, options, feed is not None)
         except (OSError, sf.SoundFileError) as exc:
             link.close()
             self._message_bar.show_message(f"Cannot write the recording: {exc}")
@@ -91,6 +94,7 @@ class ConversationController(QObject):
         self.worker = ConversationWorker(loaded.session, link, recorder, persona, self.signals)
         self.worker.set_options(options)  # before the thread starts: later switches come after it
         self.worker.set_muted(self._device_picker.is_muted())
+        self.worker.set_speaker_gain(self._speaker_gain())
         self.worker.start()
         self._set_running(True)
 
@@ -117,7 +121,7 @@ class ConversationController(QObject):
                 f"No {missing} found. Connect one, then press Refresh in the Audio box.")
             return None
         try:
-            return AudioLink(microphone, speaker, self.audio_config)
+            return AudioLink(microphone, speaker, self.audio_config, echo=self._device_picker.echo_settings())
         except AudioDeviceError as exc:
             self._message_bar.show_message(str(exc))
             return None
@@ -130,10 +134,12 @@ class ConversationController(QObject):
         self._model_picker.remember_persona()
         return voice, role or loaded.default_role
 
-    def _new_recorder(self, loaded: LoadedModel, options: RuntimeOptions) -> ConversationRecorder | None:
+    def _new_recorder(self, loaded: LoadedModel, options: RuntimeOptions, from_file: bool
+                      ) -> ConversationRecorder | None:
         if not self._record_box.isChecked():
             return None
-        return ConversationRecorder(self.settings.recordings_dir, loaded.name, dataclasses.asdict(options))
+        processing = None if from_file else dataclasses.asdict(self._device_picker.echo_settings())
+        return ConversationRecorder(self.settings.recordings_dir, loaded.name, dataclasses.asdict(options), processing)
 
     def _show_frame(self, report: FrameReport) -> None:
         text = report.output.text
@@ -142,6 +148,9 @@ class ConversationController(QObject):
             self._transcript.insertPlainText(text)
         self._panel.add_frame(report)
         self._device_picker.set_level(report.level_dbfs)
+        self._device_picker.set_output_level(report.output_dbfs)
+        if report.echo is not None:
+            self._device_picker.set_echo_state(_echo_text(report.echo))
         seconds = int((report.index + 1) * FRAME_SECONDS)
         self._clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
 
@@ -181,3 +190,24 @@ class ConversationController(QObject):
     def _on_muted(self, muted: bool) -> None:
         if self.worker is not None:
             self.worker.set_muted(muted)
+
+    def _speaker_gain(self) -> float:
+        return 0.0 if self._device_picker.is_speaker_muted() else self.settings.speaker_volume
+
+    def _on_speaker_gain(self, *_) -> None:
+        if self.worker is not None:
+            self.worker.set_speaker_gain(self._speaker_gain())
+
+    def _on_echo(self, settings) -> None:
+        if self.worker is not None:
+            self.worker.set_echo(settings)
+
+
+def _echo_text(echo) -> str:
+    """The Audio box's echo line: the state in words, with how much echo it removes."""
+    if echo.state == "off":
+        return "off"
+    if echo.state == "converging":
+        return "converging (learning the room while the model speaks)"
+    removed = f", {echo.attenuation_db:.0f} dB removed" if echo.attenuation_db is not None else ""
+    return f"active{removed}"

@@ -11,6 +11,7 @@ import numpy as np
 from engine import read_audio
 
 from .audio_io import ENGINE_RATE, FRAME_SIZE, AudioCounters
+from .echo_cancel import EchoSettings, EchoState
 
 
 class FileFeed:
@@ -37,6 +38,18 @@ class FileFeed:
 
     def write_frame(self, pcm: np.ndarray) -> None:
         pass
+
+    def output_level_dbfs(self) -> float:
+        return -120.0  # nothing is played
+
+    def set_speaker_gain(self, gain: float) -> None:
+        pass
+
+    def set_echo(self, settings: EchoSettings) -> None:
+        pass  # a file has no echo to cancel
+
+    def echo_state(self) -> EchoState:
+        return EchoState("off", None, 0.0)
 
     def problem(self) -> str | None:
         return None

@@ -256,6 +256,8 @@ def run_app(model: str | None = None, device: str = "auto") -> int:
              "installed bundle" if getattr(sys, "frozen", False) else "from source", sys.version.split()[0])
     window = MainWindow(AppSettings(), device=device)
     reporter.parent_window = window
+    from .echo_cancel import unavailable
+    log.info("echo cancellation: %s", unavailable() or "available (WebRTC AEC3, livekit)")
     window.show()
     # A session logout or `kill` closes the window as its close button does (a recording in
     # progress is finished), not mid-frame. Python runs signal handlers only between bytecodes,

@@ -21,7 +21,9 @@ FLUSH_EVERY_FRAMES = 12  # about once a second
 
 
 class ConversationRecorder:
-    def __init__(self, folder: str | Path, model_name: str, options: dict):
+    def __init__(self, folder: str | Path, model_name: str, options: dict, audio_processing: dict | None = None):
+        """`audio_processing`: what the microphone path did before the model heard it (echo
+        cancellation and its options; None: nothing, e.g. a file fed in)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -37,6 +39,7 @@ class ConversationRecorder:
             "sample_rate": ENGINE_RATE,
             "channels": ["user", "model"],
             "options": dict(options),
+            "audio_processing": audio_processing,
             "frames": 0,
             "transcript": [],
         }
@@ -62,6 +65,11 @@ class ConversationRecorder:
         """Options changed mid conversation: keep when, so the recording can be read."""
         seconds = round(self.frames * FRAME_SIZE / ENGINE_RATE, 2)
         self._record.setdefault("option_changes", []).append({"t": seconds, **options})
+
+    def note_audio_processing(self, processing: dict) -> None:
+        """The microphone path's processing changed mid conversation."""
+        seconds = round(self.frames * FRAME_SIZE / ENGINE_RATE, 2)
+        self._record.setdefault("audio_processing_changes", []).append({"t": seconds, **processing})
 
     def flush(self) -> None:
         self._wav.flush()

@@ -4,7 +4,7 @@
 #     bash packaging/smoke_test.sh dist/duplexcadence/duplexcadence     # the folder bundle
 #     bash packaging/smoke_test.sh /usr/bin/duplexcadence               # the installed .deb
 # 1. `--version` answers; 2. the window opens offscreen, loads the demo model and exits with
-# status 0 on SIGTERM; 3. `offline --model demo` turns the bundled speech sample into a WAV of
+# status 0 on SIGTERM, with the echo-cancellation library loaded; 3. `offline --model demo` turns the bundled speech sample into a WAV of
 # the same length (mono, 24 kHz, 16-bit); 4. no import, plugin or traceback lines in the output
 # or the log; 5. prints the installation's size. Needs only bash and coreutils.
 set -euo pipefail
@@ -38,6 +38,7 @@ status=0; wait "$pid" || status=$?
 [ "$status" = 0 ] || { cat "$work/gui.out" "$log" || true; fail "the app exited with status $status on SIGTERM"; }
 grep -q "exiting (status 0)" "$log" || fail "the log does not show a clean exit"
 grep "loaded demo on" "$log"
+grep -q "echo cancellation: available" "$log" || fail "the bundle cannot load the echo-cancellation library"
 
 echo "== offline --model demo on the bundled speech sample"
 "${run[@]}" offline --model demo --input "$sample" --output "$work/reply.wav" 2>&1 | tee "$work/offline.out"

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source packaging/system_packages.sh
 # The audio tests play through real PortAudio streams into a private PulseAudio null sink.
-install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio pulseaudio-utils libasound2-plugins
+# espeak-ng speaks the user's part in the echo-cancellation loop test.
+install_debian_packages "${RUNTIME_DEBIAN_PACKAGES[@]}" pulseaudio pulseaudio-utils libasound2-plugins espeak-ng
 ensure_venv
 install_torch
 extras="test"; [ "$TORCH_BUILD" = cuda ] && extras="test,gpu"

@@ -111,6 +111,29 @@ class VirtualAudio:
                               check=True)
         return done.stdout
 
+    def add_sink(self, name: str, description: str, rate: int = SINK_RATE) -> str:
+        """Plug in a speaker (a null sink, and with it a "Monitor of" source); returns the
+        module id that `unload` takes."""
+        return self.pactl("load-module", "module-null-sink", f"sink_name={name}", f"rate={rate}",
+                          "channels=1", f"sink_properties='device.description=\"{description}\"'").strip()
+
+    def add_source(self, name: str, description: str, rate: int = SINK_RATE) -> str:
+        """Plug in a microphone (a null source: silence); returns the module id."""
+        return self.pactl("load-module", "module-null-source", f"source_name={name}", f"rate={rate}",
+                          "channels=1", f"source_properties='device.description=\"{description}\"'").strip()
+
+    def unload(self, module_id: str) -> None:
+        """Unplug what `add_sink` / `add_source` plugged in."""
+        self.pactl("unload-module", module_id)
+
+    def stream_devices(self, kind: str) -> list[str]:
+        """The sinks (`kind="sink"`) or sources (`"source"`) that clients' streams are on,
+        by name: what `pactl list short sink-inputs` / `source-outputs` shows, by index."""
+        names = {line.split("\t")[0]: line.split("\t")[1]
+                 for line in self.pactl("list", "short", f"{kind}s").splitlines()}
+        streams = self.pactl("list", "short", "sink-inputs" if kind == "sink" else "source-outputs")
+        return [names.get(line.split("\t")[1], "?") for line in streams.splitlines()]
+
     def play_into_microphone(self, wav: Path) -> subprocess.Popen:
         """Play a file into the virtual microphone (real-time paced)."""
         return subprocess.Popen(["paplay", f"--device={MIC_SINK}", str(wav)], env=self.env)

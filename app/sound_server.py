@@ -1,0 +1,151 @@
+"""The sound server's devices (PulseAudio, or PipeWire's pulse server), through pulsectl.
+
+On a Linux desktop the sound server owns the sound cards: PortAudio's ALSA list then shows
+plugin names ("default", "pulse"), not the headset a person plugged in. The server knows
+each source and sink by a stable name and a description people recognise, and tells its
+clients when one comes or goes, so the app can follow plugging without a restart.
+
+Every call here makes its own short connection: a pulsectl connection must only be used by
+one thread, and listing is rare (start-up, and after a device event).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("duplexcadence")
+
+pulsectl = None
+if sys.platform not in ("win32", "darwin"):  # Windows and macOS have no PulseAudio to ask
+    with contextlib.suppress(ImportError, OSError):  # OSError: pulsectl found no libpulse
+        import pulsectl
+
+CLIENT_NAME = "DuplexCadence devices"
+# A server that does not answer within this must not freeze the window for longer.
+CONNECT_TIMEOUT_S = 1.0
+RETRY_S = 2.0  # how often the watch looks for a server that went away (or was never there)
+
+
+@dataclass(frozen=True)
+class ServerDevice:
+    name: str           # the server's name for it: stable across plugging, what settings keep
+    description: str    # what people see ("USB headset", "Monitor of Built-in Audio")
+    sample_rate: int    # the device's own rate: a stream at it needs no conversion
+    is_default: bool
+    is_monitor: bool    # a sink's monitor: what that sink plays, as a source
+
+
+def _connect() -> pulsectl.Pulse:
+    # Never autospawn: starting a sound server is the desktop's business, not a device list's.
+    pulse = pulsectl.Pulse(CLIENT_NAME, connect=False)
+    try:
+        pulse.connect(autospawn=False, timeout=CONNECT_TIMEOUT_S)
+    except BaseException:
+        pulse.close()
+        raise
+    return pulse
+
+
+def list_devices(kind: str) -> list[ServerDevice] | None:
+    """The server's sources (`kind="input"`) or sinks (`"output"`): the default first, then
+    real devices, then monitors. None when no server is reachable."""
+    if pulsectl is None:
+        return None
+    try:
+        with _connect() as pulse:
+            info = pulse.server_info()
+            entries = pulse.source_list() if kind == "input" else pulse.sink_list()
+    except (pulsectl.PulseError, OSError) as exc:
+        log.debug("no sound server to list devices from: %s", exc)
+        return None
+    default = info.default_source_name if kind == "input" else info.default_sink_name
+    devices = [
+        ServerDevice(name=entry.name, description=entry.description or entry.name,
+                     sample_rate=int(entry.sample_spec.rate), is_default=entry.name == default,
+                     is_monitor=kind == "input" and entry.monitor_of_sink_name is not None)
+        for entry in entries
+    ]
+    return sorted(devices, key=lambda d: (not d.is_default, d.is_monitor))
+
+
+class ServerWatch:
+    """Calls `on_change()` from its own daemon thread when a source or sink comes or goes,
+    the default changes, or the server itself appears or goes away. `on_change` must be
+    quick and thread-safe (emit a queued Qt signal, say)."""
+
+    def __init__(self, on_change: Callable[[], None], retry_s: float = RETRY_S):
+        self.on_change = on_change
+        self.retry_s = retry_s
+        self._stop = threading.Event()
+        self._pulse = None  # the connection event_listen runs on, while it does
+        self._lock = threading.Lock()  # guards _pulse between the thread and stop()
+        self._thread = threading.Thread(target=self._run, name="sound-server-watch", daemon=True)
+
+    @property
+    def available(self) -> bool:
+        return pulsectl is not None
+
+    def start(self) -> None:
+        if self.available:
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._pulse is not None:
+                self._pulse.event_listen_stop()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        reachable = False
+        while not self._stop.is_set():
+            try:
+                pulse = _connect()
+            except (pulsectl.PulseError, OSError):
+                if reachable:  # the server went away: the lists fall back to PortAudio's
+                    reachable = False
+                    self._notify()
+                self._stop.wait(self.retry_s)
+                continue
+            reachable = True
+            try:
+                self._listen(pulse)
+            finally:
+                with self._lock:
+                    self._pulse = None
+                pulse.close()
+
+    def _listen(self, pulse) -> None:
+        pulse.event_mask_set("sink", "source", "server")
+        pulse.event_callback_set(self._on_event)
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._pulse = pulse
+        # Once subscribed: a server that just appeared (or came back) may have devices the
+        # last listing did not see, and so may one that changed between that and now.
+        self._notify()
+        try:
+            # A timeout, so that a stop() racing the loop's start (event_listen_stop does
+            # nothing before the loop polls) still ends it soon.
+            while not self._stop.is_set():
+                pulse.event_listen(timeout=0.5)
+        except pulsectl.PulseDisconnected:
+            log.info("the sound server went away; looking for it every %.0f s", self.retry_s)
+
+    def _on_event(self, event) -> None:
+        # Sinks and sources send "change" events all the time (volume, idle, running);
+        # only arrivals, departures and server changes (a new default) alter the lists.
+        if event.facility == "server" or event.t in ("new", "remove"):
+            self._notify()
+
+    def _notify(self) -> None:
+        try:
+            self.on_change()
+        except Exception:  # a broken listener must not end the watch
+            log.exception("sound server listener failed")

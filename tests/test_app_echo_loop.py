@@ -1,0 +1,115 @@
+"""Echo cancellation through a real acoustic loop on the private PulseAudio server: what the
+model says is played into the virtual speaker, whose monitor is looped back (delayed 60 ms,
+attenuated) into the virtual microphone, as a laptop's loudspeakers reach its microphone; the
+user's speech (espeak-ng) is played into the microphone too. Real PortAudio streams, the real
+WebRTC module. The figures are printed; the thresholds leave room for a loaded 2-core CI
+machine and the loopback's rate adjustment (the issue's targets: 25 dB within 2 s)."""
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from app import audio_devices
+from app.audio_io import ENGINE_RATE, AudioLink
+from app.echo_cancel import EchoSettings
+from engine import SPEECH_SAMPLE, read_audio, split_frames
+from tests.audio_fixture import MIC_SINK, SPEAKER_SINK, virtual_audio  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.audio
+LOOP_DELAY_MS, LOOP_VOLUME = 60, "60%"  # PulseAudio's cubic volume: about -13 dB
+CONVERGED_S = 2.0
+OFF = EchoSettings(echo_cancellation=False, noise_suppression=False, high_pass=False)
+NEAR_TEXT = ("Hello there. I would like to know what the weather will be like tomorrow morning, "
+             "and whether I should take an umbrella with me when I go out.")
+
+
+@pytest.fixture(scope="module")
+def room(virtual_audio):
+    """The speaker's monitor looped into the microphone, delayed and attenuated."""
+    module = virtual_audio.pactl("load-module", "module-loopback", f"source={SPEAKER_SINK}.monitor",
+                                 f"sink={MIC_SINK}", f"latency_msec={LOOP_DELAY_MS}").strip()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        inputs = [line.split("\t") for line in virtual_audio.pactl("list", "short", "sink-inputs").splitlines()]
+        loops = [fields[0] for fields in inputs if "loopback" in fields[3]]
+        if loops:
+            virtual_audio.pactl("set-sink-input-volume", loops[0], LOOP_VOLUME)
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the loopback's stream did not appear")
+    yield virtual_audio
+    virtual_audio.pactl("unload-module", module)
+
+
+@pytest.fixture(scope="module")
+def near_speech(tmp_path_factory):
+    """The user's speech: espeak-ng's voice (a real recording's stand-in: a person speaking)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("the echo loop needs espeak-ng (Debian: espeak-ng)")
+    wav = tmp_path_factory.mktemp("near") / "near.wav"
+    subprocess.run(["espeak-ng", "-s", "150", "-w", str(wav), NEAR_TEXT], check=True)
+    return wav
+
+
+def _talk(echo: EchoSettings, seconds: float, audio=None, near=None, near_at: float = 0.0):
+    """The model's speech (the bundled sample, on repeat) written at the frame cadence while the
+    microphone's frames are read, as the engine thread does. Returns (what the model heard at
+    24 kHz, the canceller's state at the end, when the near speech started, in the heard audio)."""
+    far = split_frames(read_audio(SPEECH_SAMPLE))
+    link = AudioLink(audio_devices.list_devices("input")[0], audio_devices.list_devices("output")[0], echo=echo)
+    heard, written, player, near_sample = [], 0, None, None
+    link.start()
+    started = time.monotonic()
+    try:
+        while (now := time.monotonic() - started) < seconds:
+            while written * 0.08 <= now + 0.12:  # keep the speaker 120 ms ahead, as the engine does
+                link.write_frame(far[written % len(far)])
+                written += 1
+            if near is not None and player is None and now >= near_at:
+                player, near_sample = audio.play_into_microphone(near), sum(map(len, heard))
+            while (frame := link.read_frame()) is not None:
+                heard.append(frame)
+            time.sleep(0.01)
+        state = link.echo_state()
+    finally:
+        link.close()
+        if player is not None:
+            player.wait(timeout=30)
+    return np.concatenate(heard), state, near_sample
+
+
+def _energy_db(x: np.ndarray) -> float:
+    return 10 * float(np.log10(np.mean(np.square(x, dtype=np.float64)) + 1e-12))
+
+
+def _correlation_at_best_lag(clean: np.ndarray, heard: np.ndarray) -> float:
+    """Pearson correlation of `clean` with the stretch of `heard` it lines up with best."""
+    n = len(heard) + len(clean)
+    xcorr = np.fft.irfft(np.fft.rfft(heard, n) * np.conj(np.fft.rfft(clean, n)), n)[:len(heard) - len(clean) + 1]
+    energy = np.cumsum(np.concatenate([[0.0], np.square(heard, dtype=np.float64)]))
+    norms = np.sqrt(np.maximum(energy[len(clean):] - energy[:-len(clean)], 1e-12)) * np.linalg.norm(clean)
+    return float(np.max(xcorr / norms))
+
+
+def test_echo_is_cancelled_and_the_users_speech_kept(room, near_speech):
+    skip = int(CONVERGED_S * ENGINE_RATE)
+    echo_only, _, _ = _talk(OFF, 8.0)
+    cancelled, state, _ = _talk(EchoSettings(), 8.0)
+    erle = _energy_db(echo_only[skip:]) - _energy_db(cancelled[skip:])
+    heard, talk_state, at = _talk(EchoSettings(), 14.0, room, near_speech, near_at=4.0)
+    clean = read_audio(near_speech)  # at the engine's rate
+    kept = _correlation_at_best_lag(clean, heard[max(0, at - ENGINE_RATE // 2):])
+    raw_kept = _correlation_at_best_lag(clean, _talk(OFF, 14.0, room, near_speech, near_at=4.0)[0])
+    print(f"\necho loop ({LOOP_DELAY_MS} ms, {LOOP_VOLUME}): echo {_energy_db(echo_only[skip:]):.1f} dBFS without "
+          f"cancellation, {_energy_db(cancelled[skip:]):.1f} dBFS with it: ERLE {erle:.1f} dB after {CONVERGED_S} s; "
+          f"state {state.state} (its estimate {state.attenuation_db}); near speech kept in double talk: "
+          f"correlation {kept:.2f} (without cancellation {raw_kept:.2f}); CPU {talk_state.ms_per_frame:.2f} ms "
+          f"per 80 ms frame")
+    assert _energy_db(echo_only[skip:]) > -45, "the loop carried no echo: the test measures nothing"
+    assert erle >= 20
+    assert state.state == "active"
+    assert kept >= 0.5
+    assert talk_state.ms_per_frame <= 2.0
