@@ -67,6 +67,13 @@ def unavailable() -> str | None:
     return None
 
 
+def _frame():
+    """A 10 ms livekit AudioFrame and an int16 array over its buffer."""
+    from livekit.rtc import AudioFrame
+    frame = AudioFrame(bytearray(CHUNK * 2), APM_RATE, 1, CHUNK)
+    return frame, np.frombuffer(frame.data, dtype=np.int16)
+
+
 def _int16(samples: np.ndarray) -> np.ndarray:
     return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)
 
@@ -82,7 +89,7 @@ class EchoCanceller:
         self._far_rs = (None if speaker_rate == APM_RATE
                         else soxr.ResampleStream(speaker_rate, APM_RATE, 1, dtype="float32"))
         self._near = np.zeros(0, np.float32)
-        self._far = np.zeros(0, np.float32)
+        self._far = np.zeros(0, np.int16)
         self._near_t: float | None = None  # capture time of the next near chunk
         self._far_t: float | None = None  # play time of the next far chunk
         self._energy = np.zeros((WINDOW, 3))  # per chunk: far, near in, near out (mean squares)
@@ -90,6 +97,9 @@ class EchoCanceller:
         self._spent = 0.0
         self._active = False
         self._delay_ms = -1
+        # One frame each way, reused: the module works on a frame's buffer in place.
+        self._near_frame, self._near_pcm = _frame()
+        self._far_frame, self._far_pcm = _frame()
 
     def add_played(self, samples: np.ndarray, first_dac_time: float | None) -> None:
         """What the speaker played (continuing what came before); `first_dac_time`: when the
@@ -98,7 +108,7 @@ class EchoCanceller:
             if first_dac_time is None or not len(samples):
                 return
             self._far_t = first_dac_time
-        self._far = np.concatenate([self._far, self._resampled(self._far_rs, samples)])
+        self._far = np.concatenate([self._far, _int16(self._resampled(self._far_rs, samples))])
 
     def process(self, samples: np.ndarray, first_adc_time: float | None) -> np.ndarray:
         """The microphone's samples (continuing what came before; the stream's first captured
@@ -109,16 +119,15 @@ class EchoCanceller:
         chunks = len(self._near) // CHUNK
         if not chunks:
             return np.zeros(0, np.float32)
-        from livekit.rtc import AudioFrame
         near = self._near[:chunks * CHUNK]
         pcm = _int16(near)
         far_energy = np.zeros(chunks)
         started = time.thread_time()  # this thread's CPU: the module runs in the calling thread
         for i in range(chunks):
             far_energy[i] = self._feed_far(self._near_t)
-            frame = AudioFrame(bytearray(pcm[i * CHUNK:(i + 1) * CHUNK].tobytes()), APM_RATE, 1, CHUNK)
-            self._apm.process_stream(frame)  # in place
-            pcm[i * CHUNK:(i + 1) * CHUNK] = np.frombuffer(frame.data, dtype=np.int16)
+            self._near_pcm[:] = pcm[i * CHUNK:(i + 1) * CHUNK]
+            self._apm.process_stream(self._near_frame)  # in place
+            pcm[i * CHUNK:(i + 1) * CHUNK] = self._near_pcm
             self._near_t += CHUNK / APM_RATE
         self._spent += time.thread_time() - started
         out = pcm.astype(np.float32) / 32767.0
@@ -132,13 +141,13 @@ class EchoCanceller:
     def _feed_far(self, until: float) -> float:
         """Give the module every far-end chunk played by `until` (the near chunk's capture
         time); returns the mean square of the last one (0 if none)."""
-        from livekit.rtc import AudioFrame
         energy = 0.0
         while self._far_t is not None and self._far_t <= until and len(self._far) >= CHUNK:
             chunk, self._far = self._far[:CHUNK], self._far[CHUNK:]
-            self._apm.process_reverse_stream(AudioFrame(bytearray(_int16(chunk).tobytes()), APM_RATE, 1, CHUNK))
+            self._far_pcm[:] = chunk
+            self._apm.process_reverse_stream(self._far_frame)
             self._far_t += CHUNK / APM_RATE
-            energy = float(np.dot(chunk, chunk)) / CHUNK
+            energy = float(np.square(chunk, dtype=np.float64).mean()) / 32767.0 ** 2
         if self._far_t is not None:
             # What is left was played after the near chunk: the module's own estimator covers
             # the acoustic path beyond this (up to hundreds of ms). Each call crosses into the

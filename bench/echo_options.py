@@ -1,0 +1,485 @@
+"""Echo-cancellation libraries compared on the same synthetic signals, to choose one for the app's
+microphone path (app/echo_cancel.py: 10 ms frames, 48 kHz, int16 mono).
+
+Signals (48 kHz, deterministic: the noise has a fixed seed):
+- far end: assets/speech_sample.wav (24 kHz, resampled with soxr) repeated to 20 s;
+- echo: the far end through a 3-tap room (0 / 7 / 19 ms, gains 0.6 / 0.3 / 0.15), delayed 60 ms,
+  attenuated by 6 dB, plus white noise at -60 dBFS;
+- near speech: the same file reversed in time (so unrelated to the far end sample by sample,
+  with the same spectrum and level statistics), scaled to the echo's RMS (0 dB signal-to-echo
+  ratio), present only in the second half.
+Scenarios: (a) echo only, (b) double talk (echo all along, near speech from 10 s on).
+
+Per library, each 10 ms: the far frame in, the delay hint, the microphone frame out. Measured:
+- ERLE after convergence: 10*log10(microphone energy / output energy) from 2 s on, in (a);
+- time to 20 dB: the end of the first 0.5 s window (10 ms steps) whose ERLE reaches 20 dB, in (a),
+  over windows where the microphone is 20 dB above the noise (so the noise cannot cap ERLE below
+  20 dB); 0.5 s is the earliest possible. Also the end of the window from which every later one
+  keeps 20 dB ("held from");
+- near-speech preservation in (b): Pearson correlation of the output with the clean near speech
+  over the double-talk half, at the best lag within +-50 ms (and the output's level against it,
+  dB); and the same correlation against the library's own output for the near speech alone (far
+  end silent), which leaves out what it does to any speech (AEC3's enforced high-pass filter
+  shifts the phase of the low voice band and lowers the plain r by itself);
+- CPU: time.process_time() around the library calls, per second of audio, in (a): the least of
+  7 runs, the libraries taking turns (a 2-core machine's other load moves single runs by +-30%).
+Each library runs (a) with the delay hints 0, 10 and 60 ms; the one with the highest ERLE is kept
+for (b). Unless --no-wheels is given it also asks pip which wheels each package has for Linux,
+Windows and macOS on Python 3.10-3.12 (pip download --only-binary=:all: --platform ...), and
+dates them from the zip timestamps of the wheel's METADATA.
+
+    python3 -m bench.echo_options OUT.json [--no-wheels]
+
+Libraries: livekit (rtc.AudioProcessingModule, WebRTC AEC3, the app's settings; and once more
+with the high-pass filter off, as a control), aec-audio-processing (AudioProcessor: WebRTC AEC3
+through webrtc-audio-processing 2; it exposes no high-pass filter) and speexdsp (Speex MDF,
+linear filter only; it takes no delay hint, so the hint delays its far reference instead). A
+library that does not import is reported as unavailable.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+RATE = 48000
+FRAME = RATE // 100  # 10 ms
+SECONDS = 20.0
+ECHO_DELAY_MS = 60
+ROOM_TAPS = ((0, 0.6), (7, 0.3), (19, 0.15))  # (ms, gain)
+ECHO_GAIN_DB = -6.0
+NOISE_DBFS = -60.0
+DOUBLE_TALK_FROM_S = SECONDS / 2
+CONVERGED_FROM_S = 2.0
+TARGET_ERLE_DB = 20.0
+WINDOW_S = 0.5
+ABOVE_NOISE_DB = 20.0  # windows counted for the time to 20 dB: the microphone this far above the noise
+MAX_LAG_MS = 50
+DELAY_HINTS_MS = (0, 10, 60)
+CPU_ROUNDS = 7
+SPEEX_FILTER_MS = 200  # the Speex adaptive filter's length: covers 60 + 19 ms of echo path with any hint
+SPEECH = Path(__file__).resolve().parent.parent / "assets" / "speech_sample.wav"
+
+PACKAGES = {"livekit": "livekit", "aec_audio_processing": "aec-audio-processing", "speexdsp": "speexdsp"}
+WHEEL_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64", "win_amd64", "macosx_11_0_arm64")
+WHEEL_PYTHONS = ("3.10", "3.11", "3.12")
+NOTES = {
+    "livekit": "The manylinux2014 (glibc 2.17) query resolves to livekit 0.2.3 (py3-none-any, 2023), which has no "
+               "rtc.AudioProcessingModule nor native library: livekit 1.x wheels are manylinux_2_28 (glibc >= 2.28). "
+               "Python-version independent (py3-none) wheels. high_pass_filter=False changes nothing while AEC3 "
+               "runs (bit-identical output here): WebRTC enforces its high-pass filter with AEC3.",
+    "aec_audio_processing": "Requires-Python >= 3.11 (no 3.10). Wheels only for Windows in the index queried; an "
+                            "sdist (aec_audio_processing-1.0.1.tar.gz, 5.9 MB) is what Linux and macOS get, built "
+                            "locally (the wheel used here was built from it: cp311-linux_x86_64). Its C++ wrapper "
+                            "leaves the VAD flag uninitialised and exposes no high-pass filter switch (AEC3's "
+                            "enforced one still runs: about -17 dB at 50 Hz here).",
+    "speexdsp": "sdist only (speexdsp-0.1.1.tar.gz, 2018): needs SWIG, a C++ compiler and libspeexdsp headers "
+                "(Debian: swig, libspeexdsp-dev) to install. Linear echo canceller only (the wrapper leaves Speex's "
+                "residual-echo preprocessor commented out).",
+    "speexdsp_ns": "speexdsp-ns 0.1.2 is Speex noise suppression only (no echo canceller): not benchmarked.",
+    "pyspeexdsp": "Not in the index queried.",
+}
+
+
+# ---------------------------------------------------------------- signals
+
+def load_far_end() -> np.ndarray:
+    """The speech sample at RATE, float64, repeated to SECONDS."""
+    import soundfile
+    import soxr
+    speech, rate = soundfile.read(SPEECH, dtype="float64", always_2d=False)
+    if speech.ndim > 1:
+        speech = speech.mean(axis=1)
+    speech = soxr.resample(speech, rate, RATE)
+    total = int(SECONDS * RATE)
+    return np.tile(speech, total // len(speech) + 1)[:total]
+
+
+def room_echo(far: np.ndarray) -> np.ndarray:
+    """The far end as the microphone hears it: delayed, through the room's taps, attenuated."""
+    impulse = np.zeros(int((ECHO_DELAY_MS + ROOM_TAPS[-1][0]) * RATE / 1000) + 1)
+    for tap_ms, gain in ROOM_TAPS:
+        impulse[int((ECHO_DELAY_MS + tap_ms) * RATE / 1000)] += gain
+    return np.convolve(far, impulse)[:len(far)] * 10 ** (ECHO_GAIN_DB / 20)
+
+
+def near_speech(echo: np.ndarray) -> np.ndarray:
+    """The speech file reversed in time (tiled the same way), at the echo's RMS, in the second half only."""
+    reversed_speech = load_far_end()[::-1].copy()
+    reversed_speech *= np.sqrt(np.mean(echo ** 2) / np.mean(reversed_speech ** 2))
+    reversed_speech[:int(DOUBLE_TALK_FROM_S * RATE)] = 0.0
+    return reversed_speech
+
+
+def make_signals() -> dict[str, np.ndarray]:
+    far = load_far_end()
+    echo = room_echo(far)
+    noise = np.random.default_rng(0).standard_normal(len(far)) * 10 ** (NOISE_DBFS / 20)
+    near = near_speech(echo)
+    return {"far": far, "echo": echo, "noise": noise, "near": near,
+            "mic_echo_only": echo + noise, "mic_double_talk": echo + noise + near, "mic_near_only": near + noise}
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)
+
+
+def frames_of(samples: np.ndarray) -> list[bytes]:
+    pcm = to_int16(samples)
+    return [pcm[i:i + FRAME].tobytes() for i in range(0, len(pcm) - FRAME + 1, FRAME)]
+
+
+# ---------------------------------------------------------------- libraries
+
+class LivekitCanceller:
+    """livekit.rtc.AudioProcessingModule as the app drives it."""
+    label = "livekit (AEC3 + HPF, the app's settings)"
+    package = "livekit"
+
+    def __init__(self, delay_ms: int, high_pass: bool = True):
+        from livekit.rtc import AudioFrame, AudioProcessingModule
+        self._frame = AudioFrame
+        self._delay = delay_ms
+        self._apm = AudioProcessingModule(echo_cancellation=True, high_pass_filter=high_pass,
+                                          noise_suppression=False, auto_gain_control=False)
+
+    def process(self, far: bytes, near: bytes) -> bytes:
+        self._apm.process_reverse_stream(self._frame(far, RATE, 1, FRAME))
+        self._apm.set_stream_delay_ms(self._delay)
+        frame = self._frame(near, RATE, 1, FRAME)
+        self._apm.process_stream(frame)  # in place
+        return bytes(frame.data)
+
+
+class LivekitNoHighPassCanceller(LivekitCanceller):
+    """The same module with high_pass_filter=False: a control for the aec_audio_processing row (which
+    has no such switch). WebRTC enforces its high-pass filter while AEC3 runs, so the flag may not matter."""
+    label = "livekit (AEC3, high_pass_filter=False; control)"
+
+    def __init__(self, delay_ms: int):
+        super().__init__(delay_ms, high_pass=False)
+
+
+class AecAudioProcessingCanceller:
+    """aec_audio_processing.AudioProcessor with only its echo canceller on (it has no high-pass switch)."""
+    label = "aec_audio_processing (AEC3)"
+    package = "aec_audio_processing"
+
+    def __init__(self, delay_ms: int):
+        from aec_audio_processing import AudioProcessor
+        self._delay = delay_ms
+        self._ap = AudioProcessor(enable_aec=True, enable_ns=False, enable_agc=False, enable_vad=False)
+        self._ap.set_stream_format(RATE, 1)
+        self._ap.set_reverse_stream_format(RATE, 1)
+
+    def process(self, far: bytes, near: bytes) -> bytes:
+        self._ap.process_reverse_stream(far)
+        self._ap.set_stream_delay(self._delay)
+        return self._ap.process_stream(near)
+
+
+class SpeexCanceller:
+    """speexdsp.EchoCanceller (Speex MDF): no delay input, so the hint delays the far reference."""
+    label = f"speexdsp (MDF, {SPEEX_FILTER_MS} ms filter)"
+    package = "speexdsp"
+
+    def __init__(self, delay_ms: int):
+        from speexdsp import EchoCanceller
+        self._ec = EchoCanceller.create(FRAME, SPEEX_FILTER_MS * RATE // 1000, RATE)
+        self._held = [bytes(2 * FRAME)] * (delay_ms // 10)  # far frames not yet given, oldest first
+
+    def process(self, far: bytes, near: bytes) -> bytes:
+        self._held.append(far)
+        return self._ec.process(near, self._held.pop(0))
+
+
+CANCELLERS = (LivekitCanceller, LivekitNoHighPassCanceller, AecAudioProcessingCanceller, SpeexCanceller)
+
+
+def run_canceller(cls, delay_ms: int, far: list[bytes], mic: list[bytes]) -> tuple[np.ndarray, float]:
+    """The output (float64) and the CPU seconds spent in the library for the whole signal."""
+    canceller = cls(delay_ms)
+    out = []
+    cpu = 0.0
+    for far_frame, mic_frame in zip(far, mic):
+        started = time.process_time()
+        processed = canceller.process(far_frame, mic_frame)
+        cpu += time.process_time() - started
+        out.append(processed)
+    return np.frombuffer(b"".join(out), dtype=np.int16).astype(np.float64) / 32767.0, cpu
+
+
+# ---------------------------------------------------------------- metrics
+
+def erle_db(mic: np.ndarray, out: np.ndarray) -> float:
+    return float(10 * np.log10((np.sum(mic ** 2) + 1e-20) / (np.sum(out ** 2) + 1e-20)))
+
+
+def converged_erle_db(mic: np.ndarray, out: np.ndarray) -> float:
+    start = int(CONVERGED_FROM_S * RATE)
+    return erle_db(mic[start:len(out)], out[start:])
+
+
+def time_to_erle_s(mic: np.ndarray, out: np.ndarray, target_db: float = TARGET_ERLE_DB) -> dict:
+    """Among the 0.5 s windows (10 ms hop) where the microphone is 20 dB above the noise floor: the
+    end time of the first whose ERLE reaches `target_db` ("first", 0.5 s at the earliest), and the
+    end time of the first from which every later one does ("held"); None where there is none."""
+    n = len(out)
+    mic_energy = np.add.reduceat(mic[:n] ** 2, np.arange(0, n, FRAME))
+    out_energy = np.add.reduceat(out ** 2, np.arange(0, n, FRAME))
+    width = int(WINDOW_S * 100)
+    mic_windows = np.convolve(mic_energy, np.ones(width), "valid")
+    out_windows = np.convolve(out_energy, np.ones(width), "valid")
+    floor = 10 ** ((NOISE_DBFS + ABOVE_NOISE_DB) / 10) * width * FRAME
+    erle = 10 * np.log10((mic_windows + 1e-20) / (out_windows + 1e-20))
+    valid = mic_windows > floor
+    hits = np.nonzero((erle >= target_db) & valid)[0]
+    misses = np.nonzero((erle < target_db) & valid)[0]
+    later = hits[hits > misses[-1]] if len(misses) else hits
+
+    def end_s(index: int) -> float:
+        return round(float((index + width) * FRAME / RATE), 2)
+    return {"first": end_s(hits[0]) if len(hits) else None, "held": end_s(later[0]) if len(later) else None}
+
+
+def near_preservation(out: np.ndarray, near: np.ndarray) -> dict:
+    """Pearson correlation of the output with `near` (the clean near speech) over the double-talk
+    part, at the best lag within +-MAX_LAG_MS (positive: the output lags), and the output's level
+    against it (dB)."""
+    start = int(DOUBLE_TALK_FROM_S * RATE)
+    end = len(out)
+    max_lag = MAX_LAG_MS * RATE // 1000
+
+    def pearson(lag: int) -> float:
+        lo, hi = max(start, start + lag), min(end, end + lag)
+        return float(np.corrcoef(out[lo:hi], near[lo - lag:hi - lag])[0, 1])
+
+    coarse = max(range(-max_lag, max_lag + 1, 8), key=pearson)  # every 8 samples, then each one around the best
+    lag = max(range(max(-max_lag, coarse - 8), min(max_lag, coarse + 8) + 1), key=pearson)
+    best = (pearson(lag), lag)
+    reference = near[start:end]
+    level = 10 * np.log10(np.sum(out[start:end] ** 2) / np.sum(reference ** 2))
+    return {"pearson": round(best[0], 4), "lag_ms": round(best[1] * 1000 / RATE, 2),
+            "level_db": round(float(level), 2)}
+
+
+# ---------------------------------------------------------------- the comparison
+
+def library_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(PACKAGES[package])
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def evaluate(cls, signals: dict[str, np.ndarray], frames: dict[str, list[bytes]]) -> dict:
+    """Scenario (a) with each delay hint, then (b) with the best hint, then the near speech alone
+    (far end silent) through the same library: the reference that leaves out what the library does
+    to speech anyway (its high-pass filter's phase, its latency), so only double talk's harm is left."""
+    mic_a = signals["mic_echo_only"]
+    per_hint = {}
+    for hint in DELAY_HINTS_MS:
+        out, cpu = run_canceller(cls, hint, frames["far"], frames["mic_echo_only"])
+        reach = time_to_erle_s(mic_a, out)
+        per_hint[hint] = {"erle_db": round(converged_erle_db(mic_a, out), 2), "time_to_20db_s": reach["first"],
+                          "20db_held_from_s": reach["held"], "cpu_ms_per_s": round(1000 * cpu / (len(out) / RATE), 2)}
+    best_hint = max(DELAY_HINTS_MS, key=lambda h: (per_hint[h]["erle_db"], -(per_hint[h]["time_to_20db_s"] or 1e9)))
+    out_b, _ = run_canceller(cls, best_hint, frames["far"], frames["mic_double_talk"])
+    clean_pass, _ = run_canceller(cls, best_hint, frames["silence"], frames["mic_near_only"])
+    double_talk = near_preservation(out_b, signals["near"])
+    own = near_preservation(out_b, np.concatenate([clean_pass, np.zeros(len(signals["near"]) - len(clean_pass))]))
+    double_talk["pearson_vs_own_clean_pass"] = own["pearson"]
+    double_talk["clean_pass_pearson"] = near_preservation(clean_pass, signals["near"])["pearson"]
+    settled = slice(int(CONVERGED_FROM_S * RATE), int(DOUBLE_TALK_FROM_S * RATE))
+    double_talk["erle_before_double_talk_db"] = round(erle_db(signals["mic_double_talk"][settled], out_b[settled]), 2)
+    return {"label": cls.label, "package": PACKAGES[cls.package], "version": library_version(cls.package),
+            "best_delay_hint_ms": best_hint, **per_hint[best_hint], "double_talk": double_talk,
+            "per_delay_hint": {str(h): v for h, v in per_hint.items()}}
+
+
+def passthrough(signals: dict[str, np.ndarray]) -> dict:
+    """No processing: the baseline for the double-talk correlation (the echo alone limits it)."""
+    mic_a, mic_b = signals["mic_echo_only"], signals["mic_double_talk"]
+    return {"label": "no processing (microphone as is)", "package": None, "version": None, "best_delay_hint_ms": None,
+            "erle_db": round(converged_erle_db(mic_a, mic_a), 2), "time_to_20db_s": None, "20db_held_from_s": None,
+            "cpu_ms_per_s": 0.0, "double_talk": {**near_preservation(mic_b, signals["near"]),
+                                                 "pearson_vs_own_clean_pass": None, "clean_pass_pearson": None}}
+
+
+def cpu_cost(rows: list[dict], classes: list, frames: dict[str, list[bytes]]) -> None:
+    """CPU per second of audio, measured apart: CPU_ROUNDS rounds of scenario (a) at each library's
+    best hint, the libraries taking turns within a round so that a busy spell of the machine falls
+    on all of them; the minimum (the least disturbed run) and the median, into each row."""
+    runs: dict[str, list[float]] = {cls.label: [] for cls in classes}
+    hints = {row["label"]: row["best_delay_hint_ms"] for row in rows}
+    for _ in range(CPU_ROUNDS):
+        for cls in classes:
+            out, cpu = run_canceller(cls, hints[cls.label], frames["far"], frames["mic_echo_only"])
+            runs[cls.label].append(1000 * cpu / (len(out) / RATE))
+    for row in rows:
+        row["cpu_ms_per_s"] = round(min(runs[row["label"]]), 2)
+        row["cpu_ms_per_s_median"] = round(float(np.median(runs[row["label"]])), 2)
+        row["cpu_ms_per_s_runs"] = [round(c, 2) for c in runs[row["label"]]]
+
+
+def compare() -> tuple[list[dict], dict]:
+    signals = make_signals()
+    frames = {name: frames_of(signals[name]) for name in ("far", "mic_echo_only", "mic_double_talk", "mic_near_only")}
+    frames["silence"] = [bytes(2 * FRAME)] * len(frames["far"])
+    rows = [passthrough(signals)]
+    unavailable = {}
+    for cls in CANCELLERS:
+        try:
+            cls(0)
+        except Exception as exc:  # not installed, or its native library does not load
+            unavailable[cls.label] = f"{type(exc).__name__}: {exc}"
+            continue
+        rows.append(evaluate(cls, signals, frames))
+        print(f"  measured {cls.label}", file=sys.stderr)
+    cpu_cost(rows[1:], [cls for cls in CANCELLERS if cls.label not in unavailable], frames)
+    levels = {name: round(float(10 * np.log10(np.mean(signals[name][s] ** 2))), 1) for name, s in
+              (("far", slice(None)), ("echo", slice(None)), ("noise", slice(None)),
+               ("near", slice(int(DOUBLE_TALK_FROM_S * RATE), None)))}
+    return rows, {"unavailable": unavailable, "levels_dbfs": levels}
+
+
+# ---------------------------------------------------------------- packaging facts
+
+def _pip(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def latest_version(package: str) -> str | None:
+    result = _pip("index", "versions", package)
+    for line in result.stdout.splitlines():
+        if line.startswith(package) and "(" in line:
+            return line.split("(")[1].rstrip(")")
+    return None
+
+
+def wheel_date(wheel: Path) -> str:
+    """When the wheel was built: the zip timestamp of its METADATA."""
+    with zipfile.ZipFile(wheel) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(".dist-info/METADATA"))
+    year, month, day = info.date_time[:3]
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def wheel_availability(package: str) -> dict:
+    """Per platform tag and Python version: the wheel pip picks (name, build date), or None."""
+    found: dict = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for plat in WHEEL_PLATFORMS:
+            found[plat] = {}
+            for python in WHEEL_PYTHONS:
+                target = Path(folder) / plat / python
+                try:
+                    result = _pip("download", "--no-deps", "--only-binary=:all:", "--platform", plat,
+                                  "--python-version", python, package, "-d", str(target))
+                except subprocess.TimeoutExpired:
+                    found[plat][python] = {"wheel": None, "why": "pip timed out"}
+                    continue
+                wheels = sorted(target.glob("*.whl")) if result.returncode == 0 else []
+                found[plat][python] = ({"wheel": wheels[0].name, "built": wheel_date(wheels[0])} if wheels
+                                       else {"wheel": None, "why": "not in the index queried"})
+    return found
+
+
+def packaging_facts() -> dict:
+    facts = {}
+    for module, package in PACKAGES.items():
+        print(f"  asking pip about {package}", file=sys.stderr)
+        facts[module] = {"package": package, "latest": latest_version(package), "wheels": wheel_availability(package),
+                         "note": NOTES[module]}
+    facts["speexdsp_ns"] = {"package": "speexdsp-ns", "note": NOTES["speexdsp_ns"]}
+    facts["pyspeexdsp"] = {"package": "pyspeexdsp", "note": NOTES["pyspeexdsp"]}
+    return facts
+
+
+def wheel_summary(wheels: dict, latest: str | None) -> str:
+    """Per platform: the Python versions with a wheel, and the package version where it is not the latest."""
+    parts = []
+    for plat, by_python in wheels.items():
+        have = [py for py, w in by_python.items() if w["wheel"]]
+        versions = sorted({w["wheel"].split("-")[1] for w in by_python.values() if w["wheel"]})
+        older = f" (only {', '.join(versions)})" if versions and latest not in versions else ""
+        parts.append(f"{plat}: {','.join(have) if have else 'none'}{older}")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- output
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| library | version | delay hint (ms) | ERLE from 2 s (dB) | first 20 dB window (s) "
+             "| 20 dB held from (s) | double-talk r vs clean near (lag ms) | r vs own clean pass | near level (dB) "
+             "| CPU (ms per s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def shown(value) -> str:
+        return "-" if value is None else str(value)
+    for row in rows:
+        dt = row["double_talk"]
+        cells = [row["label"], shown(row["version"]), shown(row["best_delay_hint_ms"]), f"{row['erle_db']:.1f}",
+                 shown(row["time_to_20db_s"]), shown(row["20db_held_from_s"]),
+                 f"{dt['pearson']:.3f} ({dt['lag_ms']:+.2f})", shown(dt["pearson_vs_own_clean_pass"]),
+                 f"{dt['level_db']:+.1f}", f"{row['cpu_ms_per_s']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the JSON file to write")
+    parser.add_argument("--no-wheels", action="store_true", help="skip asking pip about wheels")
+    args = parser.parse_args(argv)
+
+    rows, extra = compare()
+    result = {
+        "command": "python3 -m bench.echo_options OUT.json",
+        "python": platform.python_version(),
+        "machine": f"{platform.system()} {platform.machine()}",
+        "signals": {"rate": RATE, "frame_ms": 10, "seconds": SECONDS,
+                    "far": "assets/speech_sample.wav, soxr to 48 kHz, repeated", "echo_delay_ms": ECHO_DELAY_MS,
+                    "room_taps_ms_gain": ROOM_TAPS,
+                    "echo_gain_db": ECHO_GAIN_DB, "noise_dbfs": NOISE_DBFS,
+                    "near": "the same file reversed in time, at the echo's RMS, from 10 s on",
+                    "levels_dbfs": extra["levels_dbfs"]},
+        "metrics": {"erle": f"10*log10(mic energy / output energy) from {CONVERGED_FROM_S} s on, echo only",
+                    "time_to_20db": f"end of the first {WINDOW_S} s window (10 ms hop) reaching {TARGET_ERLE_DB} dB, "
+                                    f"windows with the mic {ABOVE_NOISE_DB} dB above the noise floor; held: from "
+                                    "which window on every later one reaches it",
+                    "double_talk": f"Pearson r of output vs clean near speech from {DOUBLE_TALK_FROM_S} s, best lag "
+                                   f"within +-{MAX_LAG_MS} ms; level_db: output over near-speech energy there; "
+                                   "pearson_vs_own_clean_pass: the same r against the library's output for the near "
+                                   "speech alone (far end silent); clean_pass_pearson: that output's r vs clean near",
+                    "cpu": "time.process_time() around the per-frame library calls (binding overhead included), "
+                           f"ms per second of audio: the minimum (and median) of {CPU_ROUNDS} interleaved echo-only "
+                           "runs at the best hint",
+                    "delay_hint": f"best ERLE among {list(DELAY_HINTS_MS)} ms"},
+        "results": rows,
+        "unavailable": extra["unavailable"],
+    }
+    print(markdown_table(rows))
+    for label, why in extra["unavailable"].items():
+        print(f"\nunavailable: {label}: {why}")
+    if not args.no_wheels:
+        result["packaging"] = packaging_facts()
+        print("\n| package | latest | wheels (platform: Python versions) |\n| --- | --- | --- |")
+        for facts in result["packaging"].values():
+            if "wheels" in facts:
+                print(f"| {facts['package']} | {facts['latest']} | {wheel_summary(facts['wheels'], facts['latest'])} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
