@@ -42,55 +42,38 @@ import argparse
 import importlib.metadata
 import json
 import platform
-import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
-RATE = 48000
-FRAME = RATE // 100  # 10 ms
-SECONDS = 20.0
+from .echo_metrics import (
+    ABOVE_NOISE_DB,
+    CONVERGED_FROM_S,
+    DOUBLE_TALK_FROM_S,
+    FRAME,
+    MAX_LAG_MS,
+    NOISE_DBFS,
+    RATE,
+    SECONDS,
+    TARGET_ERLE_DB,
+    WINDOW_S,
+    converged_erle_db,
+    erle_db,
+    near_preservation,
+    time_to_erle_s,
+)
+from .echo_wheels import PACKAGES, packaging_facts, wheel_summary
+
 ECHO_DELAY_MS = 60
 ROOM_TAPS = ((0, 0.6), (7, 0.3), (19, 0.15))  # (ms, gain)
 ECHO_GAIN_DB = -6.0
-NOISE_DBFS = -60.0
-DOUBLE_TALK_FROM_S = SECONDS / 2
-CONVERGED_FROM_S = 2.0
-TARGET_ERLE_DB = 20.0
-WINDOW_S = 0.5
-ABOVE_NOISE_DB = 20.0  # windows counted for the time to 20 dB: the microphone this far above the noise
-MAX_LAG_MS = 50
 DELAY_HINTS_MS = (0, 10, 60)
 CPU_ROUNDS = 7
 SPEEX_FILTER_MS = 200  # the Speex adaptive filter's length: covers 60 + 19 ms of echo path with any hint
 SPEECH = Path(__file__).resolve().parent.parent / "assets" / "speech_sample.wav"
 
-PACKAGES = {"livekit": "livekit", "aec_audio_processing": "aec-audio-processing", "speexdsp": "speexdsp"}
-WHEEL_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64", "win_amd64", "macosx_11_0_arm64")
-WHEEL_PYTHONS = ("3.10", "3.11", "3.12")
-NOTES = {
-    "livekit": "The manylinux2014 (glibc 2.17) query resolves to livekit 0.2.3 (py3-none-any, 2023), which has no "
-               "rtc.AudioProcessingModule nor native library: livekit 1.x wheels are manylinux_2_28 (glibc >= 2.28). "
-               "Python-version independent (py3-none) wheels. high_pass_filter=False changes nothing while AEC3 "
-               "runs (bit-identical output here): WebRTC enforces its high-pass filter with AEC3.",
-    "aec_audio_processing": "Requires-Python >= 3.11 (no 3.10). Wheels only for Windows in the index queried; an "
-                            "sdist (aec_audio_processing-1.0.1.tar.gz, 5.9 MB) is what Linux and macOS get, built "
-                            "locally (the wheel used here was built from it: cp311-linux_x86_64). Its C++ wrapper "
-                            "leaves the VAD flag uninitialised and exposes no high-pass filter switch (AEC3's "
-                            "enforced one still runs: about -17 dB at 50 Hz here).",
-    "speexdsp": "sdist only (speexdsp-0.1.1.tar.gz, 2018): needs SWIG, a C++ compiler and libspeexdsp headers "
-                "(Debian: swig, libspeexdsp-dev) to install. Linear echo canceller only (the wrapper leaves Speex's "
-                "residual-echo preprocessor commented out).",
-    "speexdsp_ns": "speexdsp-ns 0.1.2 is Speex noise suppression only (no echo canceller): not benchmarked.",
-    "pyspeexdsp": "Not in the index queried.",
-}
-
-
-# ---------------------------------------------------------------- signals
 
 def load_far_end() -> np.ndarray:
     """The speech sample at RATE, float64, repeated to SECONDS."""
@@ -137,8 +120,6 @@ def frames_of(samples: np.ndarray) -> list[bytes]:
     pcm = to_int16(samples)
     return [pcm[i:i + FRAME].tobytes() for i in range(0, len(pcm) - FRAME + 1, FRAME)]
 
-
-# ---------------------------------------------------------------- libraries
 
 class LivekitCanceller:
     """livekit.rtc.AudioProcessingModule as the app drives it."""
@@ -218,62 +199,6 @@ def run_canceller(cls, delay_ms: int, far: list[bytes], mic: list[bytes]) -> tup
     return np.frombuffer(b"".join(out), dtype=np.int16).astype(np.float64) / 32767.0, cpu
 
 
-# ---------------------------------------------------------------- metrics
-
-def erle_db(mic: np.ndarray, out: np.ndarray) -> float:
-    return float(10 * np.log10((np.sum(mic ** 2) + 1e-20) / (np.sum(out ** 2) + 1e-20)))
-
-
-def converged_erle_db(mic: np.ndarray, out: np.ndarray) -> float:
-    start = int(CONVERGED_FROM_S * RATE)
-    return erle_db(mic[start:len(out)], out[start:])
-
-
-def time_to_erle_s(mic: np.ndarray, out: np.ndarray, target_db: float = TARGET_ERLE_DB) -> dict:
-    """Among the 0.5 s windows (10 ms hop) where the microphone is 20 dB above the noise floor: the
-    end time of the first whose ERLE reaches `target_db` ("first", 0.5 s at the earliest), and the
-    end time of the first from which every later one does ("held"); None where there is none."""
-    n = len(out)
-    mic_energy = np.add.reduceat(mic[:n] ** 2, np.arange(0, n, FRAME))
-    out_energy = np.add.reduceat(out ** 2, np.arange(0, n, FRAME))
-    width = int(WINDOW_S * 100)
-    mic_windows = np.convolve(mic_energy, np.ones(width), "valid")
-    out_windows = np.convolve(out_energy, np.ones(width), "valid")
-    floor = 10 ** ((NOISE_DBFS + ABOVE_NOISE_DB) / 10) * width * FRAME
-    erle = 10 * np.log10((mic_windows + 1e-20) / (out_windows + 1e-20))
-    valid = mic_windows > floor
-    hits = np.nonzero((erle >= target_db) & valid)[0]
-    misses = np.nonzero((erle < target_db) & valid)[0]
-    later = hits[hits > misses[-1]] if len(misses) else hits
-
-    def end_s(index: int) -> float:
-        return round(float((index + width) * FRAME / RATE), 2)
-    return {"first": end_s(hits[0]) if len(hits) else None, "held": end_s(later[0]) if len(later) else None}
-
-
-def near_preservation(out: np.ndarray, near: np.ndarray) -> dict:
-    """Pearson correlation of the output with `near` (the clean near speech) over the double-talk
-    part, at the best lag within +-MAX_LAG_MS (positive: the output lags), and the output's level
-    against it (dB)."""
-    start = int(DOUBLE_TALK_FROM_S * RATE)
-    end = len(out)
-    max_lag = MAX_LAG_MS * RATE // 1000
-
-    def pearson(lag: int) -> float:
-        lo, hi = max(start, start + lag), min(end, end + lag)
-        return float(np.corrcoef(out[lo:hi], near[lo - lag:hi - lag])[0, 1])
-
-    coarse = max(range(-max_lag, max_lag + 1, 8), key=pearson)  # every 8 samples, then each one around the best
-    lag = max(range(max(-max_lag, coarse - 8), min(max_lag, coarse + 8) + 1), key=pearson)
-    best = (pearson(lag), lag)
-    reference = near[start:end]
-    level = 10 * np.log10(np.sum(out[start:end] ** 2) / np.sum(reference ** 2))
-    return {"pearson": round(best[0], 4), "lag_ms": round(best[1] * 1000 / RATE, 2),
-            "level_db": round(float(level), 2)}
-
-
-# ---------------------------------------------------------------- the comparison
-
 def library_version(package: str) -> str | None:
     try:
         return importlib.metadata.version(PACKAGES[package])
@@ -351,72 +276,6 @@ def compare() -> tuple[list[dict], dict]:
                ("near", slice(int(DOUBLE_TALK_FROM_S * RATE), None)))}
     return rows, {"unavailable": unavailable, "levels_dbfs": levels}
 
-
-# ---------------------------------------------------------------- packaging facts
-
-def _pip(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def latest_version(package: str) -> str | None:
-    result = _pip("index", "versions", package)
-    for line in result.stdout.splitlines():
-        if line.startswith(package) and "(" in line:
-            return line.split("(")[1].rstrip(")")
-    return None
-
-
-def wheel_date(wheel: Path) -> str:
-    """When the wheel was built: the zip timestamp of its METADATA."""
-    with zipfile.ZipFile(wheel) as archive:
-        info = next(i for i in archive.infolist() if i.filename.endswith(".dist-info/METADATA"))
-    year, month, day = info.date_time[:3]
-    return f"{year:04d}-{month:02d}-{day:02d}"
-
-
-def wheel_availability(package: str) -> dict:
-    """Per platform tag and Python version: the wheel pip picks (name, build date), or None."""
-    found: dict = {}
-    with tempfile.TemporaryDirectory() as folder:
-        for plat in WHEEL_PLATFORMS:
-            found[plat] = {}
-            for python in WHEEL_PYTHONS:
-                target = Path(folder) / plat / python
-                try:
-                    result = _pip("download", "--no-deps", "--only-binary=:all:", "--platform", plat,
-                                  "--python-version", python, package, "-d", str(target))
-                except subprocess.TimeoutExpired:
-                    found[plat][python] = {"wheel": None, "why": "pip timed out"}
-                    continue
-                wheels = sorted(target.glob("*.whl")) if result.returncode == 0 else []
-                found[plat][python] = ({"wheel": wheels[0].name, "built": wheel_date(wheels[0])} if wheels
-                                       else {"wheel": None, "why": "not in the index queried"})
-    return found
-
-
-def packaging_facts() -> dict:
-    facts = {}
-    for module, package in PACKAGES.items():
-        print(f"  asking pip about {package}", file=sys.stderr)
-        facts[module] = {"package": package, "latest": latest_version(package), "wheels": wheel_availability(package),
-                         "note": NOTES[module]}
-    facts["speexdsp_ns"] = {"package": "speexdsp-ns", "note": NOTES["speexdsp_ns"]}
-    facts["pyspeexdsp"] = {"package": "pyspeexdsp", "note": NOTES["pyspeexdsp"]}
-    return facts
-
-
-def wheel_summary(wheels: dict, latest: str | None) -> str:
-    """Per platform: the Python versions with a wheel, and the package version where it is not the latest."""
-    parts = []
-    for plat, by_python in wheels.items():
-        have = [py for py, w in by_python.items() if w["wheel"]]
-        versions = sorted({w["wheel"].split("-")[1] for w in by_python.values() if w["wheel"]})
-        older = f" (only {', '.join(versions)})" if versions and latest not in versions else ""
-        parts.append(f"{plat}: {','.join(have) if have else 'none'}{older}")
-    return "; ".join(parts)
-
-
-# ---------------------------------------------------------------- output
 
 def markdown_table(rows: list[dict]) -> str:
     lines = ["| library | version | delay hint (ms) | ERLE from 2 s (dB) | first 20 dB window (s) "
