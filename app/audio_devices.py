@@ -70,13 +70,16 @@ def list_devices(kind: str) -> list[AudioDevice]:
     default first."""
     if sd is None:
         return []
-    pulse_index = _pulse_index()
-    if pulse_index is not None:
+    pulse = _pulse_device()
+    if pulse is not None:
         server_devices = sound_server.list_devices(kind)
         if server_devices:
-            return [AudioDevice(index=pulse_index, name=d.description, host_api=SERVER_API,
-                                sample_rate=d.sample_rate, is_default=d.is_default,
-                                server_name=d.name, kind=kind)
+            # The plugin takes any rate and libpulse converts to the device's; PortAudio's
+            # choice for it will do (pulsectl's sample_spec is read after libpulse freed it:
+            # the device's own rate comes out as garbage).
+            rate = int(pulse["default_samplerate"])
+            return [AudioDevice(index=pulse["index"], name=d.description, host_api=SERVER_API, sample_rate=rate,
+                                is_default=d.is_default, server_name=d.name, kind=kind)
                     for d in server_devices]
     return _portaudio_devices(kind)
 
@@ -86,15 +89,12 @@ def server_listed(devices: list[AudioDevice]) -> bool:
     return any(d.server_name is not None for d in devices)
 
 
-def _pulse_index() -> int | None:
+def _pulse_device() -> dict | None:
     """PortAudio's `pulse` device, if it has one (libasound2-plugins installed, and the
     server was up when PortAudio scanned)."""
     if not sys.platform.startswith("linux"):
         return None
-    for info in sd.query_devices():
-        if info["name"] == PULSE_PORTAUDIO_NAME:
-            return info["index"]
-    return None
+    return next((info for info in sd.query_devices() if info["name"] == PULSE_PORTAUDIO_NAME), None)
 
 
 def _portaudio_devices(kind: str) -> list[AudioDevice]:

@@ -59,6 +59,8 @@ class ConversationController(QObject):
         device_picker.volume_changed.connect(self._on_speaker_gain)
         device_picker.speaker_muted_changed.connect(self._on_speaker_gain)
         device_picker.echo_changed.connect(self._on_echo)
+        device_picker.notice.connect(lambda text: self._message_bar.show_message(text, "info"))
+        device_picker.device_lost.connect(lambda text: self._message_bar.show_message(text, "info"))
 
     @property
     def running(self) -> bool:
@@ -96,7 +98,7 @@ class ConversationController(QObject):
         self.worker.set_muted(self._device_picker.is_muted())
         self.worker.set_speaker_gain(self._speaker_gain())
         self.worker.start()
-        self._set_running(True)
+        self._set_running(True, uses_devices=feed is None)
 
     def stop(self) -> None:
         """Silence at once; the engine thread finishes its current frame and exits."""
@@ -118,7 +120,7 @@ class ConversationController(QObject):
         if microphone is None or speaker is None:
             missing = "microphone" if microphone is None else "speaker"
             self._message_bar.show_message(
-                f"No {missing} found. Connect one, then press Refresh in the Audio box.")
+                f"No {missing} found. Connect one: it shows in the Audio box (press Refresh if it does not).")
             return None
         try:
             return AudioLink(microphone, speaker, self.audio_config, echo=self._device_picker.echo_settings())
@@ -167,13 +169,13 @@ class ConversationController(QObject):
         else:
             self.status.emit("")
 
-    def _set_running(self, running: bool) -> None:
+    def _set_running(self, running: bool, uses_devices: bool = True) -> None:
         self._models.in_use = running
         self._start_button.setEnabled(not running)
         self._stop_button.setEnabled(running)
         self._record_box.setEnabled(not running)
         self._model_picker.set_running(running)
-        self._device_picker.set_running(running)
+        self._device_picker.set_running(running, uses_devices)
 
     def _on_model_ready(self, _: LoadedModel) -> None:
         if self._start_when_loaded:

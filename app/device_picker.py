@@ -3,7 +3,9 @@ sound server's plugging and unplugging), mute switches, the speaker volume, leve
 both voices, and the microphone's processing switches (echo cancellation and its friends)."""
 from __future__ import annotations
 
-from PyQt6.QtCore import Qt, QTimer, pyqtSignal
+import weakref
+
+from PyQt6.QtCore import QObject, Qt, QTimer, pyqtSignal
 from PyQt6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -28,9 +30,6 @@ NONE_FOUND = {"input": "No microphone found", "output": "No speaker found"}
 # Plugging a headset sends a burst of events (its sink, its source, a new default): one
 # refresh after the burst, not one per event.
 EVENT_SETTLE_MS = 150
-# What versions before the sound server listing remembered for its devices: the server's
-# default then, which is what is selected now, so not worth a notice.
-GATEWAY_KEYS = frozenset({"ALSA: default", "ALSA: pulse"})
 
 
 class DevicePicker(QGroupBox):
@@ -40,7 +39,6 @@ class DevicePicker(QGroupBox):
     echo_changed = pyqtSignal(object)         # EchoSettings
     device_lost = pyqtSignal(str)             # a running conversation's device went away: what to tell
     notice = pyqtSignal(str)                  # a remembered device is missing: what to tell
-    _server_changed = pyqtSignal()            # emitted from the sound server watch's thread
 
     def __init__(self, settings: AppSettings, parent=None):
         super().__init__("Audio", parent)
@@ -55,11 +53,16 @@ class DevicePicker(QGroupBox):
         self._build_layout()
         self._connect()
         self.refresh(rescan=False)
-        # The watch's thread only emits; the lists are rebuilt here, on the GUI thread.
+        # The watch's thread only emits, through a relay it keeps alive (a signal of this widget
+        # could be emitted after the widget is gone); the lists are rebuilt on the GUI thread.
         self._settle = QTimer(self, singleShot=True, interval=EVENT_SETTLE_MS, timeout=self._on_server_change)
-        self._server_changed.connect(self._settle.start)
-        self._watch = watch = sound_server.ServerWatch(self._server_changed.emit)
-        self.destroyed.connect(lambda *_: watch.stop())  # (captures the watch, not the dying widget)
+        self._relay = relay = _Relay()
+        relay.changed.connect(self._settle.start)
+        self._watch = watch = sound_server.ServerWatch(lambda: relay.changed.emit())
+        # Whichever goes first, the Qt widget (its parent closed) or the Python object: the
+        # watch stops (the callables capture the watch, not the widget).
+        self.destroyed.connect(lambda *_: watch.stop())
+        weakref.finalize(self, watch.stop)
         watch.start()
 
     # --- widgets ------------------------------------------------------------------------
@@ -206,8 +209,11 @@ class DevicePicker(QGroupBox):
             # a list that no longer comes from the server means the server went away (and the
             # stream with it, which the conversation reports).
             if (found is None and self._report_loss and in_use is not None and in_use.server_name is not None
-                    and audio_devices.server_listed(devices) and in_use.key not in self._told):
-                self._told.add(in_use.key)
+                    and audio_devices.server_listed(devices)):
+                # The default from now on, even should the device come back: the stream stays
+                # where the server moved it.
+                self._in_use[kind] = None
+                self._told.add(in_use.key)  # (no "not connected" notice for it after this)
                 self.device_lost.emit(
                     f"The {WHAT[kind]} “{in_use.name}” was unplugged: the sound server moved the "
                     "conversation to the default; pick another in Audio.")
@@ -217,7 +223,7 @@ class DevicePicker(QGroupBox):
         if found is not None:
             self._told.discard(key)  # back: a later absence is news again
             return found
-        if key and key not in GATEWAY_KEYS and key not in self._told and devices:
+        if key and key not in self._told and _same_family(devices, key):
             self._told.add(key)
             label = self.settings.device_label(kind) or key
             self._announce(f"The {WHAT[kind]} “{label}” is not connected: using the system default "
@@ -292,12 +298,25 @@ class DevicePicker(QGroupBox):
         self.echo_changed.emit(settings)
 
 
+class _Relay(QObject):
+    changed = pyqtSignal()
+
+
 def _meter_value(dbfs: float) -> int:
     return int(max(METER_FLOOR_DB, min(0.0, dbfs)))
 
 
 def _find(devices: list[AudioDevice], key: str) -> int | None:
     return next((i for i, d in enumerate(devices) if d.key == key), None)
+
+
+def _same_family(devices: list[AudioDevice], key: str) -> bool:
+    """Whether `key` names a device of the kind listed now (a sound server's, or a PortAudio
+    host API's): only then is its absence news. One remembered before the app listed the
+    server's devices ("ALSA: default"), or Windows' MME before WASAPI was preferred, just
+    is not comparable."""
+    family = key.split(": ", 1)[0]
+    return any(d.key.split(": ", 1)[0] == family for d in devices)
 
 
 def _item_text(device: AudioDevice, devices: list[AudioDevice]) -> str:

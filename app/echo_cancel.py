@@ -24,6 +24,7 @@ ACTIVE_DB = 15.0
 """Echo attenuation over the last half second of the model's voice above which the canceller
 counts as active (converged); below it, while the model speaks, it is converging."""
 WINDOW = 50  # chunks: half a second
+MAX_DELAY_MS = 500
 FAR_ACTIVE = 1e-5  # mean square of a far-end chunk (-50 dBFS) that counts as the model speaking
 MIC_HEARS = 1e-6  # mean square of a microphone chunk (-60 dBFS) with something in it to cancel
 
@@ -152,7 +153,8 @@ class EchoCanceller:
             # What is left was played after the near chunk: the module's own estimator covers
             # the acoustic path beyond this (up to hundreds of ms). Each call crosses into the
             # native library, so only a new value is passed.
-            delay = int(max(0.0, until - (self._far_t - CHUNK / APM_RATE)) * 1000)
+            # The module takes 0..MAX_DELAY_MS (a stalled speaker would ask for more).
+            delay = min(MAX_DELAY_MS, int(max(0.0, until - (self._far_t - CHUNK / APM_RATE)) * 1000))
             if delay != self._delay_ms:
                 self._apm.set_stream_delay_ms(delay)
                 self._delay_ms = delay

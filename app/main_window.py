@@ -39,11 +39,12 @@ from .message_bar import MessageBar
 from .model_controller import ModelController
 from .model_picker import ModelPicker
 from .project_info import project_info
+from .wheel_guard import guard_wheel
 
 log = logging.getLogger("duplexcadence")
 
-HEADPHONES_HINT = ("Tip: use headphones. Through loudspeakers the model hears its own voice "
-                   "and may answer itself.")
+HEADPHONES_HINT = ("Echo cancellation is on (Audio box): you can talk through loudspeakers. "
+                   "Headphones still give the cleanest sound.")
 
 
 class MainWindow(QMainWindow):
@@ -73,6 +74,7 @@ class MainWindow(QMainWindow):
             panel=self.panel, model_picker=self.model_picker, device_picker=self.device_picker,
             message_bar=self.message_bar, parent=self)
         self._connect()
+        self._wheel_guard = guard_wheel(self)  # scrolling the panel never turns a setting
         geometry = self.settings.geometry()
         if geometry is not None:
             self.restoreGeometry(geometry)

@@ -34,14 +34,26 @@ RETRY_S = 2.0  # how often the watch looks for a server that went away (or was n
 class ServerDevice:
     name: str           # the server's name for it: stable across plugging, what settings keep
     description: str    # what people see ("USB headset", "Monitor of Built-in Audio")
-    sample_rate: int    # the device's own rate: a stream at it needs no conversion
     is_default: bool
     is_monitor: bool    # a sink's monitor: what that sink plays, as a source
 
 
+if pulsectl is not None:
+    class _Pulse(pulsectl.Pulse):
+        """pulsectl's connect(timeout=...) sits out the whole timeout even once connected:
+        only a failure stops its wait. Stopping it on success too makes the timeout the upper
+        bound it is meant to be. (Should pulsectl rename these, connecting is slow again, not
+        broken.)"""
+
+        def _pulse_state_cb(self, ctx, userdata):
+            super()._pulse_state_cb(ctx, userdata)
+            if self.connected:
+                self._loop_stop = True
+
+
 def _connect() -> pulsectl.Pulse:
     # Never autospawn: starting a sound server is the desktop's business, not a device list's.
-    pulse = pulsectl.Pulse(CLIENT_NAME, connect=False)
+    pulse = _Pulse(CLIENT_NAME, connect=False)
     try:
         pulse.connect(autospawn=False, timeout=CONNECT_TIMEOUT_S)
     except BaseException:
@@ -59,13 +71,12 @@ def list_devices(kind: str) -> list[ServerDevice] | None:
         with _connect() as pulse:
             info = pulse.server_info()
             entries = pulse.source_list() if kind == "input" else pulse.sink_list()
-    except (pulsectl.PulseError, OSError) as exc:
+    except (pulsectl.PulseError, pulsectl.PulseDisconnected, OSError) as exc:
         log.debug("no sound server to list devices from: %s", exc)
         return None
     default = info.default_source_name if kind == "input" else info.default_sink_name
     devices = [
-        ServerDevice(name=entry.name, description=entry.description or entry.name,
-                     sample_rate=int(entry.sample_spec.rate), is_default=entry.name == default,
+        ServerDevice(name=entry.name, description=entry.description or entry.name, is_default=entry.name == default,
                      is_monitor=kind == "input" and entry.monitor_of_sink_name is not None)
         for entry in entries
     ]
@@ -93,21 +104,23 @@ class ServerWatch:
         if self.available:
             self._thread.start()
 
-    def stop(self, timeout_s: float = 1.0) -> None:
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Ends the watch: at once when it is listening, within about a second otherwise.
+        `wait_s`: wait that long for its thread to end (callers being torn down need not)."""
         self._stop.set()
         with self._lock:
             if self._pulse is not None:
                 self._pulse.event_listen_stop()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+        if wait_s and self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(wait_s)
 
     def _run(self) -> None:
-        reachable = False
+        reachable = None  # unknown: the listing before this watch began may have found a server
         while not self._stop.is_set():
             try:
                 pulse = _connect()
             except (pulsectl.PulseError, OSError):
-                if reachable:  # the server went away: the lists fall back to PortAudio's
+                if reachable is not False:  # (now) gone: the lists fall back to PortAudio's
                     reachable = False
                     self._notify()
                 self._stop.wait(self.retry_s)
@@ -115,6 +128,9 @@ class ServerWatch:
             reachable = True
             try:
                 self._listen(pulse)
+            except Exception:  # whatever broke, the watch goes on (a dead one would go unnoticed)
+                log.warning("watching the sound server failed; trying again", exc_info=True)
+                self._stop.wait(self.retry_s)
             finally:
                 with self._lock:
                     self._pulse = None

@@ -120,7 +120,7 @@ class VirtualAudio:
     def add_source(self, name: str, description: str, rate: int = SINK_RATE) -> str:
         """Plug in a microphone (a null source: silence); returns the module id."""
         return self.pactl("load-module", "module-null-source", f"source_name={name}", f"rate={rate}",
-                          "channels=1", f"source_properties='device.description=\"{description}\"'").strip()
+                          "channels=1", f"description=\"{description}\"").strip()
 
     def unload(self, module_id: str) -> None:
         """Unplug what `add_sink` / `add_source` plugged in."""
