@@ -2,6 +2,8 @@
 speech played into the virtual microphone, the demo model answering into the virtual
 speaker, the recording checked; and a speaker that fails mid conversation."""
 
+import json
+
 import pytest
 import soundfile as sf
 import soxr
