@@ -122,6 +122,7 @@ class DevicePicker(QGroupBox):
         layout.addWidget(self.microphone, 0, 1)
         layout.addWidget(self.mute, 0, 2)
         layout.addWidget(self.refresh_button, 0, 3)
+        layout.addWidget(_small("level"), 1, 0)
         layout.addWidget(self.meter, 1, 1)
         layout.addWidget(QLabel("Speaker"), 2, 0)
         layout.addWidget(self.speaker, 2, 1)
@@ -130,6 +131,7 @@ class DevicePicker(QGroupBox):
         volume.addWidget(self.volume, 1)
         volume.addWidget(self.volume_label)
         layout.addLayout(volume, 2, 3)
+        layout.addWidget(_small("level"), 3, 0)
         layout.addWidget(self.output_meter, 3, 1)
         switches = QHBoxLayout()
         for widget in (self.echo_cancellation, self.echo_state, self.noise_suppression, self.high_pass):
@@ -326,3 +328,10 @@ def _item_text(device: AudioDevice, devices: list[AudioDevice]) -> str:
     if sum(d.name == device.name for d in devices) > 1:
         text += f" — {device.server_name or device.host_api}"
     return text + (" (system default)" if device.is_default else "")
+
+
+def _small(text: str) -> QLabel:
+    """A meter's caption, quieter than the row labels above it."""
+    label = QLabel(text)
+    label.setEnabled(False)  # drawn in the palette's muted colour
+    return label

@@ -169,7 +169,7 @@ class EchoCanceller:
         attenuation = None
         if len(heard) >= WINDOW // 2:
             attenuation = float(10 * np.log10((heard[:, 1].sum() + 1e-12) / (heard[:, 2].sum() + 1e-12)))
-            self._active = attenuation >= ACTIVE_DB
+            self._active = self._active or attenuation >= ACTIVE_DB  # converged once: AEC3 stays so
         elif len(speaking) >= WINDOW // 2:
             self._active = True  # the model speaks and the microphone hears nearly nothing of it
         return EchoState("active" if self._active else "converging", attenuation, self._ms_per_frame())

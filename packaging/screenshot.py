@@ -1,7 +1,9 @@
-"""Render the product screenshot (assets/screenshot.png): the main window of a first start, in
+"""Render the product screenshot (assets/screenshot.png) and the Audio box alone
+(assets/audio_box.png): the main window of a first start, in
 the middle of a conversation with the demo model through real audio devices: the bundled
 speech played into a virtual microphone, the reply played to a virtual speaker (a private
-PulseAudio server, the one the tests use: tests/audio_fixture.py).
+PulseAudio server, the one the tests use: tests/audio_fixture.py), with a USB headset's
+speaker and microphone plugged in beside its two virtual devices.
 
 Runs without a display (Qt's offscreen platform) and without touching the user's settings or
 sound server; needs what `bash packaging/test.sh` installs:
@@ -22,6 +24,7 @@ sys.path.insert(0, str(REPO))  # runnable from a checkout, installed or not
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=REPO / "assets" / "screenshot.png")
+    parser.add_argument("--audio-box", type=Path, default=REPO / "assets" / "audio_box.png")
     parser.add_argument("--seconds", type=float, default=8.0,
                         help="conversation time to show before the shot")
     args = parser.parse_args(argv)
@@ -38,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         audio = VirtualAudio(Path(scratch) / "pulse")
         audio.start()
+        audio.add_sink("usb_headset", "USB headset")
+        audio.add_source("usb_headset_mic", "USB headset microphone")
         q = QSettings(str(Path(scratch) / "settings.ini"), QSettings.Format.IniFormat)
         q.setValue("recording/folder", str(Path(scratch) / "recordings"))
         settings = AppSettings(q)  # a first start: the headphones tip shows
@@ -54,22 +59,26 @@ def main(argv: list[str] | None = None) -> int:
                 if not failures:
                     args.output.parent.mkdir(parents=True, exist_ok=True)
                     window.grab().save(str(args.output))
+                    window.device_picker.grab().save(str(args.audio_box))
                 window.close()
                 app.quit()
 
         timer = QTimer()
         timer.timeout.connect(check)
         timer.start(100)
+        players = []  # the speech starts with the conversation (the demo loads first)
+        window.conversation.signals.started.connect(
+            lambda: players.append(audio.play_into_microphone(REPO / "assets" / "speech_sample.wav")))
         window.model_picker.select("demo")
         window.conversation.start()
-        player = audio.play_into_microphone(REPO / "assets" / "speech_sample.wav")
         app.exec()
-        player.terminate()
+        for player in players:
+            player.terminate()
         audio.stop()
     if failures:
         print(f"screenshot: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"wrote {args.output}")
+    print(f"wrote {args.output} and {args.audio_box}")
     return 0
 
 
