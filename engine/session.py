@@ -212,9 +212,9 @@ class DuplexSession:
         if self._change is None or not (wait or self._change[2].done):
             return ()
         (new, changed, regeneration), self._change = self._change, None
-        self.conversation.configure(new)  # drops the graphs in use: the new ones come next
+        self.conversation.configure(new)  # before the swap: it drops the graphs in use
         regeneration.finish()
-        self._set(new)
+        self.options = new
         return changed
 
     def _set(self, options: RuntimeOptions) -> None:
@@ -245,8 +245,8 @@ class DuplexSession:
         compilation and graph capture, which only a GPU has (the app and `offline` call it on
         CUDA), for the plain frame and, with a DiffuPlex predictor, the wakes of every K it
         can plan. The conversation starts afresh afterwards: the output is what it would
-        have been. Options set later that change the shapes or the sampling compile or capture
-        again where they first run."""
+        have been. Options set later that need other graphs get them between frames (see
+        `_apply_pending`)."""
         self._apply_pending(wait=True)  # prepare for the options the conversation will run under
         self._pcm_in.zero_()
         # With graphs even when replay is off, so that turning it on takes effect at once.
