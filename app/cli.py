@@ -6,6 +6,7 @@ exit non-zero; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -127,8 +128,24 @@ def torch_dtype(device: str):
 
 
 def _gui(args) -> int:
+    missing = no_display()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     from app.main_window import run_app
     return run_app(model=args.model)
+
+
+def no_display() -> str | None:
+    """Why the window cannot open here (Linux without X11 or Wayland), in one line; else None.
+    Asked before Qt loads: without a display Qt aborts with a message about its xcb plugin."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return None
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("No display found (neither DISPLAY nor WAYLAND_DISPLAY is set): the window cannot open. "
+            "Without one, run a conversation file to file: duplexcadence offline --model demo "
+            "--input IN.wav --output OUT.wav")
 
 
 MODELS = ("'demo' (the bundled untrained model), a checkpoint folder, a Hugging Face cache snapshot, or a "
@@ -192,11 +209,12 @@ def _add_offline(sub) -> None:
 def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="ours against the stock runtime (from a checkout of the repository; needs "
                                          "a CUDA GPU and moshi==0.2.13; random full-size weights)")
-    bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko")
+    bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko",
+                       help="the shape of the full-size random weights it builds, by name (default moshiko)")
     bench.add_argument("--frames", type=int, help="frames per run (default 1500 = 120 s; 375 with --diffuplex)")
     bench.add_argument("--plain-frames", type=int, default=150,
-                       help="frames for ours with the optimizations off (slow: fewer)")
-    bench.add_argument("--seed", type=int, default=0)
+                       help="frames for ours with the optimizations off (slow: fewer; default 150)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the random weights and of sampling (default 0)")
     bench.add_argument("--int8-frames", type=int, default=3000,
                        help="frames of the int8 runs (stock q8, ours int8 under a memory budget; default 3000, "
                             "the whole context; 0: none)")
@@ -207,7 +225,8 @@ def _add_bench(sub) -> None:
     bench.add_argument("--diffuplex", action="store_true",
                        help="instead: DiffuPlex against our AR path, with acceptance forced to 0..K frames per wake "
                             "(personaplex only; a full-size predictor with random weights)")
-    bench.add_argument("--block", type=int, default=4, help="with --diffuplex: K, frames one wake predicts")
+    bench.add_argument("--block", type=int, default=4,
+                       help="with --diffuplex: K, frames one wake predicts (default 4)")
     bench.add_argument("--tail", choices=["step-audio2"],
                        help="instead: the speech tail, Step-Audio2's token2wav, ours against the stock minicpmo-utils "
                             "1.0.7 (full-size random weights; --seed and --output apply, default output "
@@ -248,15 +267,18 @@ def _add_train_diffuplex(sub) -> None:
     trainer.add_argument("--out", required=True, help="the adapter file to write (.safetensors); checkpoints go there")
     trainer.add_argument("--data", help="a folder of audio files, or one file: mono = the user; stereo = a "
                                         "conversation, user left (default: the bundled speech)")
-    trainer.add_argument("--steps", type=int, default=400)
+    trainer.add_argument("--steps", type=int, default=400, help="optimizer steps (default 400)")
     trainer.add_argument("--block", type=int, choices=range(1, 17), default=4, metavar="K",
-                         help="future frames one wake predicts (1..16)")
-    trainer.add_argument("--rank", type=int, default=8, help="LoRA rank")
-    trainer.add_argument("--lr", type=float, default=3e-3)
-    trainer.add_argument("--batch", type=int, default=8, help="windows per step")
-    trainer.add_argument("--window", type=int, default=24, help="frames of real history before each block")
-    trainer.add_argument("--seed", type=int, default=0)
-    trainer.add_argument("--checkpoint-every", type=int, default=100)
+                         help="future frames one wake predicts (1..16; default 4)")
+    trainer.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8)")
+    trainer.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate (default 0.003)")
+    trainer.add_argument("--batch", type=int, default=8, help="windows per step (default 8)")
+    trainer.add_argument("--window", type=int, default=24,
+                         help="frames of real history before each block (default 24)")
+    trainer.add_argument("--seed", type=int, default=0,
+                         help="seed of the adapter's first weights and of the windows drawn (default 0)")
+    trainer.add_argument("--checkpoint-every", type=int, default=100,
+                         help="write the adapter every this many steps, to resume from (default 100)")
     trainer.add_argument("--resume", action="store_true", help="continue from the steps --out already holds")
     trainer.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
     trainer.set_defaults(func=_train)

@@ -1,0 +1,34 @@
+"""The command line explains itself as the window does: every subcommand has a description and
+every option its help; without a display the window says so in one line instead of Qt aborting."""
+import argparse
+import os
+import subprocess
+import sys
+
+from app.cli import build_parser
+
+
+def _undocumented(parser: argparse.ArgumentParser, name: str) -> list[str]:
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            missing += [f"subcommand {c.dest}" for c in action._choices_actions if not c.help]
+            for sub_name, sub in action.choices.items():
+                missing += _undocumented(sub, sub_name)
+        elif not action.help:
+            missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    return missing
+
+
+def test_every_subcommand_and_option_has_help():
+    assert _undocumented(build_parser(), "duplexcadence") == []
+
+
+def test_without_a_display_the_window_says_so_and_exits_2(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "app.cli"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "No display found" in lines[0] and "duplexcadence offline" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
