@@ -27,6 +27,7 @@ from PyQt6.QtWidgets import (
     QWidget,
 )
 
+from . import shortcuts
 from .app_settings import AppSettings
 from .audio_io import AudioConfig
 from .cadence_panel import CadencePanel
@@ -163,12 +164,22 @@ class MainWindow(QMainWindow):
         self.copy_path_button.clicked.connect(self.copy_recording_path)
 
     def _build_menu(self) -> None:
+        self.shortcuts = shortcuts.install(self, self._start_or_stop,
+                                           lambda: self.device_picker.set_muted(not self.device_picker.is_muted()))
         help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction("Keyboard shortcuts", lambda: QMessageBox.information(
+            self, "Keyboard shortcuts", shortcuts.help_text()))
         self.gpu_action = help_menu.addAction("Install GPU support…", lambda: self.offer_gpu_support())
         self.gpu_action.setVisible(self._gpu_offer() is not None)
         help_menu.addAction("Open log folder", lambda: QDesktopServices.openUrl(
             QUrl.fromLocalFile(str(default_log_dir()))))
         help_menu.addAction(f"About {self.info.display_name}", self.show_about)
+
+    def _start_or_stop(self) -> None:
+        if self.stop_button.isEnabled():
+            self.conversation.stop()
+        elif self.start_button.isEnabled():
+            self.conversation.start()
 
     def show_about(self) -> None:
         info = self.info
