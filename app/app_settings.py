@@ -137,8 +137,22 @@ class AppSettings:
 
     @property
     def recordings_dir(self) -> Path:
-        base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppLocalDataLocation)
-        return Path(self._get("recording/folder", str(Path(base) / "recordings")))
+        """The folder the user chose, else `<data>/DuplexCadence/recordings` (e.g.
+        ~/.local/share/DuplexCadence/recordings). Qt's app-data folder doubles the name
+        (organisation and application are both DuplexCadence): recordings made there by earlier
+        versions are still found, as long as that folder is the one that holds some."""
+        chosen = self._get("recording/folder", "")
+        if chosen:
+            return Path(chosen)
+        data = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation))
+        folder, doubled = data / "DuplexCadence" / "recordings", data / "DuplexCadence" / "DuplexCadence" / "recordings"
+        if not folder.exists() and doubled.is_dir() and any(doubled.iterdir()):
+            return doubled
+        return folder
+
+    @recordings_dir.setter
+    def recordings_dir(self, folder: Path | str) -> None:
+        self.q.setValue("recording/folder", str(folder))
 
     @property
     def headphones_hint_done(self) -> bool:

@@ -15,6 +15,7 @@ from PyQt6.QtGui import QDesktopServices, QIcon
 from PyQt6.QtWidgets import (
     QApplication,
     QCheckBox,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -102,6 +103,8 @@ class MainWindow(QMainWindow):
         self.recording_label = QLabel(f"Recordings: {self.settings.recordings_dir}")
         self.recording_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.copy_path_button = QPushButton("Copy path")
+        self.change_folder_button = QPushButton("Change folder…")
+        self.change_folder_button.setToolTip("Choose where recordings go (from the next conversation).")
         self.clock = QLabel("0:00")
         self.transcript = QPlainTextEdit()
         self.transcript.setReadOnly(True)
@@ -118,7 +121,7 @@ class MainWindow(QMainWindow):
         for widget in (self.start_button, self.stop_button, self.clock):
             buttons.addWidget(widget)
         buttons.addStretch(1)
-        for widget in (self.record_box, self.recordings_button, self.copy_path_button):
+        for widget in (self.record_box, self.recordings_button, self.change_folder_button, self.copy_path_button):
             buttons.addWidget(widget)
         recording_row = QHBoxLayout()
         recording_row.addWidget(self.recording_label, 1)
@@ -162,6 +165,8 @@ class MainWindow(QMainWindow):
             lambda: setattr(self.settings, "headphones_hint_done", True))
         self.recordings_button.clicked.connect(self.open_recordings)
         self.copy_path_button.clicked.connect(self.copy_recording_path)
+        self.change_folder_button.clicked.connect(lambda: self.set_recordings_folder(QFileDialog.getExistingDirectory(
+            self, "Recordings folder", str(self.settings.recordings_dir))))
 
     def _build_menu(self) -> None:
         self.shortcuts = shortcuts.install(self, self._start_or_stop,
@@ -239,6 +244,13 @@ class MainWindow(QMainWindow):
             self.copy_recording_path()
             self.message_bar.show_message(f"No file manager opened the folder. It is {folder} "
                                           "(its path is on the clipboard).", "info")
+
+    def set_recordings_folder(self, folder: str) -> None:
+        """Recordings go to `folder` from the next conversation ("" from a cancelled dialog: no change)."""
+        if not folder:
+            return
+        self.settings.recordings_dir = folder
+        self._show_recording_path(self.settings.recordings_dir, "Recordings")
 
     def copy_recording_path(self) -> None:
         """The last recording's path once there is one, else the recordings folder's."""

@@ -269,6 +269,31 @@ def test_the_recordings_path_is_shown_and_copied(qtbot, window, demo_model):
     assert str(window.conversation.last_end.recording) in window.recording_label.text()
 
 
+def test_the_recordings_folder_is_chosen_in_the_window_and_kept(qtbot, window, demo_model, tmp_path):
+    chosen = tmp_path / "my recordings"
+    window.set_recordings_folder("")  # a cancelled dialog changes nothing
+    assert window.settings.recordings_dir != chosen
+    window.set_recordings_folder(str(chosen))
+    assert window.settings.recordings_dir == chosen and str(chosen) in window.recording_label.text()
+    window.models.set_model(demo_model)
+    _run_file_conversation(qtbot, window, frames=3)
+    _stop(qtbot, window)
+    assert window.conversation.last_end.recording.parent == chosen
+
+
+def test_recordings_go_to_the_data_folder_without_the_doubled_name(tmp_path, monkeypatch):
+    from PyQt6.QtCore import QSettings
+
+    from app.app_settings import AppSettings
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    settings = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert settings.recordings_dir == tmp_path / "data" / "DuplexCadence" / "recordings"
+    doubled = tmp_path / "data" / "DuplexCadence" / "DuplexCadence" / "recordings"
+    doubled.mkdir(parents=True)
+    (doubled / "conversation_old.wav").write_bytes(b"")
+    assert settings.recordings_dir == doubled  # an earlier version's recordings are still found
+
+
 
 def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, demo_model, tmp_path):
     from engine.families.diffuplex.predictor import new_predictor, save_predictor
