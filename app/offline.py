@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 from engine import (
-    FRAME_SECONDS,
     SAMPLE_RATE,
     DiffuPlexStats,
     check_writable,
@@ -24,27 +23,10 @@ from engine import (
     write_audio,
 )
 
+from .transcript import words_with_times
+
 ROLE_SHOWN = 40
 """Characters of the role prompt the summary shows."""
-
-
-def words_with_times(pieces: list[str]) -> list[dict]:
-    """Per-frame text pieces -> words with start/end seconds.
-
-    A piece that begins with a space starts a new word; a word ends at the end of the frame
-    of its last piece.
-    """
-    words: list[dict] = []
-    for index, piece in enumerate(pieces):
-        if not piece:
-            continue
-        start, end = index * FRAME_SECONDS, (index + 1) * FRAME_SECONDS
-        if piece[0].isspace() or not words:
-            words.append({"word": piece.strip(), "start": round(start, 3), "end": round(end, 3)})
-        else:
-            words[-1]["word"] += piece
-            words[-1]["end"] = round(end, 3)
-    return [w for w in words if w["word"]]
 
 
 class Progress:

@@ -16,6 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from .audio_io import ENGINE_RATE, FRAME_SIZE
+from .transcript import Words
 
 FLUSH_EVERY_FRAMES = 12  # about once a second
 
@@ -41,9 +42,10 @@ class ConversationRecorder:
             "options": dict(options),
             "audio_processing": audio_processing,
             "frames": 0,
-            "transcript": [],
+            "words": [],  # the model's, with start and end seconds (app.transcript: as `offline` writes)
         }
         self._stereo = np.zeros((FRAME_SIZE, 2), dtype=np.float32)
+        self._words = Words()
         self._closed = False
 
     @property
@@ -54,9 +56,7 @@ class ConversationRecorder:
         self._stereo[:, 0] = user_pcm
         self._stereo[:, 1] = model_pcm
         self._wav.write(self._stereo)
-        if text:
-            seconds = self.frames * FRAME_SIZE / ENGINE_RATE
-            self._record["transcript"].append({"t": round(seconds, 2), "text": text})
+        self._words.add(self.frames, text)
         self._record["frames"] += 1
         if self.frames % FLUSH_EVERY_FRAMES == 0:
             self.flush()
@@ -73,6 +73,7 @@ class ConversationRecorder:
 
     def flush(self) -> None:
         self._wav.flush()
+        self._record["words"] = self._words.finished()
         temporary = self.json_path.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(self._record, indent=1, ensure_ascii=False))
         os.replace(temporary, self.json_path)

@@ -25,7 +25,7 @@ def test_stereo_user_left_model_right_and_transcript(tmp_path):
     np.testing.assert_array_equal(audio[1920 * 4:, 1], 1.0)
     record = json.loads(recorder.json_path.read_text())
     assert record["frames"] == 5 and record["channels"] == ["user", "model"]
-    assert record["transcript"] == [{"t": 0.24, "text": " hi"}]
+    assert record["words"] == [{"word": "hi", "start": 0.24, "end": 0.32}]  # as `offline` writes them
     assert record["option_changes"] == [{"t": 0.4, "policy": "listen"}]
     assert record["audio"] == recorder.wav_path.name
 
@@ -49,7 +49,8 @@ def test_a_crash_keeps_everything_up_to_the_last_flush(tmp_path):
     np.testing.assert_allclose(audio, np.broadcast_to([0.1, -0.1], audio.shape))
     record = json.loads(wav.with_suffix(".json").read_text())
     assert record["frames"] == 2 * FLUSH_EVERY_FRAMES
-    assert len(record["transcript"]) == 2 * FLUSH_EVERY_FRAMES
+    assert record["words"] == [{"word": "x" * 2 * FLUSH_EVERY_FRAMES, "start": 0.0,
+                                "end": round(2 * FLUSH_EVERY_FRAMES * 0.08, 3)}]
 
 
 def test_the_recording_has_a_standard_float_wav_header(tmp_path):

@@ -130,8 +130,9 @@ def test_conversation_fills_transcript_panel_and_recording(qtbot, window, demo_m
     assert audio[:, 0].std() > 0.01  # the speech file, as the engine heard it
     record = json.loads(end.transcript.read_text())
     assert record["frames"] == end.frames and record["model"] == demo_model.name
-    texts = "".join(piece["text"] for piece in record["transcript"])
-    assert texts and texts in window.transcript.toPlainText()
+    words = [w["word"] for w in record["words"]]
+    assert words and all(w in window.transcript.toPlainText() for w in words)
+    assert all(0 <= w["start"] < w["end"] <= end.frames * 0.08 + 1e-6 for w in record["words"])
     assert "Per frame: mean" in window.panel.frame_label.text()
     # One bar per completed second, as the session measured it.
     assert window.panel.stats.seconds == demo_model.session.speak_times

@@ -12,7 +12,8 @@ import soxr
 import torch
 
 from app.cli import main
-from app.offline import Progress, _write_all, words_with_times
+from app.offline import Progress, _write_all
+from app.transcript import words_with_times
 from engine.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,36 @@
+"""The transcript format the app's recordings and `offline` share: the model's words, each
+with its start and end in seconds, from the text pieces it emits frame by frame."""
+from __future__ import annotations
+
+from engine import FRAME_SECONDS
+
+
+class Words:
+    """Words as the pieces arrive: a piece that begins with a space starts a new word; a word
+    ends at the end of the frame of its last piece."""
+
+    def __init__(self):
+        self.words: list[dict] = []
+
+    def add(self, index: int, piece: str) -> None:
+        """The text piece of frame `index` ("" for none)."""
+        if not piece:
+            return
+        start, end = index * FRAME_SECONDS, (index + 1) * FRAME_SECONDS
+        if piece[0].isspace() or not self.words:
+            self.words.append({"word": piece.strip(), "start": round(start, 3), "end": round(end, 3)})
+        else:
+            self.words[-1]["word"] += piece
+            self.words[-1]["end"] = round(end, 3)
+
+    def finished(self) -> list[dict]:
+        """The words so far (a piece of only spaces makes none)."""
+        return [w for w in self.words if w["word"]]
+
+
+def words_with_times(pieces: list[str]) -> list[dict]:
+    """Per-frame text pieces -> words with start/end seconds."""
+    words = Words()
+    for index, piece in enumerate(pieces):
+        words.add(index, piece)
+    return words.finished()
