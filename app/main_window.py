@@ -82,7 +82,6 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1100, 720)
-        self._clamp_to_screen()
         self.library.rescan()  # the list says what the chosen model needs once it is known
 
     # --- layout -------------------------------------------------------------------------
@@ -180,18 +179,6 @@ class MainWindow(QMainWindow):
         help_menu.addAction("Open log folder", lambda: QDesktopServices.openUrl(
             QUrl.fromLocalFile(str(default_log_dir()))))
         help_menu.addAction(f"About {self.info.display_name}", self.show_about)
-
-    def _clamp_to_screen(self) -> None:
-        """A geometry saved on a larger screen (or another monitor) fits the one shown on now."""
-        screen = self.screen() or QApplication.primaryScreen()
-        if screen is None:
-            return
-        area, frame = screen.availableGeometry(), self.frameGeometry()
-        margin_w, margin_h = frame.width() - self.width(), frame.height() - self.height()
-        self.resize(min(self.width(), area.width() - margin_w), min(self.height(), area.height() - margin_h))
-        left = min(max(frame.left(), area.left()), area.right() - self.frameGeometry().width() + 1)
-        top = min(max(frame.top(), area.top()), area.bottom() - self.frameGeometry().height() + 1)
-        self.move(left, top)
 
     def _start_or_stop(self) -> None:
         if self.stop_button.isEnabled():

@@ -352,20 +352,3 @@ def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, wind
     assert "bf16 weights: needs about 1.0 GiB" in text
     assert "512 MiB free on cuda:0: it does not fit. Choose int8 weights" in text
     assert window.models.loaded is None
-
-
-def test_a_restored_geometry_is_clamped_to_the_screen(qtbot, tmp_path):
-    from PyQt6.QtCore import QRect
-    from PyQt6.QtWidgets import QApplication
-
-    settings = isolated_settings(tmp_path)
-    big = MainWindow(settings, device="cpu")
-    qtbot.addWidget(big)
-    area = QApplication.primaryScreen().availableGeometry()
-    big.setGeometry(QRect(area.right() + 500, area.bottom() + 400, area.width() + 900, area.height() + 700))
-    settings.set_geometry(big.saveGeometry())  # as saved on a larger screen, off this one
-    big.close()
-    window = MainWindow(settings, device="cpu")
-    qtbot.addWidget(window)
-    assert area.contains(window.frameGeometry()), (window.frameGeometry(), area)
-    window.close()
