@@ -27,7 +27,8 @@ def test_about_box_shows_name_version_and_icon(qtbot, tmp_path):
     qtbot.addWidget(window)
     info = project_info()
     assert window.windowTitle() == info.display_name and not window.windowIcon().isNull()
-    titles = [a.text() for a in window.menuBar().actions()[0].menu().actions()]
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    titles = [a.text() for a in help_menu.actions()]
     assert f"About {info.display_name}" in titles
     window.show_about()
     assert f"{info.display_name} {info.version}" in window.last_dialog.text()
