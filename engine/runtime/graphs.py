@@ -53,7 +53,7 @@ class Graphs:
         self.graphs[key] = graph, outputs
         return outputs
 
-    def run(self, key: Any, stage: Callable[[], Any]) -> Any:
+    def run(self, key: Any) -> Any:
         """Replay the graph of `key` (captured); returns the outputs its capture recorded
         (rewritten by each replay)."""
         graph, outputs = self.graphs[key]

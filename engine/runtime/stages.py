@@ -146,7 +146,7 @@ class StageRunner:
         if replay and self.may_replay((stage.key,)):
             if stage.key not in self.graphs.graphs:
                 self._capture(self.graphs, stage.key, stage.work)
-            return self.graphs.run(stage.key, stage.work)
+            return self.graphs.run(stage.key)
         self._ran.add(stage.key)
         return stage.work()
 
