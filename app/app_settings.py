@@ -1,17 +1,32 @@
 """What the app remembers between runs (QSettings: the platform's usual place)."""
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine import TOGGLES, WEIGHTS, RuntimeOptions
 
 from .echo_cancel import EchoSettings
+from .theme import THEMES
+
+log = logging.getLogger("duplexcadence")
 
 # Versioned: the first release stored both toggles off, its default then, not a choice.
 RUNTIME_GROUP = "runtime.v2"
 ECHO_CHOICES = ("echo_cancellation", "noise_suppression", "high_pass")  # what the Audio box offers
+SAMPLING = ("text_temperature", "text_top_k", "audio_temperature", "audio_top_k", "seed")
+"""The RuntimeOptions fields the Settings dialog sets (stored apart from the panel's switches)."""
+
+
+class PersonaPreset(NamedTuple):
+    """A PersonaPlex voice and role prompt saved under a name ("" voice: no voice prompt)."""
+    name: str
+    voice: str
+    role: str
 
 
 class AppSettings:
@@ -109,8 +124,9 @@ class AppSettings:
 
     @property
     def runtime_options(self) -> RuntimeOptions:
-        """The policy and toggles the user chose; the fast path where they chose nothing."""
-        default = RuntimeOptions()
+        """The policy and toggles the user chose, with the sampling of the Settings dialog; the
+        fast path where they chose nothing."""
+        default = RuntimeOptions().replace(**self.sampling)
         chosen = {name: self._get(f"{RUNTIME_GROUP}/{name}", getattr(default, name), bool) for name in TOGGLES}
         try:
             return default.replace(policy=self._get(f"{RUNTIME_GROUP}/policy", default.policy),
@@ -122,10 +138,68 @@ class AppSettings:
 
     @runtime_options.setter
     def runtime_options(self, options: RuntimeOptions) -> None:
+        """The panel's choices. The sampling fields are left to `sampling`: the panel holds a copy
+        made when it was built, which must not overwrite a later choice in the Settings dialog."""
         for name in ("policy", "tau", "block", "verify"):
             self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))
         for name in TOGGLES:
             self.q.setValue(f"{RUNTIME_GROUP}/{name}", getattr(options, name))
+
+    @property
+    def sampling(self) -> dict:
+        """The SAMPLING fields of RuntimeOptions as chosen in the Settings dialog. Each stored value
+        is checked by RuntimeOptions; one it refuses (a file edited by hand) is its default."""
+        default = RuntimeOptions()
+        values = {}
+        for name in SAMPLING:
+            fallback, key = getattr(default, name), f"sampling/{name}"
+            try:
+                values[name] = getattr(RuntimeOptions(**{name: self._get(key, fallback, type(fallback))}), name)
+            except (TypeError, ValueError) as exc:
+                log.warning("settings %s: %s = %r is refused (%s); using %r",
+                            self.q.fileName(), key, self.q.value(key), exc, fallback)
+                values[name] = fallback
+        return values
+
+    @sampling.setter
+    def sampling(self, values: dict) -> None:
+        unknown = set(values) - set(SAMPLING)
+        if unknown:
+            raise ValueError(f"sampling takes {', '.join(SAMPLING)}; got {', '.join(sorted(unknown))}")
+        RuntimeOptions(**values)  # refuses a bad value before anything is stored
+        for name, value in values.items():
+            self.q.setValue(f"sampling/{name}", value)
+
+    @property
+    def persona_presets(self) -> list[PersonaPreset]:
+        """Saved PersonaPlex voices and roles, in the order they were saved (JSON in one key)."""
+        text = self._get("persona/presets", "[]")
+        try:
+            items = json.loads(text)
+            if not isinstance(items, list) or not all(
+                    isinstance(item, list) and len(item) == 3 and all(isinstance(f, str) for f in item)
+                    for item in items):
+                raise ValueError("not a list of [name, voice, role] strings")
+        except ValueError as exc:  # edited by hand (json's errors are ValueErrors too)
+            log.warning("settings %s: persona/presets is unreadable (%s); no presets", self.q.fileName(), exc)
+            return []
+        return [PersonaPreset(*item) for item in items]
+
+    @persona_presets.setter
+    def persona_presets(self, presets: list[PersonaPreset]) -> None:
+        self.q.setValue("persona/presets", json.dumps([list(PersonaPreset(*p)) for p in presets]))
+
+    @property
+    def theme(self) -> str:
+        """"system" (the platform's colours), "light" or "dark" (app.theme)."""
+        value = self._get("appearance/theme", "system")
+        return value if value in THEMES else "system"
+
+    @theme.setter
+    def theme(self, value: str) -> None:
+        if value not in THEMES:
+            raise ValueError(f"unknown theme {value!r}; choose one of {', '.join(THEMES)}")
+        self.q.setValue("appearance/theme", value)
 
     @property
     def record(self) -> bool:
@@ -142,17 +216,20 @@ class AppSettings:
         (organisation and application are both DuplexCadence): recordings made there by earlier
         versions are still found, as long as that folder is the one that holds some."""
         chosen = self._get("recording/folder", "")
-        if chosen:
-            return Path(chosen)
+        return Path(chosen) if chosen else self.default_recordings_dir()
+
+    @recordings_dir.setter
+    def recordings_dir(self, folder: Path | str) -> None:
+        """"" goes back to the default folder."""
+        self.q.setValue("recording/folder", str(folder))
+
+    @staticmethod
+    def default_recordings_dir() -> Path:
         data = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation))
         folder, doubled = data / "DuplexCadence" / "recordings", data / "DuplexCadence" / "DuplexCadence" / "recordings"
         if not folder.exists() and doubled.is_dir() and any(doubled.iterdir()):
             return doubled
         return folder
-
-    @recordings_dir.setter
-    def recordings_dir(self, folder: Path | str) -> None:
-        self.q.setValue("recording/folder", str(folder))
 
     @property
     def headphones_hint_done(self) -> bool:
