@@ -36,7 +36,10 @@ ensure_venv() {
 # no NVIDIA GPU is present, the CUDA build (about 530 MB plus about 3 GB of NVIDIA libraries)
 # where one is. DUPLEXCADENCE_TORCH=cpu or =cuda forces either. A torch already in the
 # environment, in our range and of the wanted build, stays. Sets TORCH_BUILD (cpu or cuda).
+# numpy comes in the same step: torch's wheels do not require it, yet importing torch without
+# it (the build check below) prints "Failed to initialize NumPy: No module named 'numpy'".
 TORCH_RANGE="torch>=2.11,<2.14"
+TORCH_NUMPY="numpy>=1.24"  # pyproject.toml's range
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 install_torch() {
     local build=${DUPLEXCADENCE_TORCH:-auto}
@@ -55,16 +58,16 @@ PY
     cuda)
         echo "installing torch, CUDA build: about 530 MB plus about 3 GB of NVIDIA libraries"
         "$PYTHON" -m pip uninstall -q -y torch 2>/dev/null || true
-        "$PYTHON" -m pip install -q "$TORCH_RANGE" ;;
+        "$PYTHON" -m pip install -q "$TORCH_RANGE" "$TORCH_NUMPY" ;;
     cpu)
         echo "installing torch, CPU build: about 190 MB"
         "$PYTHON" -m pip uninstall -q -y torch 2>/dev/null || true
         if "$PYTHON" -c "import urllib.request; urllib.request.urlopen('$CPU_INDEX/torch/', timeout=10)" 2>/dev/null; then
-            "$PYTHON" -m pip install -q "$TORCH_RANGE" --index-url "$CPU_INDEX" --extra-index-url https://pypi.org/simple
+            "$PYTHON" -m pip install -q "$TORCH_RANGE" "$TORCH_NUMPY" --index-url "$CPU_INDEX" --extra-index-url https://pypi.org/simple
         else
             # No route to PyTorch's index: a machine with its own package mirror (such as our
             # build machines, which hold the 2.13.0 CPU build).
-            "$PYTHON" -m pip install -q torch==2.13.0
+            "$PYTHON" -m pip install -q torch==2.13.0 "$TORCH_NUMPY"
         fi
         "$PYTHON" -c "import sys, torch; sys.exit(torch.version.cuda is not None)" \
             || echo "warning: this machine's package index gave a CUDA build of torch; the CPU build is at $CPU_INDEX" >&2 ;;
