@@ -189,6 +189,8 @@ class AudioLink:
         Keeps at most `max_input_backlog_s` waiting: older audio is dropped, so a slow
         engine answers late by a bounded amount instead of drifting ever further behind."""
         self._apply_echo_settings()
+        if self._echo is not None and not self._echo_batch_due():
+            return None
         n = self._in_ring.read_into(self._in_scratch)
         played = self._played_ring.read_into(self._played_scratch)
         if self._echo is not None:
@@ -208,6 +210,15 @@ class AudioLink:
             return None
         frame, self._pending = self._pending[:FRAME_SIZE], self._pending[FRAME_SIZE:]
         return frame
+
+    def _echo_batch_due(self) -> bool:
+        """With echo cancellation on, the microphone's audio waits in its ring until it could
+        complete the next frame (less the under-10 ms chunk the canceller may hold): the
+        canceller then runs once or twice a frame instead of at every poll, each call starting
+        with cold caches. It never waits longer than the frame needs (the resamplers' lag
+        only asks for more input), so it adds no latency."""
+        lacking_s = (FRAME_SIZE - len(self._pending)) / ENGINE_RATE - 0.01
+        return self._in_ring.available() >= lacking_s * self._in_rate
 
     def write_frame(self, pcm: np.ndarray) -> None:
         pcm = np.asarray(pcm, dtype=np.float32) * self._gain

@@ -12,7 +12,9 @@ engine thread, never in an audio callback.
 """
 from __future__ import annotations
 
+import ctypes
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +51,8 @@ class EchoState:
     attenuation_db: float | None
     """How much quieter the microphone is after processing while the model speaks (last 0.5 s)."""
     ms_per_frame: float
-    """CPU time of the processing per 80 ms of audio (mean so far, the engine thread's)."""
+    """CPU time of the whole canceller (resampling, conversions, the module) per 80 ms of
+    microphone audio: the mean so far, on the engine thread."""
 
 
 def _module(settings: EchoSettings):
@@ -62,108 +65,198 @@ def _module(settings: EchoSettings):
 def unavailable() -> str | None:
     """None if the echo-cancellation library loads here, else why not (one line)."""
     try:
-        _module(EchoSettings())
-    except Exception as exc:  # an import error, or its native library failing to load
+        _Module(EchoSettings())
+    except Exception as exc:  # no livekit, its native library not loading, or its internals moved
         return f"echo cancellation is not available ({type(exc).__name__}: {exc})"
     return None
 
 
-def _frame():
-    """A 10 ms livekit AudioFrame and an int16 array over its buffer."""
-    from livekit.rtc import AudioFrame
-    frame = AudioFrame(bytearray(CHUNK * 2), APM_RATE, 1, CHUNK)
-    return frame, np.frombuffer(frame.data, dtype=np.int16)
+class _Module:
+    """livekit's module working in place on `pcm`, int16 rows of 10 ms, each row given either
+    way (played audio first, then the microphone's, in each call's block).
+
+    livekit's process_stream builds, serialises and parses a protobuf message and wraps a reply
+    handle on every call; a row's request never changes (the module's handle, the row's
+    address, its size and rate), so it is serialised once and sent to the native entry point
+    livekit's call uses: the same processing, bit for bit (tests/test_app_echo_loop.py)."""
+
+    def __init__(self, settings: EchoSettings):
+        from livekit.rtc._ffi_client import FfiClient  # the native library's only way in
+        from livekit.rtc._proto import ffi_pb2
+        self.module = _module(settings)  # owns the native module, released with this object
+        self._pb = ffi_pb2
+        self._lib = FfiClient.instance._ffi_lib
+        self._reply = ctypes.POINTER(ctypes.c_ubyte)()
+        self._reply_len = ctypes.c_size_t()
+        self._reply_refs = ctypes.byref(self._reply), ctypes.byref(self._reply_len)
+        self.pcm = np.zeros((0, CHUNK), np.int16)
+        self._requests: list[tuple[tuple, tuple]] = []  # per row: (capture, render)
+
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` rows (growing moves the buffer, so the requests are made again)."""
+        if rows > len(self.pcm):
+            self.pcm = np.zeros((max(rows, 2 * len(self.pcm)), CHUNK), np.int16)
+            self._requests = [(self._request("apm_process_stream", row),
+                               self._request("apm_process_reverse_stream", row)) for row in self.pcm]
+
+    def process_stream(self, row: int) -> None:
+        self._send(self._requests[row][0])
+
+    def process_reverse_stream(self, row: int) -> None:
+        self._send(self._requests[row][1])
+
+    def _request(self, kind: str, pcm: np.ndarray) -> tuple:
+        request = self._pb.FfiRequest()
+        fields = getattr(request, kind)
+        fields.apm_handle = self.module._ffi_handle.handle
+        fields.data_ptr, fields.size = pcm.ctypes.data, pcm.nbytes
+        fields.sample_rate, fields.num_channels = APM_RATE, 1
+        data = request.SerializeToString()
+        done = self._pb.FfiResponse()
+        getattr(done, kind).SetInParent()  # the reply that carries no error
+        return kind, (ctypes.c_ubyte * len(data)).from_buffer_copy(data), len(data), done.SerializeToString()
+
+    def _send(self, request: tuple) -> None:
+        kind, data, size, done = request
+        handle = self._lib.livekit_ffi_request(data, size, *self._reply_refs)
+        if not handle:
+            raise RuntimeError(f"livekit's audio processing failed on {kind} (its log says why)")
+        try:
+            reply = ctypes.string_at(self._reply, self._reply_len.value)
+            if reply != done:
+                error = getattr(self._pb.FfiResponse.FromString(reply), kind).error
+                if error:
+                    raise RuntimeError(f"livekit's audio processing, {kind}: {error}")
+        finally:
+            self._lib.livekit_ffi_drop_handle(handle)
 
 
-def _int16(samples: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)
+def _to_int16(samples: np.ndarray, out: np.ndarray) -> None:
+    """`samples` (float32, full scale 1.0) rounded and clipped into `out` (int16, same shape).
+    Clipping to whole numbers before rounding gives what rounding first does."""
+    scaled = samples * 32767.0
+    np.clip(scaled, -32768, 32767, out=scaled)
+    np.rint(scaled, out=out, casting="unsafe")  # whole numbers in range: the cast is exact
+
+
+def _mean_squares(rows: np.ndarray) -> list[float]:
+    return (np.add.reduce(np.square(rows), axis=1) / rows.shape[1]).tolist()
 
 
 class EchoCanceller:
     """Microphone audio in at `mic_rate`, processed audio out at APM_RATE; the played audio in
-    at `speaker_rate`. The first sample of each stream carries its PortAudio time."""
+    at `speaker_rate`. The first sample of each stream carries its PortAudio time.
+
+    The engine thread calls in every few milliseconds with a few milliseconds of audio and, on
+    a busy machine, each call starts with cold caches: an array operation then costs tens of
+    microseconds, so a call does few. Played audio is only kept until the microphone's next
+    whole chunk, then resampled in one go (soxr's output depends on how much went in, not on
+    how it was cut); that call's played and microphone chunks are converted to int16 together,
+    into the rows the module works on in place."""
 
     def __init__(self, settings: EchoSettings, mic_rate: int, speaker_rate: int):
         self.settings = settings
-        self._apm = _module(settings)
+        self._apm = _Module(settings)
         self._mic_rs = None if mic_rate == APM_RATE else soxr.ResampleStream(mic_rate, APM_RATE, 1, dtype="float32")
         self._far_rs = (None if speaker_rate == APM_RATE
                         else soxr.ResampleStream(speaker_rate, APM_RATE, 1, dtype="float32"))
-        self._near = np.zeros(0, np.float32)
-        self._far = np.zeros(0, np.int16)
+        self._near = np.zeros(0, np.float32)  # less than a chunk, at APM_RATE
+        self._played: list[np.ndarray] = []  # at speaker_rate, not yet resampled
+        self._far = np.zeros(0, np.float32)  # at APM_RATE, not yet fed
         self._near_t: float | None = None  # capture time of the next near chunk
         self._far_t: float | None = None  # play time of the next far chunk
-        self._energy = np.zeros((WINDOW, 3))  # per chunk: far, near in, near out (mean squares)
+        self._levels: deque[tuple[float, float, float]] = deque(maxlen=WINDOW)
+        """Per chunk: mean squares of the far chunk fed just before it (0 if none), of the chunk
+        and of what the module made of it."""
         self._chunks = 0
         self._spent = 0.0
         self._active = False
         self._delay_ms = -1
-        # One frame each way, reused: the module works on a frame's buffer in place.
-        self._near_frame, self._near_pcm = _frame()
-        self._far_frame, self._far_pcm = _frame()
 
     def add_played(self, samples: np.ndarray, first_dac_time: float | None) -> None:
         """What the speaker played (continuing what came before); `first_dac_time`: when the
         stream's first sample reached the speaker, known once it has played."""
+        if not len(samples):
+            return
+        started = time.thread_time()
         if self._far_t is None:
-            if first_dac_time is None or not len(samples):
+            if first_dac_time is None:
                 return
             self._far_t = first_dac_time
-        self._far = np.concatenate([self._far, _int16(self._resampled(self._far_rs, samples))])
+        self._played.append(np.array(samples, np.float32))  # the caller reuses its buffer
+        self._spent += time.thread_time() - started
 
     def process(self, samples: np.ndarray, first_adc_time: float | None) -> np.ndarray:
         """The microphone's samples (continuing what came before; the stream's first captured
         at `first_adc_time`) -> processed audio at APM_RATE, whole 10 ms chunks only."""
+        started = time.thread_time()  # this thread's CPU: the module runs in the calling thread
         if self._near_t is None:
             self._near_t = first_adc_time if first_adc_time is not None else 0.0
-        self._near = np.concatenate([self._near, self._resampled(self._mic_rs, samples)])
-        chunks = len(self._near) // CHUNK
-        if not chunks:
-            return np.zeros(0, np.float32)
-        near = self._near[:chunks * CHUNK]
-        pcm = _int16(near)
-        far_energy = np.zeros(chunks)
-        started = time.thread_time()  # this thread's CPU: the module runs in the calling thread
-        for i in range(chunks):
-            far_energy[i] = self._feed_far(self._near_t)
-            self._near_pcm[:] = pcm[i * CHUNK:(i + 1) * CHUNK]
-            self._apm.process_stream(self._near_frame)  # in place
-            pcm[i * CHUNK:(i + 1) * CHUNK] = self._near_pcm
-            self._near_t += CHUNK / APM_RATE
+        samples = np.asarray(samples, np.float32)
+        near = samples if self._mic_rs is None else self._mic_rs.resample_chunk(samples)  # copied below
+        if len(self._near) + len(near) < CHUNK:
+            self._near = np.concatenate([self._near, near])
+            out = np.zeros(0, np.float32)
+        else:
+            out = self._cancel(near)
         self._spent += time.thread_time() - started
-        out = pcm.astype(np.float32) / 32767.0
-        for i, energies in enumerate(zip(far_energy, np.mean(near.reshape(chunks, CHUNK) ** 2, axis=1),
-                                         np.mean(out.reshape(chunks, CHUNK) ** 2, axis=1))):
-            self._energy[(self._chunks + i) % WINDOW] = energies
-        self._chunks += chunks
-        self._near = self._near[chunks * CHUNK:]
         return out
 
-    def _feed_far(self, until: float) -> float:
-        """Give the module every far-end chunk played by `until` (the near chunk's capture
-        time); returns the mean square of the last one (0 if none)."""
-        energy = 0.0
-        while self._far_t is not None and self._far_t <= until and len(self._far) >= CHUNK:
-            chunk, self._far = self._far[:CHUNK], self._far[CHUNK:]
-            self._far_pcm[:] = chunk
-            self._apm.process_reverse_stream(self._far_frame)
+    def _cancel(self, near: np.ndarray) -> np.ndarray:
+        far = self._far_ready()
+        far_rows = len(far) // CHUNK
+        block = np.concatenate([far[:far_rows * CHUNK], self._near, near])
+        rows = len(block) // CHUNK
+        grid = block[:rows * CHUNK].reshape(rows, CHUNK)
+        self._near = block[rows * CHUNK:]
+        self._apm.reserve(rows)
+        _to_int16(grid, self._apm.pcm[:rows])
+        levels_in = _mean_squares(grid)
+        fed = 0
+        far_levels = []
+        for row in range(far_rows, rows):
+            before, fed = fed, self._feed_far(far_rows, fed, self._near_t)
+            far_levels.append(levels_in[fed - 1] if fed > before else 0.0)
+            self._apm.process_stream(row)  # in place
+            self._near_t += CHUNK / APM_RATE
+        self._far = far[fed * CHUNK:]
+        out = np.divide(self._apm.pcm[far_rows:rows], 32767.0, dtype=np.float32)
+        self._levels.extend(zip(far_levels, levels_in[far_rows:], _mean_squares(out)))
+        self._chunks += rows - far_rows
+        return out.reshape(-1)
+
+    def _far_ready(self) -> np.ndarray:
+        """The played audio not yet fed, at APM_RATE."""
+        if not self._played:
+            return self._far
+        played = self._played[0] if len(self._played) == 1 else np.concatenate(self._played)
+        self._played = []
+        if self._far_rs is not None:
+            played = self._far_rs.resample_chunk(played)
+        return np.concatenate([self._far, played]) if len(self._far) else played
+
+    def _feed_far(self, far_rows: int, fed: int, until: float) -> int:
+        """Give the module the far rows played by `until` (the near chunk's capture time), from
+        row `fed` on (of `far_rows`); returns how many are given by now."""
+        while self._far_t is not None and self._far_t <= until and fed < far_rows:
+            self._apm.process_reverse_stream(fed)
             self._far_t += CHUNK / APM_RATE
-            energy = float(np.square(chunk, dtype=np.float64).mean()) / 32767.0 ** 2
+            fed += 1
         if self._far_t is not None:
             # What is left was played after the near chunk: the module's own estimator covers
-            # the acoustic path beyond this (up to hundreds of ms). Each call crosses into the
-            # native library, so only a new value is passed.
+            # the acoustic path beyond this (up to hundreds of ms). WebRTC keeps the value
+            # (AEC3 reads it on the frame it is given), so only a new one is sent.
             # The module takes 0..MAX_DELAY_MS (a stalled speaker would ask for more).
             delay = min(MAX_DELAY_MS, int(max(0.0, until - (self._far_t - CHUNK / APM_RATE)) * 1000))
             if delay != self._delay_ms:
-                self._apm.set_stream_delay_ms(delay)
+                self._apm.module.set_stream_delay_ms(delay)
                 self._delay_ms = delay
-        return energy
+        return fed
 
     def state(self) -> EchoState:
         if not self.settings.echo_cancellation:
             return EchoState("off", None, self._ms_per_frame())
-        window = self._energy[:min(self._chunks, WINDOW)]
+        window = np.array(self._levels).reshape(-1, 3)
         speaking = window[window[:, 0] > FAR_ACTIVE]
         heard = speaking[speaking[:, 1] > MIC_HEARS]
         attenuation = None
@@ -176,8 +269,3 @@ class EchoCanceller:
 
     def _ms_per_frame(self) -> float:
         return 1000 * self._spent / self._chunks * 8 if self._chunks else 0.0
-
-    @staticmethod
-    def _resampled(stream, samples: np.ndarray) -> np.ndarray:
-        samples = np.asarray(samples, np.float32)
-        return samples.copy() if stream is None else stream.resample_chunk(samples)

@@ -3,21 +3,25 @@ model says is played into the virtual speaker, whose monitor is looped back (del
 attenuated) into the virtual microphone, as a laptop's loudspeakers reach its microphone; the
 user's speech (espeak-ng) is played into the microphone too. Real PortAudio streams, the real
 WebRTC module. The figures are printed; the thresholds leave room for a loaded 2-core CI
-machine and the loopback's rate adjustment (the issue's targets: 25 dB within 2 s)."""
+machine and the loopback's rate adjustment (the issue's targets: 25 dB within 2 s). Its CPU
+cost is printed too; the target (2 ms per 80 ms frame) is measured by bench/echo_cpu.py.
+
+Before it, without sound devices: the canceller's own way into livekit's module processes
+exactly as livekit's calls do, and how the engine's polls cut the audio changes nothing."""
 import shutil
 import subprocess
 import time
 
 import numpy as np
 import pytest
+import soxr
 
 from app import audio_devices
 from app.audio_io import ENGINE_RATE, AudioLink
-from app.echo_cancel import EchoSettings
+from app.echo_cancel import APM_RATE, CHUNK, EchoCanceller, EchoSettings, _Module, _module
 from engine import SPEECH_SAMPLE, read_audio, split_frames
 from tests.audio_fixture import MIC_SINK, SPEAKER_SINK, virtual_audio  # noqa: F401  (a fixture)
 
-pytestmark = pytest.mark.audio
 LOOP_DELAY_MS, LOOP_VOLUME = 60, "60%"  # PulseAudio's cubic volume: about -13 dB
 CONVERGED_S = 2.0
 OFF = EchoSettings(echo_cancellation=False, noise_suppression=False, high_pass=False)
@@ -54,13 +58,74 @@ def near_speech(tmp_path_factory):
     return wav
 
 
+def _room(far: np.ndarray, rate: int) -> np.ndarray:
+    """`far` as a microphone hears it: 60 ms later, 10 dB down, over a little noise."""
+    delay = int(0.06 * rate)
+    noise = np.random.default_rng(0).standard_normal(len(far)) * 1e-3
+    return (np.concatenate([np.zeros(delay), far[:-delay]]) * 0.3 + noise).astype(np.float32)
+
+
+def test_module_processes_exactly_as_livekits_calls():
+    """The pre-serialised requests against livekit's AudioProcessingModule methods, fed the
+    same far and near chunks: the same output, bit for bit, and echo really removed."""
+    from livekit.rtc import AudioFrame
+    far = soxr.resample(read_audio(SPEECH_SAMPLE), ENGINE_RATE, APM_RATE)[:4 * APM_RATE]
+    far_pcm = np.round(far * 32767).astype(np.int16).reshape(-1, CHUNK)
+    near_pcm = np.round(_room(far, APM_RATE) * 32767).astype(np.int16).reshape(-1, CHUNK)
+    ours, theirs = _Module(EchoSettings()), _module(EchoSettings())
+    ours.reserve(2)
+    ours.module.set_stream_delay_ms(0)
+    theirs.set_stream_delay_ms(0)
+    outputs = []
+    for far_chunk, near_chunk in zip(far_pcm, near_pcm):
+        ours.pcm[0] = far_chunk
+        ours.process_reverse_stream(0)
+        theirs.process_reverse_stream(AudioFrame(far_chunk.tobytes(), APM_RATE, 1, CHUNK))
+        ours.pcm[1] = near_chunk
+        ours.process_stream(1)
+        frame = AudioFrame(bytearray(near_chunk.tobytes()), APM_RATE, 1, CHUNK)
+        theirs.process_stream(frame)
+        assert np.array_equal(ours.pcm[1], np.frombuffer(frame.data, np.int16))
+        outputs.append(ours.pcm[1].copy())
+    settled = slice(2 * len(outputs) // 3, None)  # the last 1.3 s
+    erle = 10 * np.log10(np.sum(np.square(near_pcm[settled], dtype=float))
+                         / np.sum(np.square(outputs[settled], dtype=float)))
+    assert erle > 10, f"the module removed only {erle:.1f} dB of echo"
+
+
+def _cancel_in_blocks(far: np.ndarray, mic: np.ndarray, rate: int, played_block: int, mic_block: int) -> np.ndarray:
+    """The canceller fed as the engine thread feeds it: the speaker ahead by 100 ms."""
+    canceller = EchoCanceller(EchoSettings(), rate, rate)
+    out, played = [], 0
+    for start in range(0, len(mic), mic_block):
+        while played < min(len(far), start + mic_block + rate // 10):
+            canceller.add_played(far[played:played + played_block], 10.0)
+            played += played_block
+        out.append(canceller.process(mic[start:start + mic_block], 10.0))
+    return np.concatenate(out)
+
+
+def test_cancellation_does_not_depend_on_how_the_polls_cut_the_audio():
+    """The callbacks' blocks (551 played, 661 microphone samples at 44.1 kHz) or whole 80 ms
+    frames: the same audio in gives the same audio out, so the engine may call per frame."""
+    rate = 44100
+    far = read_audio(SPEECH_SAMPLE, rate)[:3 * rate]
+    mic = _room(far, rate)
+    polled = _cancel_in_blocks(far, mic, rate, 551, 661)
+    framed = _cancel_in_blocks(far, mic, rate, 3528, 3528)
+    n = min(len(polled), len(framed))
+    assert n > 2.5 * APM_RATE
+    assert np.array_equal(polled[:n], framed[:n])
+
+
 def _talk(echo: EchoSettings, seconds: float, audio=None, near=None, near_at: float = 0.0):
     """The model's speech (the bundled sample, on repeat) written at the frame cadence while the
     microphone's frames are read, as the engine thread does. Returns (what the model heard at
-    24 kHz, the canceller's state at the end, when the near speech started, in the heard audio)."""
+    24 kHz, the canceller's state at the end, when the near speech started, in the heard audio,
+    the CPU time of read_frame per 80 ms frame in ms: the whole microphone path)."""
     far = split_frames(read_audio(SPEECH_SAMPLE))
     link = AudioLink(audio_devices.list_devices("input")[0], audio_devices.list_devices("output")[0], echo=echo)
-    heard, written, player, near_sample = [], 0, None, None
+    heard, written, player, near_sample, reading = [], 0, None, None, 0.0
     link.start()
     started = time.monotonic()
     try:
@@ -70,7 +135,12 @@ def _talk(echo: EchoSettings, seconds: float, audio=None, near=None, near_at: fl
                 written += 1
             if near is not None and player is None and now >= near_at:
                 player, near_sample = audio.play_into_microphone(near), sum(map(len, heard))
-            while (frame := link.read_frame()) is not None:
+            while True:
+                began = time.thread_time()
+                frame = link.read_frame()
+                reading += time.thread_time() - began
+                if frame is None:
+                    break
                 heard.append(frame)
             time.sleep(0.01)
         state = link.echo_state()
@@ -78,7 +148,7 @@ def _talk(echo: EchoSettings, seconds: float, audio=None, near=None, near_at: fl
         link.close()
         if player is not None:
             player.wait(timeout=30)
-    return np.concatenate(heard), state, near_sample
+    return np.concatenate(heard), state, near_sample, 1000 * reading / max(1, len(heard))
 
 
 def _energy_db(x: np.ndarray) -> float:
@@ -94,22 +164,25 @@ def _correlation_at_best_lag(clean: np.ndarray, heard: np.ndarray) -> float:
     return float(np.max(xcorr / norms))
 
 
+@pytest.mark.audio
 def test_echo_is_cancelled_and_the_users_speech_kept(room, near_speech):
     skip = int(CONVERGED_S * ENGINE_RATE)
-    echo_only, _, _ = _talk(OFF, 8.0)
-    cancelled, state, _ = _talk(EchoSettings(), 8.0)
+    echo_only, _, _, plain_cpu = _talk(OFF, 8.0)
+    cancelled, state, _, echo_cpu = _talk(EchoSettings(), 8.0)
     erle = _energy_db(echo_only[skip:]) - _energy_db(cancelled[skip:])
-    heard, talk_state, at = _talk(EchoSettings(), 14.0, room, near_speech, near_at=4.0)
+    heard, talk_state, at, _ = _talk(EchoSettings(), 14.0, room, near_speech, near_at=4.0)
     clean = read_audio(near_speech)  # at the engine's rate
     kept = _correlation_at_best_lag(clean, heard[max(0, at - ENGINE_RATE // 2):])
     raw_kept = _correlation_at_best_lag(clean, _talk(OFF, 14.0, room, near_speech, near_at=4.0)[0])
     print(f"\necho loop ({LOOP_DELAY_MS} ms, {LOOP_VOLUME}): echo {_energy_db(echo_only[skip:]):.1f} dBFS without "
           f"cancellation, {_energy_db(cancelled[skip:]):.1f} dBFS with it: ERLE {erle:.1f} dB after {CONVERGED_S} s; "
           f"state {state.state} (its estimate {state.attenuation_db}); near speech kept in double talk: "
-          f"correlation {kept:.2f} (without cancellation {raw_kept:.2f}); CPU {talk_state.ms_per_frame:.2f} ms "
-          f"per 80 ms frame")
+          f"correlation {kept:.2f} (without cancellation {raw_kept:.2f})\n"
+          f"CPU per 80 ms frame: the canceller {state.ms_per_frame:.2f} ms (in double talk "
+          f"{talk_state.ms_per_frame:.2f}); the whole microphone path (read_frame) {echo_cpu:.2f} ms with it, "
+          f"{plain_cpu:.2f} ms without")
     assert _energy_db(echo_only[skip:]) > -45, "the loop carried no echo: the test measures nothing"
     assert erle >= 20
     assert state.state == "active"
     assert kept >= 0.5
-    assert talk_state.ms_per_frame > 0  # measured (printed above); its target lives in bench/echo_options.py
+    assert talk_state.ms_per_frame > 0  # measured (printed above); its target lives in bench/echo_cpu.py
