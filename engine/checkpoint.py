@@ -60,17 +60,9 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
     `tensors` is already in the module's own key layout; `path` is only for messages.
     """
     own = module.state_dict(keep_vars=True)  # parameters and persistent buffers
-    missing = sorted(set(own) - set(tensors))
-    unexpected = sorted(set(tensors) - set(own))
-    if missing:
-        raise CheckpointError(f"{path}: missing key {missing[0]}" + _more(missing))
-    if unexpected:
-        raise CheckpointError(f"{path}: unexpected key {unexpected[0]}" + _more(unexpected))
+    check_layout(module, tensors, path)
     for key, target in own.items():
         src = tensors[key]
-        if tuple(src.shape) != tuple(target.shape):
-            raise CheckpointError(
-                f"{path}: key {key} has shape {list(src.shape)}, expected {list(target.shape)}")
         if target.dtype == torch.int8 and src.dtype != torch.int8:
             raise CheckpointError(f"{path}: key {key} has dtype {src.dtype}, expected int8 (the q8 layout)")
         if not (src.dtype.is_floating_point or src.dtype == target.dtype):
@@ -80,6 +72,23 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
     with torch.no_grad():
         for key, target in own.items():
             target.copy_(tensors[key])
+
+
+def check_layout(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path: str | Path) -> None:
+    """`tensors` has `module`'s keys with its shapes, else CheckpointError naming `path`. Cheap
+    on a module built on the meta device: a loader checks a file against its config this way
+    before it allocates what the config asks for."""
+    own = module.state_dict(keep_vars=True)
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    if missing:
+        raise CheckpointError(f"{path}: missing key {missing[0]}" + _more(missing))
+    if unexpected:
+        raise CheckpointError(f"{path}: unexpected key {unexpected[0]}" + _more(unexpected))
+    for key, target in own.items():
+        if tuple(tensors[key].shape) != tuple(target.shape):
+            raise CheckpointError(
+                f"{path}: key {key} has shape {list(tensors[key].shape)}, expected {list(target.shape)}")
 
 
 def _more(keys: list[str]) -> str:

@@ -1,5 +1,5 @@
 """Where the project's bundled files live (the repository's `assets/`, beside `engine/`)."""
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 DEMO_MODEL_DIR = ASSETS_DIR / "demo_model"
@@ -14,14 +14,21 @@ PREDICTOR_NAME = "diffuplex.safetensors"
 """A DiffuPlex predictor shipped beside a checkpoint (ours, not an official file)."""
 
 
-def file_in(folder: Path, name: object, source: str) -> Path:
-    """`folder / name` for a file name a model's config gives: a plain relative name that stays
-    inside the folder, or CheckpointError naming `source` (a config.json cannot point a loader
-    at files elsewhere)."""
+def file_in(folder: Path, name: object, source: str, key: str | None = None) -> Path:
+    """`folder / name` for a file name a model's config gives (under `key`, named in errors): a
+    plain relative name that stays inside the folder, or CheckpointError naming `source` (a
+    config.json cannot point a loader at files elsewhere).
+
+    The check is on the name, not on where a link leads: a Hugging Face snapshot's files are
+    links into the cache's blob folder beside it, and a link the user made is the user's."""
     from .errors import CheckpointError
-    if not isinstance(name, str) or not name or "\\" in name:
-        raise CheckpointError(f"{source}: {name!r} is not a file name")
+    what = f"{key} = {name!r}" if key else repr(name)
+    if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
+        raise CheckpointError(f"{source}: {what} is not a file name")
     path = Path(name)
-    if path.is_absolute() or ".." in path.parts:
-        raise CheckpointError(f"{source}: {name!r} is outside the model's folder")
+    if path.is_absolute() or PureWindowsPath(name).anchor or ".." in path.parts:
+        raise CheckpointError(f"{source}: {what} is outside the model's folder (give a name inside it)")
+    inside = (folder / path).parent.resolve()
+    if not inside.is_relative_to(Path(folder).resolve()):
+        raise CheckpointError(f"{source}: {what} leads through a linked folder out of the model's folder ({inside})")
     return folder / path

@@ -7,16 +7,19 @@ use are accepted: anything else would build a different network from the checkpo
 from __future__ import annotations
 
 import dataclasses
-import math
+from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
-from .checks import is_int, is_number
+from ..paths import file_in
+from .checks import bounded_float, bounded_int, is_int, shown
 from .transformer import TransformerConfig
 
 # Metadata keys of config.json that name files or describe the checkpoint, not the network.
 METADATA_KEYS = ("moshi_name", "mimi_name", "tokenizer_name", "mimi_config_name", "model_type",
                  "lm_gen_config", "model_id", "tts_config", "stt_config", "lora_name")
+FILE_KEYS = tuple(key for key in METADATA_KEYS if key.endswith("_name"))
+"""The keys that name files beside config.json: each must stay inside the model's folder."""
 # Our extension (ignored by the reference loader's LMModel, so kept out of its kwargs).
 PROMPT_TOKENS_KEY = "duplexcadence_prompt_tokens"
 
@@ -173,6 +176,9 @@ _DEFAULTS = {"hidden_scale": 4, "max_period": 10000, "existing_text_padding_id":
 def from_lm_kwargs(kwargs: dict[str, Any], source: str, name: str) -> LMConfig:
     """An LMConfig from a reference-format config.json dict; problems raise CheckpointError
     naming `source` and the key."""
+    for key in FILE_KEYS:
+        if key in kwargs:
+            file_in(Path(source).parent, kwargs[key], source, key)  # refuses a name out of the folder
     kw = {k: v for k, v in kwargs.items() if k not in METADATA_KEYS and k not in _IGNORED}
     prompt_tokens = kw.pop(PROMPT_TOKENS_KEY, None)
     for key in kw:
@@ -183,7 +189,7 @@ def from_lm_kwargs(kwargs: dict[str, Any], source: str, name: str) -> LMConfig:
             default = kw.get("gating", _FIXED["gating"][1])
         value = kw.get(key, default)
         if value != required:
-            raise CheckpointError(f"{source}: key {key} = {value!r} is not supported (need {required!r})")
+            raise CheckpointError(f"{source}: key {key} = {shown(value)} is not supported (need {required!r})")
     merged = {**_DEFAULTS, **kw}
     merged.setdefault("depformer_max_period", merged["max_period"])
     if "depformer_dim_feedforward" not in merged and "depformer_dim" in merged:
@@ -193,6 +199,7 @@ def from_lm_kwargs(kwargs: dict[str, Any], source: str, name: str) -> LMConfig:
         if key not in merged:
             raise CheckpointError(f"{source}: missing key {key}")
         fields[field] = _typed(merged[key], key, source)
+    _check_tables(fields, source)
     fields["delays"] = tuple(fields["delays"])
     # config.json names no variant: of the released models, PersonaPlex's alone has a depformer
     # that predicts the user's codebooks too, so that is what marks its checkpoints.
@@ -200,7 +207,9 @@ def from_lm_kwargs(kwargs: dict[str, Any], source: str, name: str) -> LMConfig:
     if prompt_tokens is not None:
         fields.update(_prompt_tokens(prompt_tokens, source))
     try:
-        return LMConfig(name=name, **fields)
+        cfg = LMConfig(name=name, **fields)
+        cfg.temporal(), cfg.depformer()  # their own checks, while the file can still be named
+        return cfg
     except ValueError as exc:
         raise CheckpointError(f"{source}: {exc}") from None
 
@@ -221,16 +230,49 @@ def to_lm_kwargs(cfg: LMConfig) -> dict[str, Any]:
     return out
 
 
+# Bounds on config.json's numbers, checked before anything is built (engine.config.checks):
+# key -> (least, most). The released 7B models' values: dim 4096, 32 heads, 32 layers, context
+# 3000 frames (4 minutes), text_card 32000, card 2048, n_q 16, depformer 1024 wide, 16 heads,
+# 6 layers, 4224 FFN. The context sizes the KV ring, allocated whole by the full placement.
+_INT_BOUNDS = {
+    "dim": (1, 16384), "num_heads": (1, 256), "num_layers": (1, 128), "context": (1, 16384),
+    "text_card": (1, 262144), "card": (1, 65536), "n_q": (1, 64), "dep_q": (1, 64),
+    "depformer_dim": (1, 16384), "depformer_num_heads": (1, 256), "depformer_num_layers": (1, 128),
+    "depformer_dim_feedforward": (1, 65536),
+}
+_FLOAT_BOUNDS = {"hidden_scale": (0.25, 16.0), "max_period": (1.0, 1e9), "depformer_max_period": (1.0, 1e9)}
+_MAX_DELAY = 1000
+"""Frames a stream may lag the text (released models: 0 or 1)."""
+
+
 def _typed(value: Any, key: str, source: str):
     if key == "delays":
-        ok = isinstance(value, list) and all(is_int(v) for v in value)
-    elif key in ("hidden_scale", "max_period", "depformer_max_period"):
-        ok = is_number(value) and math.isfinite(value) and value > 0
-    else:
-        ok = is_int(value) and value >= 0 and (value > 0 or "padding" in key)
-    if not ok:
-        raise CheckpointError(f"{source}: key {key} has a bad value {value!r}")
+        if not (isinstance(value, list) and all(is_int(v) for v in value)):
+            raise CheckpointError(f"{source}: delays must be a list of integers")
+        for i, delay in enumerate(value):
+            bounded_int(delay, f"delays[{i}]", source, 0, _MAX_DELAY)
+        return value
+    if key in _FLOAT_BOUNDS:
+        return bounded_float(value, key, source, *_FLOAT_BOUNDS[key])
+    if key in _INT_BOUNDS:
+        return bounded_int(value, key, source, *_INT_BOUNDS[key])
+    if not is_int(value):  # a padding id: bounded by text_card in _check_tables
+        raise CheckpointError(f"{source}: {key} = {shown(value)} must be an integer")
     return value
+
+
+def _check_tables(fields: dict, source: str) -> None:
+    """Ids inside the tables they index, and head widths the attention can split."""
+    for key in ("existing_text_padding_id", "existing_text_end_padding_id"):
+        bounded_int(fields[_FIELDS[key]], key, source, 0, fields["text_card"] - 1)
+    for dim, heads in (("dim", "num_heads"), ("depformer_dim", "depformer_num_heads")):
+        if fields[dim] % fields[heads]:
+            raise CheckpointError(f"{source}: {heads} = {fields[heads]} does not divide {dim} = {fields[dim]}")
+    if (fields["dim"] // fields["num_heads"]) % 2:
+        raise CheckpointError(f"{source}: num_heads = {fields['num_heads']} leaves an odd head dimension "
+                              f"(dim / num_heads must be even for RoPE)")
+    if int(fields["hidden_scale"] * fields["dim"]) < 1:
+        raise CheckpointError(f"{source}: hidden_scale = {fields['hidden_scale']} gives no FFN width")
 
 
 def _prompt_tokens(value: Any, source: str) -> dict[str, tuple[int, ...]]:

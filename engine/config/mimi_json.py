@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
-from .checks import is_int, is_number, read_json
+from .checks import bounded_float, bounded_int, is_int, is_number, read_json, shown
 from .mimi import OFFICIAL, MimiConfig, ProjectedTransformerConfig, QuantizerConfig, SeanetConfig
 from .transformer import TransformerConfig
 
@@ -69,7 +69,60 @@ def parse_config(overrides: dict, source: str) -> MimiConfig:
     for section, extra in _OPTIONAL.items():
         for key, value in extra.items():
             raw[section].setdefault(key, copy.deepcopy(value))
-    return _build(raw, _Checker(source))
+    cfg = _build(raw, _Checker(source))  # plain data: its checks first, then the bounds
+    _check_bounds(raw, source)
+    return cfg
+
+
+# Bounds on the numbers that size Mimi's layers and state, checked before anything is built:
+# key -> (least, most). The official Mimi's values are in OFFICIAL (mimi.py): SEANet 512 wide
+# from 64 filters over 4 ratios of at most 8, 32 codebooks of 2048 entries 256 wide, an
+# 8-layer transformer 512 wide with 8 heads, FFN 2048 and a context of 250 steps.
+_INT_BOUNDS = {
+    "sample_rate": (8000, 192000),
+    "seanet.dimension": (1, 4096), "seanet.n_filters": (1, 1024), "seanet.n_residual_layers": (0, 16),
+    "seanet.kernel_size": (1, 64), "seanet.residual_kernel_size": (1, 64), "seanet.last_kernel_size": (1, 64),
+    "seanet.dilation_base": (1, 8), "seanet.compress": (1, 64), "seanet.disable_norm_outer_blocks": (0, 16),
+    "quantizer.dimension": (1, 4096), "quantizer.n_q": (1, 64), "quantizer.bins": (1, 65536),
+    "quantizer.n_q_semantic": (1, 64), "quantizer.input_dimension": (1, 4096),
+    "quantizer.output_dimension": (1, 4096),
+    "transformer.d_model": (1, 4096), "transformer.num_heads": (1, 128), "transformer.num_layers": (1, 64),
+    "transformer.context": (1, 4096), "transformer.dim_feedforward": (1, 16384),
+    "transformer.input_dimension": (1, 4096),
+}
+_FLOAT_BOUNDS = {"frame_rate": (1.0, 1000.0), "transformer.max_period": (1.0, 1e9),
+                 "transformer.layer_scale": (0.0, 100.0), "seanet.activation_params.alpha": (0.0, 100.0)}
+_MAX_RATIOS, _MAX_RATIO = 8, 64
+_MAX_SEANET_WIDTH = 16384
+"""SEANet doubles its channels at each ratio: n_filters * 2 ** len(ratios) (official: 1024)."""
+
+
+def _lookup(raw: dict, key: str):
+    value = raw
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _check_bounds(raw: dict, source: str) -> None:
+    for key, (low, high) in _INT_BOUNDS.items():
+        bounded_int(_lookup(raw, key), key, source, low, high)
+    for key, (low, high) in _FLOAT_BOUNDS.items():
+        value = _lookup(raw, key)
+        if value is not None:
+            bounded_float(value, key, source, low, high)
+    for key in ("seanet.ratios", "transformer.output_dimensions"):
+        values = _lookup(raw, key)
+        if len(values) > _MAX_RATIOS:
+            raise CheckpointError(f"{source}: {key} has {len(values)} entries (at most {_MAX_RATIOS})")
+        for i, value in enumerate(values):
+            bounded_int(value, f"{key}[{i}]", source, 1, _MAX_RATIO if key == "seanet.ratios" else 4096)
+    width = raw["seanet"]["n_filters"] * 2 ** len(raw["seanet"]["ratios"])
+    if width > _MAX_SEANET_WIDTH:
+        raise CheckpointError(f"{source}: seanet.n_filters * 2 ** len(seanet.ratios) = {width} is out of range "
+                              f"(at most {_MAX_SEANET_WIDTH})")
 
 
 def _check_keys(d: Any, schema: dict, source: str, prefix: str) -> None:
@@ -80,7 +133,7 @@ def _check_keys(d: Any, schema: dict, source: str, prefix: str) -> None:
             raise CheckpointError(f"{source}: unknown key {prefix}{key}")
         if not _has_type(value, schema[key]):
             raise CheckpointError(
-                f"{source}: key {prefix}{key} must be {_TYPE_WORDS[schema[key]]}, found {value!r}")
+                f"{source}: key {prefix}{key} must be {_TYPE_WORDS[schema[key]]}, found {shown(value)}")
 
 
 _TYPE_WORDS = {"int": "an integer", "num": "a number", "num?": "a number or null",

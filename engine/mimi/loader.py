@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import load_into, read_safetensors
+from ..checkpoint import check_layout, load_into, read_safetensors
 from ..config.mimi_json import load_config, official_config
 from ..errors import CheckpointError
 from ..paths import MIMI_NAME as CHECKPOINT_NAME
@@ -34,8 +34,9 @@ def load_mimi(path: str | Path, device: str | torch.device = "cpu", dtype: torch
     # Built without initializing weights: every parameter and buffer comes from the file.
     with torch.device("meta"):
         model = Mimi(cfg, num_codebooks, name)
-    model.to_empty(device="cpu")
     try:
+        check_layout(model, tensors, weights)  # before the config's sizes are allocated
+        model.to_empty(device="cpu")
         load_into(model, tensors, weights)
     except CheckpointError as exc:
         if config_path.exists():

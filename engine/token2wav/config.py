@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from ..config.checks import MAX_CONFIG_BYTES, MAX_DEPTH, bounded_float, bounded_int, shown
 from ..errors import CheckpointError
 
 FLOW_TAGS = {
@@ -112,9 +113,31 @@ class _Ref(str):
     """A `!ref <key>` scalar, resolved once the whole file is read."""
 
 
+_MAX_ALIASES = 64
+"""YAML aliases (`*name`) in one file: the official files use none. Each is expanded when the
+references are resolved, so a few nested ones could multiply a small file a billion times."""
+_MAX_VALUES = 100_000
+"""Values in a file once its aliases and references are expanded (the official flow.yaml: 60)."""
+_MAX_REFS = 32
+"""References followed one through another (the official files: 1)."""
+
+
 def _loader(path: Path) -> type:
     class Loader(yaml.SafeLoader):
-        pass
+        aliases = depth = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > _MAX_ALIASES:
+                    raise CheckpointError(f"{path}: more than {_MAX_ALIASES} YAML aliases")
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise CheckpointError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
 
     def tagged(loader, suffix, node):
         if not isinstance(node, yaml.MappingNode):
@@ -139,36 +162,65 @@ def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path}: {size} bytes is too large for a config file (at most {MAX_CONFIG_BYTES})")
     try:
-        data = yaml.load(path.read_text(), Loader=_loader(path))  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader(path))  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise CheckpointError(f"{path}: not a readable YAML file ({str(exc).splitlines()[0]})") from None
     except UnicodeDecodeError:
         raise CheckpointError(f"{path}: not a text file") from None
+    except ValueError as exc:  # a value its constructor refuses: an integer of too many digits, a bad date
+        raise CheckpointError(f"{path}: not a readable YAML file ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a mapping at the top")
-    return _resolve(data, data, path)
+    return _Resolver(data, path).resolve(data, (), 0)
 
 
-def _resolve(value, root: dict, path: Path):
-    if isinstance(value, _Ref):
+class _Resolver:
+    """Copies the file's data with each `!ref <key>` replaced by what it names, counting what
+    it makes: a cycle of references is named, and an expansion past _MAX_VALUES refused."""
+
+    def __init__(self, root: dict, path: Path):
+        self.root, self.path, self.made = root, path, 0
+
+    def resolve(self, value, refs: tuple[str, ...], depth: int):
+        self.made += 1
+        if self.made > _MAX_VALUES:
+            raise CheckpointError(f"{self.path}: expands to more than {_MAX_VALUES} values "
+                                  f"(aliases or !ref repeat too much)")
+        if depth > MAX_DEPTH + _MAX_REFS:  # a YAML alias inside the node it names
+            raise CheckpointError(f"{self.path}: nested deeper than {MAX_DEPTH} levels once expanded "
+                                  f"(a recursive alias?)")
+        if isinstance(value, _Ref):
+            return self._follow(value, refs, depth)
+        if isinstance(value, _Tagged):
+            return _Tagged(value.tag, {k: self.resolve(v, refs, depth + 1) for k, v in value.items()})
+        if isinstance(value, dict):
+            return {k: self.resolve(v, refs, depth + 1) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.resolve(v, refs, depth + 1) for v in value]
+        return value
+
+    def _follow(self, value: str, refs: tuple[str, ...], depth: int):
         match = _REF.match(value.strip())
         if not match:
-            raise CheckpointError(f"{path}: unsupported reference !ref {value} (only !ref <key>)")
-        target = root
-        for part in re.split(r"[.\[\]]+", match.group(1)):
+            raise CheckpointError(f"{self.path}: unsupported reference !ref {value} (only !ref <key>)")
+        key = match.group(1)
+        if key in refs:
+            chain = " -> ".join(f"<{k}>" for k in (*refs[refs.index(key):], key))
+            what = "refers to itself" if len(refs) - refs.index(key) == 1 else f"is a cycle ({chain})"
+            raise CheckpointError(f"{self.path}: !ref <{key}> {what}")
+        if len(refs) >= _MAX_REFS:
+            raise CheckpointError(f"{self.path}: more than {_MAX_REFS} references followed one through another")
+        target = self.root
+        for part in re.split(r"[.\[\]]+", key):
             if part:
                 if not isinstance(target, dict) or part not in target:
-                    raise CheckpointError(f"{path}: !ref {value} names no key")
+                    raise CheckpointError(f"{self.path}: !ref {value} names no key")
                 target = target[part]
-        return _resolve(target, root, path)
-    if isinstance(value, _Tagged):
-        return _Tagged(value.tag, {k: _resolve(v, root, path) for k, v in value.items()})
-    if isinstance(value, dict):
-        return {k: _resolve(v, root, path) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve(v, root, path) for v in value]
-    return value
+        return self.resolve(target, (*refs, key), depth + 1)
 
 
 def _section(data: dict, key: str, tag: str, path: Path) -> dict:
@@ -179,23 +231,67 @@ def _section(data: dict, key: str, tag: str, path: Path) -> dict:
     return node
 
 
+# Bounds on the numbers that size the flow and the vocoder, checked before anything is built:
+# "where.key" -> (least, most); a list's entries each. The official values are the dataclasses'
+# defaults above (the flow 512 wide, a 16-deep DiT of 8 heads of 64, vocab 6561; the vocoder
+# 512 channels over upsampling rates 8, 5, 3).
+_BOUNDS = {
+    "flow.input_size": (1, 4096), "flow.output_size": (1, 512), "flow.spk_embed_dim": (1, 4096),
+    "flow.vocab_size": (1, 1 << 17), "flow.decoder.inference_cfg_rate": (0.0, 10.0),
+    "flow.encoder.input_size": (1, 4096), "flow.encoder.output_size": (1, 4096),
+    "flow.encoder.attention_heads": (1, 64), "flow.encoder.linear_units": (1, 16384),
+    "flow.encoder.num_blocks": (1, 64), "flow.encoder.num_up_blocks": (1, 64),
+    "flow.encoder.pre_lookahead_len": (0, 64), "flow.encoder.up_stride": (1, 16),
+    "flow.encoder.up_scale_factor": (1, 16),
+    "flow.decoder.estimator.in_channels": (1, 4096), "flow.decoder.estimator.out_channels": (1, 512),
+    "flow.decoder.estimator.mlp_ratio": (0.25, 16.0), "flow.decoder.estimator.depth": (1, 64),
+    "flow.decoder.estimator.num_heads": (1, 64), "flow.decoder.estimator.head_dim": (1, 512),
+    "flow.decoder.estimator.hidden_size": (1, 4096),
+    "hift.in_channels": (1, 512), "hift.base_channels": (1, 4096), "hift.nb_harmonics": (0, 64),
+    "hift.sampling_rate": (8000, 192000), "hift.nsf_alpha": (0.0, 100.0), "hift.nsf_sigma": (0.0, 100.0),
+    "hift.nsf_voiced_threshold": (0.0, 1e4), "hift.upsample_rates": (1, 64), "hift.upsample_kernel_sizes": (1, 128),
+    "hift.istft_n_fft": (1, 4096), "hift.istft_hop_len": (1, 4096), "hift.resblock_kernel_sizes": (1, 64),
+    "hift.resblock_dilation_sizes": (1, 64), "hift.source_resblock_kernel_sizes": (1, 64),
+    "hift.source_resblock_dilation_sizes": (1, 64), "hift.lrelu_slope": (0.0, 1.0), "hift.audio_limit": (0.0, 10.0),
+    "hift.conv_pre_look_right": (0, 64), "hift.f0_cond_channels": (1, 4096),
+}
+_MAX_ENTRIES = 8
+"""Entries of a list of sizes (the official vocoder's longest: 3)."""
+
+
 def _fill(cls, values: dict, path: Path, where: str, renames: dict | None = None):
     """An instance of dataclass `cls` from the YAML mapping's numbers; unknown ones ignored
-    (dropout rates and the like do nothing at inference), wrong types refused."""
+    (dropout rates and the like do nothing at inference), wrong types and numbers out of
+    their bounds refused."""
     kwargs = {}
     for field in dataclasses.fields(cls):
         key = (renames or {}).get(field.name, field.name)
         if key not in values or dataclasses.is_dataclass(field.default):
             continue
-        value = values[key]
-        default = field.default
+        value, default, name = values[key], field.default, f"{where}.{key}"
         if isinstance(default, tuple):
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value) if isinstance(value, list) else value
-        ok = isinstance(value, type(default)) or (isinstance(default, float) and isinstance(value, int))
-        if not ok or isinstance(value, bool) != isinstance(default, bool):
-            raise CheckpointError(f"{path}: {where}.{key} = {value!r}, expected {type(default).__name__}")
+            value = _sizes(value, name, path, isinstance(default[0], tuple))
+        else:
+            ok = isinstance(value, type(default)) or (isinstance(default, float) and isinstance(value, int))
+            if not ok or isinstance(value, bool) != isinstance(default, bool):
+                raise CheckpointError(f"{path}: {name} = {shown(value)}, expected {type(default).__name__}")
+            if name in _BOUNDS and not isinstance(value, bool):
+                bounds = _BOUNDS[name]
+                check = bounded_float if isinstance(default, float) else bounded_int
+                value = check(value, name, str(path), *bounds)
         kwargs[field.name] = value
     return cls(**kwargs)
+
+
+def _sizes(value, name: str, path: Path, nested: bool) -> tuple:
+    """A list of sizes (of lists of sizes, `nested`) as tuples, each entry bounded."""
+    kind = "a list of lists of integers" if nested else "a list of integers"
+    if not isinstance(value, list) or not value or len(value) > _MAX_ENTRIES:
+        raise CheckpointError(f"{path}: {name} = {shown(value)}, expected {kind} (1 to {_MAX_ENTRIES} entries)")
+    if nested:
+        return tuple(_sizes(v, f"{name}[{i}]", path, False) for i, v in enumerate(value))
+    low, high = _BOUNDS.get(name.split("[")[0], (1, 4096))
+    return tuple(bounded_int(v, f"{name}[{i}]", str(path), low, high) for i, v in enumerate(value))
 
 
 def read_flow_config(path: str | Path) -> FlowConfig:
@@ -208,9 +304,10 @@ def read_flow_config(path: str | Path) -> FlowConfig:
     for key, expected in (("input_layer", "linear"), ("pos_enc_layer_type", "rel_pos_espnet"),
                           ("selfattention_layer_type", "rel_selfattn"), ("activation_type", "swish")):
         if encoder.get(key, expected) != expected:
-            raise CheckpointError(f"{path}: flow.encoder.{key} = {encoder[key]!r} is not supported (need {expected!r})")
+            raise CheckpointError(f"{path}: flow.encoder.{key} = {shown(encoder[key])} is not supported "
+                                  f"(need {expected!r})")
     if flow.get("output_type", "mel") != "mel":
-        raise CheckpointError(f"{path}: flow.output_type = {flow['output_type']!r} is not supported (need 'mel')")
+        raise CheckpointError(f"{path}: flow.output_type = {shown(flow['output_type'])} is not supported (need 'mel')")
     top = _fill(FlowConfig, flow, path, "flow")
     return dataclasses.replace(
         top, inference_cfg_rate=_fill(FlowConfig, decoder, path, "flow.decoder").inference_cfg_rate,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import load_into
+from ..checkpoint import check_layout, load_into
 from ..errors import CheckpointError
 from .config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
 from .flow import Flow, new_noise
@@ -65,15 +65,30 @@ def load_token2wav(path: str | Path, device: str | torch.device = "cpu", fp16: b
         raise CheckpointError(f"{path}: missing {', '.join(missing)} (a Step-Audio2 token2wav directory holds "
                               f"{', '.join(FILES)})")
     flow_cfg, vocoder_cfg = read_flow_config(path / "flow.yaml"), read_vocoder_config(path / "config.yaml")
+    states = {name: read_pt(path / name) for name in ("flow.pt", "hift.pt")}
+    # The flow is checked on the meta device first, so sizes that do not fit its file fail
+    # before they are allocated. The vocoder computes with its window when built (it cannot be
+    # built on the meta device); its config's bounds keep it small.
+    with torch.device("meta"):
+        check_layout(_built(Flow, flow_cfg, path / "flow.yaml"), states["flow.pt"], path / "flow.pt")
     # Built on the host and then moved: the modules compute tables (windows, frequencies) when
     # built, which a meta-device build would leave empty. They are small next to an LM.
-    flow = Flow(flow_cfg)
+    flow = _built(Flow, flow_cfg, path / "flow.yaml")
     generator = torch.Generator().manual_seed(seed)
-    vocoder = CausalHiFTGenerator.from_config(vocoder_cfg, generator)
+    vocoder = _built(lambda cfg: CausalHiFTGenerator.from_config(cfg, generator), vocoder_cfg, path / "config.yaml")
     noise = new_noise(flow_cfg.output_size, generator)
     for module, name in ((flow, "flow.pt"), (vocoder, "hift.pt")):
-        load_into(module, read_pt(path / name), path / name)
+        load_into(module, states.pop(name), path / name)
     dtype = torch.float16 if fp16 else torch.float32
     flow = flow.to(device, dtype).eval().requires_grad_(False)
     return Token2wavModel(path, flow, vocoder.to(device).eval().requires_grad_(False), flow_cfg, vocoder_cfg,
                           noise.to(device, dtype))
+
+
+def _built(make, cfg, source: Path):
+    """`make(cfg)`, a module's own refusal of its numbers (ValueError) naming the file they
+    came from."""
+    try:
+        return make(cfg)
+    except ValueError as exc:
+        raise CheckpointError(f"{source}: {exc}") from None

@@ -24,6 +24,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from ...config.checks import bounded_float, bounded_int, parse_json, shown
 from ...config.lm import LMConfig
 from ...errors import CheckpointError
 
@@ -143,32 +144,72 @@ def load_predictor(path: str | Path, cfg: LMConfig, device: torch.device | str =
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
     if raw is None:
         raise CheckpointError(f"{path}: no DiffuPlex metadata (not a predictor file)")
-    try:
-        meta = json.loads(raw)
-        if meta.pop("format", None) != FORMAT:
-            raise ValueError(f"unsupported format (this build reads format {FORMAT})")
-        spec = PredictorSpec(**{**meta, "targets": tuple(meta.get("targets", ()))})
-        predictor = Predictor(spec, cfg)
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: {exc}") from None
-    own = predictor.state()
-    for key, value in own.items():
-        if key not in tensors:
-            raise CheckpointError(f"{path}: missing key {key}")
-        if tuple(tensors[key].shape) != tuple(value.shape):
-            raise CheckpointError(f"{path}: key {key} has shape {list(tensors[key].shape)}, "
-                                  f"expected {list(value.shape)}")
-        if not torch.isfinite(tensors[key]).all():
-            raise CheckpointError(f"{path}: key {key} holds NaN or infinite values")
-    extra = sorted(tensors.keys() - own.keys())
-    if extra:
-        raise CheckpointError(f"{path}: unexpected key {extra[0]}")
+    spec = read_spec(raw, path, cfg)
+    _check_tensors(tensors, spec, cfg, path)  # before the spec's sizes are allocated
+    predictor = Predictor(spec, cfg)
     with torch.no_grad():
         predictor.mask_embeddings.copy_(tensors["mask_embeddings"])
         for t in spec.targets:
             predictor.lora_a[t].copy_(tensors[f"lora.{t}.a"])
             predictor.lora_b[t].copy_(tensors[f"lora.{t}.b"])
     return predictor.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+# Bounds on the metadata's sizes: the LoRA rank (the demo's: 8) and the block K, which the
+# training command bounds the same way (1..16); a wake's graphs are captured for every K up to it.
+MAX_RANK, MAX_BLOCK = 1024, 16
+_KEYS = {"base", "rank", "alpha", "targets", "block", "masking", "training"}
+
+
+def read_spec(raw: object, path: Path, cfg: LMConfig) -> PredictorSpec:
+    """The metadata string of a predictor file as a spec, every value typed and bounded and
+    the base model checked against `cfg`; problems raise CheckpointError naming the file."""
+    source = f"{path}: metadata diffuplex"
+    meta = parse_json(raw, source) if isinstance(raw, str) else raw
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{source} must be a JSON object, found {type(meta).__name__}")
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{source}: format = {shown(meta.get('format'))} is not supported "
+                              f"(this build reads format {FORMAT})")
+    unknown, missing = sorted(set(meta) - _KEYS - {"format"}), sorted(_KEYS - {"masking", "training"} - set(meta))
+    if unknown or missing:
+        raise CheckpointError(f"{source}: " + (f"unknown key {unknown[0]}" if unknown else f"missing key {missing[0]}"))
+    base, targets = meta["base"], meta["targets"]
+    if not isinstance(base, dict):
+        raise CheckpointError(f"{source}: base must be an object, found {shown(base)}")
+    if base != base_identity(cfg):
+        raise CheckpointError(f"{path}: the predictor was made for another base model: {_first_difference(base, cfg)}")
+    if not (isinstance(targets, list) and targets and all(t in TARGETS for t in targets)
+            and len(set(targets)) == len(targets)):
+        raise CheckpointError(f"{source}: targets = {shown(targets)} must be distinct names from {', '.join(TARGETS)}")
+    masking, training = meta.get("masking", MASKING[0]), meta.get("training", {})
+    if masking not in MASKING:
+        raise CheckpointError(f"{source}: masking = {shown(masking)} is not one of {', '.join(MASKING)}")
+    if not isinstance(training, dict):
+        raise CheckpointError(f"{source}: training must be an object, found {shown(training)}")
+    return PredictorSpec(base, bounded_int(meta["rank"], "rank", source, 1, MAX_RANK),
+                         bounded_float(meta["alpha"], "alpha", source, 0.0, 1e4), tuple(targets),
+                         bounded_int(meta["block"], "block", source, 1, MAX_BLOCK), masking, training)
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor], spec: PredictorSpec, cfg: LMConfig, path: Path) -> None:
+    shapes = _shapes(cfg)
+    own = {"mask_embeddings": (cfg.n_q + 1, cfg.dim)}
+    for t in spec.targets:
+        own[f"lora.{t}.a"] = (cfg.num_layers, spec.rank, shapes[t][0])
+        own[f"lora.{t}.b"] = (cfg.num_layers, shapes[t][1], spec.rank)
+    for key, shape in own.items():
+        if key not in tensors:
+            raise CheckpointError(f"{path}: missing key {key}")
+        if tuple(tensors[key].shape) != shape:
+            raise CheckpointError(f"{path}: key {key} has shape {list(tensors[key].shape)}, expected {list(shape)}")
+        if not tensors[key].dtype.is_floating_point:
+            raise CheckpointError(f"{path}: key {key} has dtype {tensors[key].dtype}, expected floating point")
+        if not torch.isfinite(tensors[key]).all():
+            raise CheckpointError(f"{path}: key {key} holds NaN or infinite values")
+    extra = sorted(tensors.keys() - own.keys())
+    if extra:
+        raise CheckpointError(f"{path}: unexpected key {extra[0]}")
 
 
 def _first_difference(base: dict, cfg: LMConfig) -> str:
