@@ -16,33 +16,33 @@ from .cli_models import add_model_commands
 
 
 def _codec(args) -> None:
-    import numpy as np
-
     from engine import (
         SAMPLE_RATE,
+        AudioInput,
+        AudioOutput,
         CodecSession,
+        OutputFiles,
         check_writable,
         limit_cpu_threads,
         load_model_mimi,
         output_format,
-        read_audio,
         select_device,
-        split_frames,
-        write_audio,
     )
 
     check_writable(args.output)
     output_format(args.output)
     device = select_device(args.device)
     limit_cpu_threads(device)
-    pcm = read_audio(args.input)
-    codec = CodecSession(load_model_mimi(args.model, device=device))
-    try:
-        out = [codec.roundtrip(frame) for frame in split_frames(pcm)]
-    finally:
-        codec.close()
-    write_audio(args.output, np.concatenate(out)[:len(pcm)])
-    print(f"wrote {args.output} ({len(pcm) / SAMPLE_RATE:.2f} s)", file=sys.stderr)
+    source = AudioInput(args.input)
+    with OutputFiles(args.output) as out:
+        codec = CodecSession(load_model_mimi(args.model, device=device))
+        try:
+            with AudioOutput(out.temporary(args.output), format_of=args.output) as audio:
+                for frame, samples in source.frames():
+                    audio.write(codec.roundtrip(frame)[:samples])
+        finally:
+            codec.close()
+    print(f"wrote {args.output} ({source.given / SAMPLE_RATE:.2f} s)", file=sys.stderr)
 
 
 def _offline(args) -> None:

@@ -6,7 +6,6 @@ Full-Duplex-Bench expects of a model's reply channel.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,13 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from engine import (
+    FRAME_SIZE,
     SAMPLE_RATE,
+    AudioInput,
+    AudioOutput,
     DiffuPlexStats,
+    OutputFiles,
     check_writable,
     output_format,
-    read_audio,
-    split_frames,
-    write_audio,
 )
 
 from .transcript import words_with_times
@@ -74,59 +74,61 @@ def run_offline(args) -> None:
                              block=args.block, verify=args.verify)
     if args.adapter and not Path(args.adapter).is_file():
         raise ValueError(f"{args.adapter}: no such adapter file")
-    pcm = read_audio(args.input)
-    model = load_model(args.model, device=device, weights=args.weights)
-    persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
-    adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
-    session = DuplexSession(model, options, persona, predictor=adapter)
-    if device.startswith("cuda"):
-        started = time.perf_counter()
-        session.prepare()  # compile and capture now, not during the first seconds of speech
-        print(f"prepared in {time.perf_counter() - started:.2f} s (kernels compiled, graphs captured)",
-              file=sys.stderr)
-
-    frames = split_frames(pcm)
-    out, pieces, stats = [], [], DiffuPlexStats()
-    try:
-        with Progress(len(frames)) as progress:
-            for i, frame in enumerate(frames):
-                result = session.step(frame)
-                out.append(result.pcm)
-                pieces.append(result.text)
-                stats.add(result.diffuplex, result.timings)
-                progress.update(i + 1)
-    finally:
-        session.close()
-    transcript = {"model": model.name, "words": words_with_times(pieces)}
-    _write_all(args.output, np.concatenate(out)[:len(pcm)], args.transcript, transcript)
+    source = AudioInput(args.input)
+    # Locked before minutes of work: a second job on the same output refuses at once.
+    with OutputFiles(*outputs) as out:
+        model = load_model(args.model, device=device, weights=args.weights)
+        persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
+        adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
+        session = DuplexSession(model, options, persona, predictor=adapter)
+        pieces, stats = [], DiffuPlexStats()
+        replies = _replies(session, source, pieces, stats)
+        try:
+            if device.startswith("cuda"):
+                started = time.perf_counter()
+                session.prepare()  # compile and capture now, not during the first seconds of speech
+                print(f"prepared in {time.perf_counter() - started:.2f} s (kernels compiled, graphs captured)",
+                      file=sys.stderr)
+            _write_all(args.output, replies, args.transcript,
+                       lambda: {"model": model.name, "words": words_with_times(pieces)}, out)
+        finally:
+            replies.close()  # ends the progress line before any error is printed
+            session.close()
     prompts = prompt_line(session)
     if prompts:
         print(prompts, file=sys.stderr)
-    _print_summary(session.speak_times, len(pcm) / SAMPLE_RATE)
+    _print_summary(session.speak_times, source.given / SAMPLE_RATE)
     if stats.frames:
         print(stats.summary(), file=sys.stderr)
 
 
-def _write_all(audio_path: str, pcm: np.ndarray, transcript_path: str | None, transcript: dict) -> None:
-    """Write each output beside its destination, then move them all into place: a failure
-    while writing leaves no partial file (the moves themselves are renames in one folder)."""
-    written: list[tuple[Path, Path]] = []
-    try:
-        target = Path(audio_path)
-        part = target.with_name(f".{target.name}.part")
-        written.append((part, target))
-        write_audio(part, pcm, format_of=target)
-        if transcript_path:
-            target = Path(transcript_path)
-            part = target.with_name(f".{target.name}.part")
-            written.append((part, target))
-            part.write_text(json.dumps(transcript, indent=2))
-    except BaseException:
-        for part, _ in written:
-            part.unlink(missing_ok=True)
-        raise
-    for part, target in written:
-        os.replace(part, target)
+def _replies(session, source: AudioInput, pieces: list[str], stats: DiffuPlexStats):
+    """The model's reply frame by frame as the input streams in, cut to the input's length;
+    its text pieces and DiffuPlex statistics are collected on the way."""
+    with Progress(-(-source.expected // FRAME_SIZE)) as progress:
+        for i, (frame, samples) in enumerate(source.frames()):
+            result = session.step(frame)
+            pieces.append(result.text)
+            stats.add(result.diffuplex, result.timings)
+            progress.update(i + 1)
+            yield result.pcm[:samples]
+
+
+def _write_all(audio_path: str, pcm, transcript_path: str | None, transcript, out: OutputFiles | None = None) -> None:
+    """The reply (an array, or arrays as they come) and the transcript (a dict, or a function
+    giving it once the audio is written) into the locked output set `out` (default: a set of
+    their own), so either both are moved into place or neither is."""
+    if out is None:
+        with OutputFiles(*(Path(p) for p in (audio_path, transcript_path) if p)) as own:
+            _write_all(audio_path, pcm, transcript_path, transcript, own)
+        return
+    target = Path(audio_path)
+    with AudioOutput(out.temporary(target), format_of=target) as audio:
+        for chunk in [pcm] if isinstance(pcm, np.ndarray) else pcm:
+            audio.write(chunk)
+    if transcript_path:
+        record = transcript() if callable(transcript) else transcript
+        out.temporary(Path(transcript_path)).write_text(json.dumps(record, indent=2))
 
 
 def prompt_line(session) -> str | None:

@@ -2,18 +2,23 @@
 engine heard and spoke them) and a transcript JSON beside it.
 
 Both are written while the conversation runs and flushed about once a second, so a crash
-or a lost device keeps everything up to the last flush: libsndfile rewrites the WAV header
-on every flush, and the JSON is replaced atomically.
+or a lost device keeps everything up to the last flush: the WAV is written here (libsndfile
+writes a WAV's sizes only on close, so a killed recording looked empty to every reader but
+libsndfile) with its header's sizes rewritten at each flush, so it is a complete WAV of what
+was flushed at any moment; the JSON, whose `frames` counts the frames flushed, is replaced
+atomically after the audio it describes. Both are fsynced once a second, so a power cut also
+loses at most about a second.
 """
 from __future__ import annotations
 
 import json
 import os
+import struct
+import threading
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 
 from .audio_io import ENGINE_RATE, FRAME_SIZE
 from .transcript import Words
@@ -28,11 +33,14 @@ class ConversationRecorder:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        self.wav_path = _unused_path(folder, f"conversation_{stamp}", ".wav")
+        while True:  # two recorders started in the same second never share a file
+            self.wav_path = _unused_path(folder, f"conversation_{stamp}", ".wav")
+            try:
+                self._wav = FloatWav(self.wav_path, ENGINE_RATE, 2)
+                break
+            except FileExistsError:
+                continue
         self.json_path = self.wav_path.with_suffix(".json")
-        # 32-bit float, exactly what the engine heard and spoke, in the extensible WAV header
-        # (WAVE_FORMAT_EXTENSIBLE) that tools expect for non-PCM samples.
-        self._wav = sf.SoundFile(str(self.wav_path), "w", ENGINE_RATE, 2, subtype="FLOAT", format="WAVEX")
         self._record = {
             "model": model_name,
             "started": datetime.now().isoformat(timespec="seconds"),
@@ -47,6 +55,7 @@ class ConversationRecorder:
         self._stereo = np.zeros((FRAME_SIZE, 2), dtype=np.float32)
         self._words = Words()
         self._closed = False
+        self.flush()  # the transcript exists from the start, as the WAV does
 
     @property
     def frames(self) -> int:
@@ -74,9 +83,10 @@ class ConversationRecorder:
     def flush(self) -> None:
         self._wav.flush()
         self._record["words"] = self._words.finished()
-        temporary = self.json_path.with_suffix(".json.tmp")
+        temporary = self.json_path.with_suffix(".json.tmp")  # this recorder's alone, as the WAV's name is
         temporary.write_text(json.dumps(self._record, indent=1, ensure_ascii=False))
         os.replace(temporary, self.json_path)
+        self._wav.sync_soon(self.json_path)
 
     def close(self) -> None:
         if self._closed:
@@ -87,6 +97,81 @@ class ConversationRecorder:
             self.flush()
         finally:
             self._wav.close()
+
+
+class FloatWav:
+    """32-bit float WAV (WAVE_FORMAT_EXTENSIBLE, the header tools expect for non-PCM samples),
+    exactly what the engine heard and spoke. Frames are kept in memory until `flush` appends
+    them and rewrites the header's sizes, so between flushes the file is a valid WAV of all it
+    holds. fsync runs on a thread of its own, so a slow disk never delays a frame."""
+
+    _HEADER = struct.Struct("<4sI4s4sIHHIIHHHHI16s4sII4sI")
+    _FLOAT = bytes.fromhex("0300000000001000800000aa00389b71")  # KSDATAFORMAT_SUBTYPE_IEEE_FLOAT
+
+    def __init__(self, path: Path, rate: int, channels: int):
+        self.rate, self.channels, self.frames = rate, channels, 0
+        self._file = open(path, "xb")  # noqa: SIM115 (closed by close)
+        self._pending: list[bytes] = []
+        self._file.write(self._header())
+        self._file.flush()
+        self._due, self._done, self._extra = threading.Event(), False, None
+        self._syncer = threading.Thread(target=self._sync_when_due, name="recording fsync", daemon=True)
+        self._syncer.start()
+
+    def write(self, block: np.ndarray) -> None:
+        """[n, channels] float32."""
+        self._pending.append(np.ascontiguousarray(block, dtype="<f4").tobytes())
+
+    def flush(self) -> None:
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._file.seek(0, os.SEEK_END)
+        self._file.write(data)
+        self._file.flush()  # the samples are in the file before the header counts them
+        self.frames += len(data) // (4 * self.channels)
+        self._file.seek(0)
+        self._file.write(self._header())
+        self._file.flush()
+
+    def sync_soon(self, extra: Path | None = None) -> None:
+        """Ask for an fsync of the file (and of `extra`) on the fsync thread."""
+        self._extra = extra
+        self._due.set()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._done = True
+            self._due.set()
+            self._syncer.join()
+            self._file.close()
+
+    def _sync_when_due(self) -> None:
+        while True:
+            self._due.wait()
+            self._due.clear()
+            os.fsync(self._file.fileno())
+            if self._extra is not None and self._extra.exists():
+                with open(self._extra, "rb+") as extra:
+                    os.fsync(extra.fileno())
+            if self._done:
+                return
+
+    def _header(self) -> bytes:
+        # Past 4 GiB (6.2 hours of stereo at 24 kHz) the sizes stay at their largest value,
+        # which readers take as "to the end of the file".
+        data = min(self.frames * 4 * self.channels, _LARGEST - 72)
+        return self._HEADER.pack(
+            b"RIFF", 72 + data, b"WAVE",
+            b"fmt ", 40, 0xFFFE, self.channels, self.rate, self.rate * 4 * self.channels, 4 * self.channels, 32,
+            22, 32, (1 << self.channels) - 1, self._FLOAT,
+            b"fact", 4, min(self.frames, _LARGEST),
+            b"data", data)
+
+
+_LARGEST = 0xFFFFFFFF
+"""A RIFF size field's largest value."""
 
 
 def _unused_path(folder: Path, stem: str, suffix: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import check_writable, output_format, write_audio
+from engine import AudioOutput, OutputFiles, check_writable, output_format
 
 from .offline import Progress
 
@@ -50,32 +50,45 @@ def run_token2wav(args) -> None:
         raise ValueError(f"--steps must be at least 1, got {args.steps}")
     device = select_device(args.device)
     limit_cpu_threads(device)
-    model = load_token2wav(args.model, device=device, fp16=args.fp16, seed=args.seed)
-    tokens = torch.from_numpy(read_tokens(args.tokens, model.flow_cfg.vocab_size)).view(1, -1).to(device)
-    prompt = Prompt.read(args.prompt)
-    stream = Token2wavStream(model, prompt, steps=args.steps)
-    plan = stream.chunks(tokens.shape[1], TOKENS_PER_SECOND)
-    audio, report = [], []
-    try:
-        with Progress(len(plan), unit="chunks") as progress:
-            for i, (start, stop, last) in enumerate(plan):
-                began = time.perf_counter()
-                out = stream.push(tokens[:, start:stop], last)
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                spent = time.perf_counter() - began
-                fresh = (stop - start if last else stop - start - stream.lookahead) / TOKENS_PER_SECOND
-                report.append((i, spent, fresh))
-                audio.append(out[0].float().cpu().numpy())  # before the next push reuses the stream's output
-                progress.update(i + 1)
-    finally:
-        stream.close()
-    write_audio(args.output, np.clip(np.concatenate(audio), -1.0, 1.0), model.vocoder_cfg.sampling_rate)
+    # Locked before the model loads: a second job on the same output refuses at once.
+    with OutputFiles(args.output) as out:
+        model = load_token2wav(args.model, device=device, fp16=args.fp16, seed=args.seed)
+        tokens = torch.from_numpy(read_tokens(args.tokens, model.flow_cfg.vocab_size)).view(1, -1).to(device)
+        prompt = Prompt.read(args.prompt)
+        stream = Token2wavStream(model, prompt, steps=args.steps)
+        plan = stream.chunks(tokens.shape[1], TOKENS_PER_SECOND)
+        rate = model.vocoder_cfg.sampling_rate
+        try:
+            report, samples = _stream(stream, tokens, plan, device, AudioOutput(out.temporary(args.output), rate,
+                                                                                format_of=args.output))
+        finally:
+            stream.close()
     for i, spent, fresh in report:
         if not fresh:  # a last call with no tokens only flushes the vocoder
             print(f"chunk {i + 1}: {spent:.3f} s, flushing the vocoder")
             continue
         over = "  over the cadence" if spent > fresh else ""
         print(f"chunk {i + 1}: {spent:.3f} s for {fresh:.2f} s of speech (SPEAK {spent / fresh:.2f}){over}")
-    total = sum(len(a) for a in audio) / model.vocoder_cfg.sampling_rate
-    print(f"wrote {args.output} ({total:.2f} s)")
+    print(f"wrote {args.output} ({samples / rate:.2f} s)")
+
+
+def _stream(stream, tokens, plan, device: str, audio: AudioOutput) -> tuple[list[tuple[int, float, float]], int]:
+    """Each chunk timed, clipped and written as it comes: (chunk, seconds spent, seconds of
+    new speech) for each, and the samples written."""
+    import torch
+
+    report, samples = [], 0
+    with audio, Progress(len(plan), unit="chunks") as progress:
+        for i, (start, stop, last) in enumerate(plan):
+            began = time.perf_counter()
+            out = stream.push(tokens[:, start:stop], last)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            spent = time.perf_counter() - began
+            fresh = (stop - start if last else stop - start - stream.lookahead) / TOKENS_PER_SECOND
+            report.append((i, spent, fresh))
+            chunk = np.clip(out[0].float().cpu().numpy(), -1.0, 1.0)  # before the next push reuses the output
+            audio.write(chunk)
+            samples += len(chunk)
+            progress.update(i + 1)
+    return report, samples

@@ -19,6 +19,8 @@ _EXPORTS = {
     "select_device": ".device", "limit_cpu_threads": ".device",
     "read_audio": ".audio_files", "write_audio": ".audio_files", "check_writable": ".audio_files",
     "output_format": ".audio_files", "split_frames": ".audio_files",
+    "AudioInput": ".audio_files", "AudioOutput": ".audio_files",
+    "OutputFiles": ".output_files",
     "plan_memory": ".memory_plan", "MemoryPlan": ".memory_plan",
     "HubError": ".errors", "HubClient": ".library.hub_client", "RemoteModel": ".library.hub_client",
     "free_bytes": ".library.hub_client",

@@ -1,6 +1,8 @@
-"""Reading and writing audio files at the models' rate (24 kHz mono float32)."""
+"""Reading and writing audio files at the models' rate (24 kHz mono float32), streamed: memory
+does not grow with a file's length."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -10,32 +12,100 @@ import soxr
 
 from .errors import AudioInputError, AudioOutputError
 from .frame import FRAME_SIZE, SAMPLE_RATE
+from .output_files import OutputFiles
+
+MIN_RATE = 8000
+"""Hz. Telephone speech, the lowest rate anyone records speech at; below it a header is
+broken (a file declaring 1 Hz would be resampled into 24,000 times its samples)."""
+MAX_RATE = 768_000
+"""Hz. The highest rate audio hardware records at; above it a header is broken."""
+MAX_CHANNELS = 32
+"""Beyond any microphone array or surround layout a conversation comes in; a header claiming
+thousands would make each block read gigabytes."""
+BLOCK_FRAMES = 1 << 16
+"""Frames decoded at a time: at most 8 MB even at MAX_RATE and MAX_CHANNELS."""
+_READ_ERRORS = (sf.LibsndfileError, RuntimeError, OSError)
+
+
+class AudioInput:
+    """An audio file read block by block as mono float32 at `sample_rate`, so memory does not
+    grow with its length: any format soundfile reads, any rate and channel count within the
+    bounds above, any sample format. Channels are averaged (or only `channel` is taken); the
+    rate is converted with soxr's high-quality resampler, streamed (bit for bit what it gives
+    on the whole file at once). What the file declares is checked before decoding any of it."""
+
+    def __init__(self, path: str | Path, sample_rate: int = SAMPLE_RATE, channel: int | None = None):
+        self.path, self.sample_rate, self.channel = Path(path), sample_rate, channel
+        if not self.path.exists():
+            raise AudioInputError(f"{self.path}: file not found")
+        try:
+            info = sf.info(str(self.path))
+        except _READ_ERRORS as exc:
+            raise AudioInputError(f"{self.path}: not a readable audio file ({exc})") from None
+        self.rate, self.channels = info.samplerate, info.channels
+        if not MIN_RATE <= self.rate <= MAX_RATE:
+            raise AudioInputError(f"{self.path}: sample rate {self.rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz "
+                                  "(a broken header?)")
+        if not 1 <= self.channels <= MAX_CHANNELS:
+            raise AudioInputError(f"{self.path}: {self.channels} channels; at most {MAX_CHANNELS} are read")
+        if channel is not None and channel >= self.channels:
+            raise AudioInputError(f"{self.path}: no channel {channel + 1} (the file has {self.channels})")
+        if info.frames == 0:
+            raise AudioInputError(f"{self.path}: the file holds no audio samples")
+        self.seconds = info.frames / self.rate
+        self.expected = int(info.frames * sample_rate / self.rate + 0.5)
+        """Samples the whole file gives at `sample_rate` (as the file declares its length)."""
+        self.given = 0
+        """Samples given so far."""
+
+    def chunks(self):
+        """The samples, in order, as float32 arrays of up to a block's length (after resampling)."""
+        resampler = None
+        if self.rate != self.sample_rate:
+            resampler = soxr.ResampleStream(self.rate, self.sample_rate, 1, dtype="float32", quality="HQ")
+        self.given = 0
+        try:
+            with sf.SoundFile(str(self.path)) as f:
+                while True:
+                    data = f.read(BLOCK_FRAMES, dtype="float32", always_2d=True)
+                    last = data.shape[0] < BLOCK_FRAMES
+                    mono = self._mono(data)
+                    if resampler is not None:
+                        mono = resampler.resample_chunk(mono, last=last)
+                    self.given += len(mono)
+                    if len(mono):
+                        yield np.ascontiguousarray(mono, dtype=np.float32)
+                    if last:
+                        break
+        except _READ_ERRORS as exc:
+            raise AudioInputError(f"{self.path}: not a readable audio file ({exc})") from None
+        if not self.given:
+            raise AudioInputError(f"{self.path}: the file holds no audio samples")
+
+    def frames(self, frame_size: int = FRAME_SIZE):
+        """(frame, samples): frames of `frame_size`, the last zero-padded, each with how many of
+        its samples are the file's."""
+        pending = np.zeros(0, dtype=np.float32)
+        for chunk in self.chunks():
+            pending = np.concatenate([pending, chunk])
+            whole = len(pending) // frame_size * frame_size
+            for start in range(0, whole, frame_size):
+                yield pending[start:start + frame_size].copy(), frame_size
+            pending = pending[whole:]
+        if len(pending):
+            frame = np.zeros(frame_size, dtype=np.float32)
+            frame[:len(pending)] = pending
+            yield frame, len(pending)
+
+    def _mono(self, data: np.ndarray) -> np.ndarray:
+        if self.channel is not None:
+            return data[:, self.channel]
+        return data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
 
 
 def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE, channel: int | None = None) -> np.ndarray:
-    """Any readable format, rate, channel count or sample format -> mono float32 at `sample_rate`.
-
-    Channels are averaged (or only `channel` is taken); the rate is converted with soxr's
-    high-quality resampler.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise AudioInputError(f"{path}: file not found")
-    try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
-        raise AudioInputError(f"{path}: not a readable audio file ({exc})") from None
-    if data.shape[0] == 0:
-        raise AudioInputError(f"{path}: the file holds no audio samples")
-    if channel is not None:
-        if channel >= data.shape[1]:
-            raise AudioInputError(f"{path}: no channel {channel + 1} (the file has {data.shape[1]})")
-        mono = data[:, channel]
-    else:
-        mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
-    if rate != sample_rate:
-        mono = soxr.resample(mono, rate, sample_rate, quality="HQ").astype(np.float32)
-    return np.ascontiguousarray(mono, dtype=np.float32)
+    """The whole file as AudioInput gives it, in one array (for files known to be short)."""
+    return np.concatenate(list(AudioInput(path, sample_rate, channel).chunks()))
 
 
 def output_format(path: str | Path) -> tuple[str, str]:
@@ -45,7 +115,7 @@ def output_format(path: str | Path) -> tuple[str, str]:
     if not suffix:
         return "WAV", "PCM_16"
     if suffix not in sf.available_formats():
-        known = ", ".join(f".{f.lower()}" for f in ("WAV", "FLAC", "OGG"))
+        known = ", ".join(f".{f.lower()}" for f in sorted(sf.available_formats()))
         raise AudioOutputError(f"{path}: unknown audio format .{suffix.lower()} (use {known}, or no extension for WAV)")
     return suffix, "PCM_16" if sf.check_format(suffix, "PCM_16") else sf.default_subtype(suffix)
 
@@ -62,12 +132,90 @@ def check_writable(path: str | Path) -> None:
         raise AudioOutputError(f"{path}: cannot write there (permission denied)")
 
 
-def write_audio(path: str | Path, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE,
-                format_of: str | Path | None = None) -> None:
-    """Mono float samples -> `path`, in the format the extension of `format_of` (default: of
-    `path`) names; 16-bit PCM WAV without one (see output_format)."""
-    fmt, subtype = output_format(format_of or path)
-    sf.write(str(path), np.asarray(pcm, dtype=np.float32), sample_rate, subtype=subtype, format=fmt)
+class AudioOutput:
+    """Mono float samples streamed into `path` (a temporary file of an OutputFiles set) in the
+    format the extension of `format_of` (default: of `path`) names; 16-bit PCM WAV without
+    one (see output_format). A failed write raises the OS's own error (a full disk says so)
+    rather than libsndfile's "System error."."""
+
+    def __init__(self, path: str | Path, sample_rate: int = SAMPLE_RATE, format_of: str | Path | None = None):
+        fmt, subtype = output_format(format_of or path)
+        self._sink = _Sink(Path(path))
+        try:
+            self._file = sf.SoundFile(self._sink, "w", sample_rate, 1, subtype=subtype, format=fmt)
+        except BaseException:
+            self._sink.close()
+            raise
+        self.samples = 0
+
+    def __enter__(self) -> AudioOutput:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if exc is None:
+            self.close()
+            return
+        with contextlib.suppress(Exception):  # the file is thrown away: keep the first error
+            self.close()
+
+    def write(self, pcm: np.ndarray) -> None:
+        try:
+            self._file.write(np.asarray(pcm, dtype=np.float32))
+        except (AssertionError, sf.SoundFileError):  # soundfile asserts on a short write
+            self._sink.raise_error()
+            raise
+        self.samples += len(pcm)
+
+    def close(self) -> None:
+        try:
+            self._file.close()  # rewrites the header: a write too
+        except (AssertionError, sf.SoundFileError):
+            self._sink.raise_error()
+            raise
+        finally:
+            self._sink.close()
+        self._sink.raise_error()
+
+
+class _Sink:
+    """The file libsndfile writes through: a short write there loses the OS error, so it is
+    kept here and raised once soundfile gives up."""
+
+    def __init__(self, path: Path):
+        self.path, self.error = path, None
+        self._f = open(path, "w+b", buffering=0)  # noqa: SIM115 (closed by AudioOutput)
+
+    def write(self, data) -> int:
+        view, done = memoryview(data), 0
+        try:
+            while done < len(view):
+                done += self._f.write(view[done:])
+        except OSError as exc:
+            self.error = OSError(exc.errno, exc.strerror, str(self.path))
+        return done
+
+    def read(self, size: int) -> bytes:
+        return self._f.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def write_audio(path: str | Path, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
+    """Mono float samples -> `path`, all or nothing (see OutputFiles), in the format its
+    extension names (see output_format)."""
+    with OutputFiles(path) as out, AudioOutput(out.temporary(path), sample_rate, format_of=path) as audio:
+        audio.write(pcm)
 
 
 def split_frames(pcm: np.ndarray, frame_size: int = FRAME_SIZE) -> np.ndarray:

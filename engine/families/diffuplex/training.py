@@ -189,11 +189,13 @@ def _start(model: DuplexModel, out: Path, settings: TrainSettings, resume: bool)
 
 def _checkpoint(predictor: Predictor, out: Path, settings: TrainSettings, data: Path, steps: int,
                 value: float, seconds: float) -> None:
-    """Written beside `out`, then moved over it: a crash never leaves a half-written adapter."""
+    """Written beside `out`, then moved over it with the user's usual file mode: a crash never
+    leaves a half-written adapter, and another job writing `out` is refused."""
+    from ...output_files import OutputFiles  # here: this function is the module's only writer
+
     training = {**dataclasses.asdict(settings), "steps_done": steps, "loss": value, "data": data.name,
                 "seconds": round(seconds, 1), "method": "self-distillation from greedy AR rollouts"}
     predictor.spec = dataclasses.replace(predictor.spec, training=training)
-    part = out.with_name(f".{out.name}.part")
-    save_predictor(predictor, part)
-    part.replace(out)
+    with OutputFiles(out) as written:
+        save_predictor(predictor, written.temporary(out))
 

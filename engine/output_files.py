@@ -1,0 +1,193 @@
+"""Outputs written all or nothing: each file goes to a unique temporary name beside it and is
+renamed into place only when every file of the set is complete, so an existing file survives
+any failure. Two renames are not one atomic step, so the set is locked while it is written: a
+second job on the same output refuses at once, naming it."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import sys
+from pathlib import Path
+
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+"""How writers built in Rust (safetensors) show the OS error: they raise no OSError."""
+
+
+class OutputError(OSError):
+    """An output could not be written; the message names the file and why."""
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]"
+        return self.strerror or super().__str__()
+
+
+class OutputBusyError(OutputError):
+    """Another job is writing the same output."""
+
+
+class OutputFiles:
+    """`with OutputFiles(a, b) as out:` write to `out.temporary(a)` and `out.temporary(b)`;
+    leaving the block without an exception moves both into place, with one removes both."""
+
+    def __init__(self, *targets: str | Path):
+        self.targets = [Path(t) for t in targets]
+        self._temporary: dict[Path, tuple[Path, int]] = {}  # target -> (temporary, its mode)
+        self._locks: list[_Lock] = []
+
+    def __enter__(self) -> OutputFiles:
+        try:
+            for target in sorted(self.targets, key=lambda t: str(t.resolve())):
+                self._locks.append(_Lock(target))
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def temporary(self, target: str | Path) -> Path:
+        """A new empty file beside `target`, created with the user's usual mode (the kernel
+        applies the umask, as for any file they create), never an existing name."""
+        target = Path(target)
+        if target not in self.targets:
+            raise ValueError(f"{target}: not one of this set's outputs")
+        while True:
+            path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            except FileExistsError:
+                continue
+            self._temporary[target] = (path, os.stat(path).st_mode & 0o7777)
+            return path
+
+    def __exit__(self, kind, exc, tb) -> None:
+        failure = exc
+        if failure is None:
+            try:
+                self._commit()
+            except BaseException as raised:
+                failure = raised
+        if failure is not None:
+            for path, _ in self._temporary.values():
+                path.unlink(missing_ok=True)
+        self._release()
+        if failure is None:
+            return
+        explained = self._explained(failure)
+        if explained is not failure:
+            raise explained from None
+        if failure is not exc:
+            raise failure
+
+    def _commit(self) -> None:
+        for path, mode in self._temporary.values():
+            # A writer that made its own temporary file (safetensors) leaves it 0600.
+            if os.stat(path).st_mode & 0o7777 != mode:
+                os.chmod(path, mode)
+            _sync(path)  # on disk before it replaces the old file: a power cut keeps one of them
+        for target, (path, _) in self._temporary.items():
+            os.replace(path, target)
+
+    def _explained(self, exc: BaseException) -> BaseException:
+        """A full disk as "no space left on DEVICE writing FILE"; any other OS error on a
+        temporary file as the same error on the output it stands for (its name means nothing
+        to the user)."""
+        code = exc.errno if isinstance(exc, OSError) else _rust_errno(exc)
+        mine = self._target_of(getattr(exc, "filename", None))
+        if code in _NO_SPACE:
+            # Errors that do not say where (safetensors') come from the last output begun.
+            target = mine or next(reversed(self._temporary), self.targets[-1])
+            return OutputError(code, f"no space left on {device_of(target)} writing {target}")
+        if isinstance(exc, OSError) and mine is not None:
+            return OutputError(code, f"{mine}: {exc.strerror or exc}")
+        return exc
+
+    def _target_of(self, filename) -> Path | None:
+        """The output whose temporary file `filename` is, if it is one."""
+        for target, (path, _) in self._temporary.items():
+            if filename is not None and Path(filename) == path:
+                return target
+        return None
+
+    def _release(self) -> None:
+        while self._locks:
+            self._locks.pop().release()
+
+
+def _rust_errno(exc: BaseException) -> int | None:
+    found = _RUST_OS_ERROR.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY if sys.platform != "win32" else os.O_RDWR)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def device_of(path: Path) -> str:
+    """The file system `path` is on, as the user knows it: its device and mount point where
+    the system lists them (Linux), else the mount point."""
+    mount = Path(os.path.abspath(path)).parent
+    while not os.path.ismount(mount) and mount.parent != mount:
+        mount = mount.parent
+    found = None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as table:
+            for line in table:
+                source, point = line.split()[:2]
+                if point == str(mount):
+                    found = source  # the last one: a later mount hides an earlier one
+    except OSError:
+        pass
+    return f"{found} (mounted at {mount})" if found else str(mount)
+
+class _Lock:
+    """An exclusive lock on `.NAME.lock` beside an output, held until release; the kernel
+    drops it if the process dies, so a crash never leaves the output locked."""
+
+    def __init__(self, target: Path):
+        self.path = target.with_name(f".{target.name}.lock")
+        while True:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o666)
+            if not _try_lock(fd):
+                os.close(fd)
+                raise OutputBusyError(errno.EBUSY, f"{target}: another job is writing it (its lock {self.path.name} "
+                                                   f"is held); wait for it to finish or choose another output")
+            # The holder before us may have removed the file after we opened it: a lock on a
+            # removed file locks nothing, so take it again on the file now there.
+            try:
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino or sys.platform == "win32":
+                    self._fd = fd
+                    return
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def release(self) -> None:
+        if sys.platform == "win32":  # an open file cannot be removed there
+            os.close(self._fd)
+            with contextlib.suppress(OSError):  # another job has it open: it removes it
+                self.path.unlink()
+            return
+        self.path.unlink(missing_ok=True)  # while still locked, so no one else holds it
+        os.close(self._fd)
+
+
+def _try_lock(fd: int) -> bool:
+    if sys.platform == "win32":
+        import msvcrt
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
