@@ -56,7 +56,7 @@ def lm_file(root: Path, meta: dict | None = None) -> Path:
     """The LM weights of a checkpoint directory: the file its config.json names, else
     `model.safetensors`, else the official q8 file `model.q8.safetensors`."""
     if meta and "moshi_name" in meta:
-        return file_in(root, meta["moshi_name"], f"{root}/config.json")
+        return file_in(root, meta["moshi_name"], f"{root}/config.json", key="moshi_name")
     return root / LM_NAME if (root / LM_NAME).exists() or not (root / LM_Q8_NAME).exists() else root / LM_Q8_NAME
 
 
