@@ -43,6 +43,8 @@ def _codec(args) -> None:
         finally:
             codec.close()
     print(f"wrote {args.output} ({source.given / SAMPLE_RATE:.2f} s)", file=sys.stderr)
+    from app.offline import note_nonfinite
+    note_nonfinite(codec.nonfinite_samples)
 
 
 def _offline(args) -> None:

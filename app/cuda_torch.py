@@ -14,26 +14,22 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import http.client
 import json
 import logging
 import os
 import shutil
 import sys
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .wheel_fetch import CHUNK, Cancelled, NotTheFile, ProgressFn, RangeRefused, download, starts_as_wheel
 
 log = logging.getLogger("duplexcadence.gpu_support")
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "assets" / "cuda_torch.json"  # written by packaging/resolve_cuda_torch.py
-CHUNK = 1 << 20
 
 
 def data_dir() -> Path:
@@ -152,21 +148,11 @@ def find_nvidia_gpu() -> NvidiaGpu | None:
 
 
 # --- fetching and unpacking --------------------------------------------------------------
-class OfflineError(OSError):
-    """The download server could not be reached; what was downloaded is kept."""
-
-
-class Cancelled(Exception):
-    pass
-
-
-ProgressFn = Callable[[int, int], None]  # (bytes done, bytes in all)
-
-
 class CudaTorchInstaller:
     """Downloads the manifest's wheels into `downloads/` (resuming `.part` files with HTTP
-    range requests), checks each one's size and SHA-256, unpacks them into a staging folder
-    and renames it into place, so a half-done install is never taken for a finished one."""
+    range requests, app/wheel_fetch.py), checks each one's SHA-256 (a file found there too),
+    unpacks them into a staging folder and renames it into place, so a half-done install is
+    never taken for a finished one."""
 
     def __init__(self, manifest: Manifest, target: Path | None = None, timeout: float = 30.0):
         self.manifest = manifest
@@ -202,56 +188,35 @@ class CudaTorchInstaller:
 
     def _fetch(self, wheel: WheelFile, progress: ProgressFn) -> None:
         final = self.downloads / wheel.name
-        if final.is_file() and final.stat().st_size == wheel.size:
-            progress(wheel.size, wheel.size)
-            return
+        if final.is_file():  # checked like a fresh download: it may be another file of that size
+            if final.stat().st_size == wheel.size and sha256_of(final) == wheel.sha256:
+                progress(wheel.size, wheel.size)
+                return
+            log.info("%s: not the manifest's file, downloading it again", final)
+            final.unlink()
         part = self.downloads / (wheel.name + ".part")
         have = part.stat().st_size if part.is_file() else 0
-        if have > wheel.size:
+        if have > wheel.size or (have and not starts_as_wheel(part)):  # e.g. an HTML page kept before
             part.unlink()
             have = 0
         if have < wheel.size:
-            self._download(wheel, part, have, progress)
-        if part.stat().st_size != wheel.size:
-            raise OSError(f"{wheel.url}: got {part.stat().st_size} bytes, expected {wheel.size}")
+            fetch = functools.partial(download, wheel.url, wheel.size, part, cancel_event=self.cancel_event,
+                                      timeout=self.timeout, progress=progress)
+            try:
+                fetch(have=have)
+            except RangeRefused as refused:
+                part.unlink()
+                if refused.total not in (None, wheel.size):
+                    raise NotTheFile(f"{wheel.url}: the server's file is {refused.total} bytes, the manifest "
+                                     f"says {wheel.size}; the partial download was discarded") from None
+                log.info("%s: the server refused to resume from byte %d, starting again", wheel.name, have)
+                fetch(have=0)  # once, without a range: a second 416 cannot come
         digest = sha256_of(part)
         if digest != wheel.sha256:
             part.unlink()  # a corrupt file must not be resumed
             raise ValueError(f"{wheel.name}: its SHA-256 is {digest}, the manifest says {wheel.sha256}; "
                              "the download was discarded, try again")
         part.replace(final)
-
-    def _download(self, wheel: WheelFile, part: Path, have: int, progress: ProgressFn) -> None:
-        request = urllib.request.Request(wheel.url, headers={"Range": f"bytes={have}-"} if have else {})
-        try:
-            response = urllib.request.urlopen(request, timeout=self.timeout)
-        except urllib.error.HTTPError as exc:
-            raise OSError(f"{wheel.url}: the server answered {exc.code} {exc.reason}") from exc
-        except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise OfflineError(f"cannot reach {urllib.parse.urlsplit(wheel.url).netloc}: {reason}") from exc
-        with response:
-            if have and response.status != 206:  # the server ignored the range: start over
-                have = 0
-            with open(part, "ab" if have else "wb") as out:
-                done = have
-                progress(done, wheel.size)
-                while True:
-                    if self.cancel_event.is_set():
-                        raise Cancelled()
-                    try:
-                        chunk = response.read(CHUNK)
-                    except (TimeoutError, ConnectionError, http.client.IncompleteRead) as exc:
-                        raise OfflineError(f"the connection to {urllib.parse.urlsplit(wheel.url).netloc} "
-                                           f"dropped: {exc}") from exc
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    done += len(chunk)
-                    progress(done, wheel.size)
-        if done < wheel.size:  # http.client ends a short body quietly
-            raise OfflineError(f"the connection to {urllib.parse.urlsplit(wheel.url).netloc} dropped "
-                               f"after {done} of {wheel.size} bytes")
 
     def _unpack(self) -> None:
         staging = self.target.with_name(self.target.name + ".staging")

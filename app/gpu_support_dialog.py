@@ -9,7 +9,8 @@ import threading
 from PyQt6.QtCore import QObject, QProcess, pyqtSignal
 from PyQt6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from .cuda_torch import Cancelled, CudaTorchInstaller, Manifest, NvidiaGpu, OfflineError, c_compiler, gb
+from .cuda_torch import CudaTorchInstaller, Manifest, NvidiaGpu, c_compiler, gb
+from .wheel_fetch import Cancelled, OfflineError
 
 log = logging.getLogger("duplexcadence.gpu_support")
 

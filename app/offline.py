@@ -33,8 +33,9 @@ class Progress:
     """A one-line progress bar on stderr, redrawn at most ten times a second; the line is
     ended however the work ends (Ctrl-C included)."""
 
-    def __init__(self, total: int, stream=sys.stderr, unit: str = "frames"):
-        self.total, self.stream, self._last, self.unit = total, stream, 0.0, unit
+    def __init__(self, total: int, stream=None, unit: str = "frames"):
+        # sys.stderr as it is now, not at import (a test's captured stream may be gone by then)
+        self.total, self.stream, self._last, self.unit = total, stream or sys.stderr, 0.0, unit
         self._open = False
 
     def __enter__(self) -> Progress:
@@ -98,6 +99,7 @@ def run_offline(args) -> None:
     if prompts:
         print(prompts, file=sys.stderr)
     _print_summary(session.speak_times, source.given / SAMPLE_RATE)
+    note_nonfinite(session.nonfinite_samples)
     if stats.frames:
         print(stats.summary(), file=sys.stderr)
 
@@ -129,6 +131,14 @@ def _write_all(audio_path: str, pcm, transcript_path: str | None, transcript, ou
     if transcript_path:
         record = transcript() if callable(transcript) else transcript
         out.temporary(Path(transcript_path)).write_text(json.dumps(record, indent=2))
+
+
+def note_nonfinite(count: int) -> None:
+    """Say how many input samples were not numbers (replaced where PCM enters the engine,
+    engine/finite.py, so the model kept hearing)."""
+    if count:
+        print(f"{count} non-finite input samples replaced (NaN by silence, infinity by full scale)",
+              file=sys.stderr)
 
 
 def prompt_line(session) -> str | None:

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .families.mimi_stages import MimiStages
+from .finite import finite_pcm
 from .mimi import Mimi
 from .options import RuntimeOptions
 from .runtime.stages import StageRunner
@@ -21,10 +22,13 @@ class CodecSession:
         self.runner = StageRunner(new_store(mimi.regions(), mimi.device, options), mimi.device, None, options)
         self._stages = MimiStages(self.runner, mimi)
         self._pcm_out = torch.empty(mimi.frame_size, dtype=torch.float32, pin_memory=mimi.device.type == "cuda")
+        self.nonfinite_samples = 0  # replaced as a conversation's are (engine/finite.py)
 
     @torch.no_grad()
     def roundtrip(self, pcm: np.ndarray) -> np.ndarray:
         """One frame, float32 [frame_size]: encoded with every codebook, decoded back."""
+        pcm, replaced = finite_pcm(np.asarray(pcm))
+        self.nonfinite_samples += replaced
         x = self.mimi.check_pcm(pcm, self.mimi.frame_size)  # checked, on the device
         replay = self.runner.may_replay(_KEYS)  # the decode graph reads the encode graph's codes
         codes = self._stages.encode(x, replay)

@@ -26,6 +26,7 @@ from .duplex_model import DuplexModel
 from .families import conversation_for
 from .families.diffuplex.stats import WakeReport
 from .families.moshi.conversation import Persona
+from .finite import REPLACEMENT, finite_pcm
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
 from .runtime.stages import Regeneration
 from .runtime.timing import FrameTimer, SpeakMeter
@@ -93,6 +94,9 @@ class DuplexSession:
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._tokens_out = torch.empty(self.conversation.output_width, dtype=torch.int64, pin_memory=cuda)
+        self.nonfinite_samples = 0
+        """Input samples of this conversation that were NaN or infinite, replaced before the
+        model heard them (engine.finite); counted since the last reset()."""
         self.reset()
 
     # --- what the app shows ----------------------------------------------------------------
@@ -236,7 +240,13 @@ class DuplexSession:
         if self._change is not None:
             self._change[2].cancel()
             self._change = None
+        self._log_replaced()
         self.runner.close()
+
+    def _log_replaced(self) -> None:
+        if self.nonfinite_samples:
+            log.info("%d non-finite input samples replaced in this conversation (%s)",
+                     self.nonfinite_samples, REPLACEMENT)
 
     # --- conversation ------------------------------------------------------------------------
 
@@ -263,6 +273,8 @@ class DuplexSession:
         if persona is not None:
             self.conversation.set_persona(persona)
         self._apply_pending(wait=True)
+        self._log_replaced()
+        self.nonfinite_samples = 0
         self.generator.manual_seed(self.options.seed)
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
         self.options, done = self.conversation.reset(self.options, cancelled)
@@ -278,7 +290,14 @@ class DuplexSession:
         self.timer.begin()  # a change's cost (a state move) counts to the frame it delays
         applied = self._apply_pending()
         self.timer.mark(None)
-        self._pcm_in.copy_(torch.from_numpy(pcm.astype(np.float32, copy=False)))
+        # Every path's microphone audio enters here (the app's and offline's), so here alone
+        # a NaN is kept from reaching the model's state, where it would stay.
+        pcm, replaced = finite_pcm(pcm)
+        if replaced and not self.nonfinite_samples:
+            log.info("%d non-finite input samples replaced (%s); later ones are counted",
+                     replaced, REPLACEMENT)
+        self.nonfinite_samples += replaced
+        self._pcm_in.copy_(torch.from_numpy(pcm))
         tokens, out, report = self.conversation.step(self._pcm_in, self.options, self.timer.mark)
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)

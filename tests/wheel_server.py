@@ -29,13 +29,22 @@ def make_wheel(folder: Path, package: str, payload_bytes: int = 300_000) -> Path
 
 
 class WheelServer:
-    """Serves the files of `folder`. `drop_after`: bytes after which the next GET of a file is
-    cut off (once). `ranges` records the Range header of every GET."""
+    """Serves the files of `folder`; a range starting past a file's end is answered 416, as
+    RFC 9110 has it. `ranges` records the Range header of every GET, `paths` its path.
+    Modes, for the ways a download goes wrong:
+    `drop_after`: bytes after which the next GET of a file is cut off (once);
+    `portal`: an HTML page every GET is answered with (a captive portal, an error page);
+    `send_length`: False sends no Content-Length (the body ends when the connection closes);
+    `refuse_ranges`: every range request is answered 416 (a proxy that will not resume)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.drop_after: int | None = None
+        self.portal: bytes | None = None
+        self.send_length = True
+        self.refuse_ranges = False
         self.ranges: list[str | None] = []
+        self.paths: list[str] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,18 +52,27 @@ class WheelServer:
                 pass
 
             def do_GET(self):
+                header = self.headers.get("Range")
+                server.ranges.append(header)
+                server.paths.append(self.path)
+                if server.portal is not None:
+                    self._answer(200, server.portal, {"Content-Type": "text/html; charset=utf-8"})
+                    return
                 path = server.folder / self.path.lstrip("/")
                 if not path.is_file():
                     self.send_error(404)
                     return
                 data = path.read_bytes()
-                header = self.headers.get("Range")
-                server.ranges.append(header)
                 start = int(header.removeprefix("bytes=").split("-")[0]) if header else 0
+                if header and (start >= len(data) or server.refuse_ranges):
+                    self._answer(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+                    return
                 self.send_response(206 if header else 200)
+                self.send_header("Content-Type", "application/octet-stream")
                 if header:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                self.send_header("Content-Length", str(len(data) - start))
+                if server.send_length:
+                    self.send_header("Content-Length", str(len(data) - start))
                 self.end_headers()
                 body = data[start:]
                 if server.drop_after is not None:
@@ -63,6 +81,13 @@ class WheelServer:
                     self.wfile.flush()
                     self.connection.shutdown(2)  # the connection drops mid-file
                     return
+                self.wfile.write(body)
+
+            def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
                 self.wfile.write(body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -46,8 +46,13 @@ def load_voice(path: str | Path, cfg: LMConfig, device: torch.device, dtype: tor
     emb, cache = data["embeddings"], data["cache"]
     if emb.dim() != 4 or emb.shape[1:3] != (1, 1) or emb.shape[3] != cfg.dim or emb.shape[0] == 0:
         raise CheckpointError(f"{path}: key embeddings has shape {list(emb.shape)}, expected [T, 1, 1, {cfg.dim}]")
-    if not emb.dtype.is_floating_point or not torch.isfinite(emb).all():
-        raise CheckpointError(f"{path}: key embeddings must hold finite floating-point values")
+    if not emb.dtype.is_floating_point:
+        raise CheckpointError(f"{path}: key embeddings has dtype {emb.dtype}, expected floating point")
+    # Checked in the model's dtype: a large float32 value is infinite in float16.
+    emb = emb.to(dtype=dtype)
+    bad = int(emb.numel() - torch.isfinite(emb).sum())
+    if bad:
+        raise CheckpointError(f"{path}: key embeddings holds {bad} NaN or infinite values")
     slots = cfg.max_delay + 3
     if tuple(cache.shape) != (1, cfg.n_q + 1, slots) or cache.dtype != torch.int64:
         raise CheckpointError(f"{path}: key cache has shape {list(cache.shape)} ({cache.dtype}), "
@@ -56,7 +61,7 @@ def load_voice(path: str | Path, cfg: LMConfig, device: torch.device, dtype: tor
     limits = torch.tensor([cfg.text_card] + [cfg.card] * cfg.n_q)
     if ((cache < UNGENERATED) | (cache > limits)).any():
         raise CheckpointError(f"{path}: key cache holds tokens outside the vocabularies")
-    return VoicePrompt(path.stem, emb.to(device=device, dtype=dtype), cache.contiguous().to(device))
+    return VoicePrompt(path.stem, emb.to(device=device), cache.contiguous().to(device))
 
 
 def wrap_role(text: str) -> str:

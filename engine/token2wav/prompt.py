@@ -46,3 +46,9 @@ class Prompt:
         if self.mel.dim() != 3 or tuple(self.mel.shape[::2]) != (1, 80) or self.mel.shape[1] != frames:
             raise ValueError(f"prompt mel must be [1, {frames}, 80] ({up_rate} frames per prompt token), "
                              f"got {tuple(self.mel.shape)}")
+        # Refused, not repaired: a NaN in either reaches every mel frame the flow makes (the
+        # speaker vector conditions them all; the prompt's mel is in the attention's context).
+        for name, values in (("speaker embedding", self.speaker), ("mel", self.mel)):
+            bad = int(values.numel() - torch.isfinite(values).sum())
+            if bad:
+                raise ValueError(f"prompt {name} holds {bad} NaN or infinite values")
