@@ -49,7 +49,7 @@ class AppSettings:
 
     @property
     def model_weights(self) -> str:
-        """"" (as the checkpoint holds them), "bf16" or "int8"."""
+        """"" (as the checkpoint holds them), "bf16", "int8" or "int4"."""
         value = self._get("model/weights", "")
         return value if value in WEIGHTS else ""
 
@@ -200,6 +200,15 @@ class AppSettings:
         if value not in THEMES:
             raise ValueError(f"unknown theme {value!r}; choose one of {', '.join(THEMES)}")
         self.q.setValue("appearance/theme", value)
+
+    @property
+    def engine_pane_open(self) -> bool:
+        """Whether the window's Engine details pane is open (closed until the user opens it)."""
+        return self._get("window/engine_pane_open", False, bool)
+
+    @engine_pane_open.setter
+    def engine_pane_open(self, value: bool) -> None:
+        self.q.setValue("window/engine_pane_open", bool(value))
 
     @property
     def record(self) -> bool:

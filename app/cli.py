@@ -88,9 +88,10 @@ def _token2wav(args) -> None:
 
 
 def _quantize(args) -> None:
-    from engine import export_q8, select_device
+    from engine import export_int4, export_q8, select_device
 
-    path = export_q8(args.model, args.output, select_device(args.device))
+    export = export_int4 if args.weights == "int4" else export_q8
+    path = export(args.model, args.output, select_device(args.device))
     print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) and the checkpoint's other files")
 
 
@@ -255,9 +256,13 @@ def _add_token2wav(sub) -> None:
 
 def _add_quantize(sub) -> None:
     quantize = sub.add_parser("quantize", help="write a checkpoint's LM with int8 weights in the official q8 "
-                                                "layout (model.q8.safetensors), beside copies of its other files")
+                                                "layout (model.q8.safetensors) or with int4 weights in ours "
+                                                "(model.int4.safetensors), beside copies of its other files")
     quantize.add_argument("--model", required=True, help=MODELS)
     quantize.add_argument("--output", required=True, help="the checkpoint folder to write")
+    quantize.add_argument("--weights", choices=("int8", "int4"), default="int8",
+                          help="int8: the official q8 layout, which the stock runtime reads too; int4: 4-bit "
+                               "weights, one bf16 scale per 64 inputs, for 8 GB cards (default: %(default)s)")
     quantize.add_argument("--device", default=None, help="where to quantize: cpu, cuda or cuda:N "
                                                          "(default: cuda if available)")
     quantize.set_defaults(func=_quantize)

@@ -24,8 +24,8 @@ def add_model_commands(sub) -> None:
                                                "(files an earlier download completed are kept)")
     download.add_argument("name", help="a repository name, e.g. kyutai/moshiko-pytorch-bf16")
     download.add_argument("--weights", choices=list(WEIGHTS),
-                          help="int8: the official -q8 twin where one exists, else the bf16 files (quantized on "
-                               "load); default: as the repository holds them")
+                          help="int8, int4: the official -q8 twin where one exists, else the bf16 files (quantized "
+                               "on load); default: as the repository holds them")
     download.add_argument("--device", default=None, help="check the fit on this device first")
     download.set_defaults(func=_download)
     remove = sub.add_parser("remove", help="delete a downloaded model's files from the Hugging Face cache")
@@ -55,7 +55,7 @@ def _models(args) -> None:
             continue
         if not reachable:
             continue
-        for weights in ("bf16", "int8"):
+        for weights in WEIGHTS:
             try:
                 print("    " + _remote_fit(client, entry.name, weights, device))
             except HubError as exc:
@@ -80,7 +80,7 @@ def _remote_fit(client, name: str, weights: str, device) -> str:
     plan = plan_download(client, name, weights, device)
     text = f"{weights}: download {size_text(plan.to_download)}"
     if plan.note:
-        text += f" ({plan.note.removeprefix('int8: ')})"
+        text += f" ({plan.note.removeprefix(weights + ': ')})"
     if plan.memory is None:
         return text + "; its memory is known once it can be read (accept its licence, give a token)"
     return text + ("; fits: " if plan.memory.fits else "; does not fit: ") + plan.memory.describe()

@@ -1,21 +1,23 @@
 """One conversation at a time: starting it (loading the chosen model first when needed),
 stopping it, muting, runtime switches reaching the engine thread, and each frame it reports
-shown in the transcript, the cadence panel, the level meter and the clock."""
+shown in the conversation view, the cadence panel and the level meter. Start is enabled only
+while the model the picker shows is loaded and nothing loads: a click then always means a
+conversation, at once (the picker's Load button is where loading, with its progress, is)."""
 from __future__ import annotations
 
 import dataclasses
 
 import soundfile as sf
 from PyQt6.QtCore import QObject, pyqtSignal
-from PyQt6.QtGui import QTextCursor
-from PyQt6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton, QWidget
+from PyQt6.QtWidgets import QCheckBox, QPushButton, QWidget
 
-from engine import FRAME_SECONDS, RuntimeOptions
+from engine import RuntimeOptions
 
 from .app_settings import AppSettings
 from .audio_io import AudioConfig, AudioDeviceError, AudioLink
 from .cadence_panel import CadencePanel
 from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
+from .conversation_view import ConversationView
 from .device_picker import DevicePicker
 from .file_feed import FileFeed
 from .message_bar import MessageBar
@@ -30,13 +32,13 @@ class ConversationController(QObject):
     recording_shown = pyqtSignal(object, str)  # a recording's Path, and what it is ("Recording to", ...)
 
     def __init__(self, models: ModelController, settings: AppSettings, audio_config: AudioConfig, *,
-                 start_button: QPushButton, stop_button: QPushButton, record_box: QCheckBox, clock: QLabel,
-                 transcript: QPlainTextEdit, panel: CadencePanel, model_picker: ModelPicker,
+                 start_button: QPushButton, stop_button: QPushButton, record_box: QCheckBox,
+                 view: ConversationView, panel: CadencePanel, model_picker: ModelPicker,
                  device_picker: DevicePicker, message_bar: MessageBar, parent: QWidget):
         super().__init__(parent)
         self._models, self.settings, self.audio_config = models, settings, audio_config
         self._start_button, self._stop_button, self._record_box = start_button, stop_button, record_box
-        self._clock, self._transcript, self._panel = clock, transcript, panel
+        self._view, self._panel = view, panel
         self._model_picker, self._device_picker, self._message_bar = model_picker, device_picker, message_bar
         self.worker: ConversationWorker | None = None
         self.last_end: ConversationEnd | None = None
@@ -49,9 +51,11 @@ class ConversationController(QObject):
         self.signals.notice.connect(self.status)
         self.signals.failed.connect(message_bar.show_message)
         self.signals.finished.connect(self._on_finished)
+        self._busy = False
         models.ready.connect(self._on_model_ready)
         models.failed.connect(self._drop_pending_start)
-        models.busy_changed.connect(lambda busy: start_button.setEnabled(not busy and not self.running))
+        models.busy_changed.connect(self._on_busy)
+        model_picker.choice_changed.connect(self._update_start)
         start_button.clicked.connect(lambda: self.start())
         stop_button.clicked.connect(self.stop)
         panel.options_changed.connect(self._on_options)
@@ -61,6 +65,7 @@ class ConversationController(QObject):
         device_picker.echo_changed.connect(self._on_echo)
         device_picker.notice.connect(lambda text: self._message_bar.show_message(text, "info"))
         device_picker.device_lost.connect(lambda text: self._message_bar.show_message(text, "info"))
+        self._update_start()
 
     @property
     def running(self) -> bool:
@@ -92,7 +97,7 @@ class ConversationController(QObject):
         self._panel.reset(self.audio_config.max_input_backlog_s if feed is None else None)
         if recorder is not None:
             self.recording_shown.emit(recorder.wav_path, "Recording to")
-        self._transcript.appendPlainText(f"[{loaded.name} · {link.description}]\n")
+        self._view.begin(f"{loaded.name} · {link.description}", recording=recorder is not None)
         self.worker = ConversationWorker(loaded.session, link, recorder, persona, self.signals)
         self.worker.set_options(options)  # before the thread starts: later switches come after it
         self.worker.set_muted(self._device_picker.is_muted())
@@ -144,17 +149,12 @@ class ConversationController(QObject):
         return ConversationRecorder(self.settings.recordings_dir, loaded.name, dataclasses.asdict(options), processing)
 
     def _show_frame(self, report: FrameReport) -> None:
-        text = report.output.text
-        if text:
-            self._transcript.moveCursor(QTextCursor.MoveOperation.End)
-            self._transcript.insertPlainText(text)
+        self._view.add_frame(report.index, report.output.text, report.output.pcm)
         self._panel.add_frame(report)
         self._device_picker.set_level(report.level_dbfs)
         self._device_picker.set_output_level(report.output_dbfs)
         if report.echo is not None:
             self._device_picker.set_echo_state(_echo_text(report.echo))
-        seconds = int((report.index + 1) * FRAME_SECONDS)
-        self._clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
 
     def _on_finished(self, end: ConversationEnd) -> None:
         self.last_end = end
@@ -162,7 +162,7 @@ class ConversationController(QObject):
             self.worker.join(timeout=1.0)
         self.worker = None
         self._set_running(False)
-        self._transcript.appendPlainText("")
+        self._view.finish()
         if end.recording is not None:
             self.status.emit(f"Recording saved: {end.recording}")
             self.recording_shown.emit(end.recording, "Last recording")
@@ -171,11 +171,27 @@ class ConversationController(QObject):
 
     def _set_running(self, running: bool, uses_devices: bool = True) -> None:
         self._models.in_use = running
-        self._start_button.setEnabled(not running)
+        self._update_start()
         self._stop_button.setEnabled(running)
         self._record_box.setEnabled(not running)
         self._model_picker.set_running(running)
         self._device_picker.set_running(running, uses_devices)
+
+    def _on_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self._update_start()
+
+    def _update_start(self) -> None:
+        if self.running:
+            ready, why = False, "A conversation is running."
+        elif self._busy:
+            ready, why = False, "Wait for the model (or its predictor) to finish loading."
+        elif self._models.chosen_model() is None:
+            ready, why = False, "Load the chosen model first (Load, above): Start is ready once it is."
+        else:
+            ready, why = True, "Start talking with the loaded model."
+        self._start_button.setEnabled(ready)
+        self._start_button.setToolTip(why)
 
     def _on_model_ready(self, _: LoadedModel) -> None:
         if self._start_when_loaded:
@@ -209,7 +225,7 @@ def _echo_text(echo) -> str:
     """The Audio box's echo line: the state in words, with how much echo it removes."""
     if echo.state == "off":
         return "off"
-    if echo.state == "converging":
-        return "converging (learning the room while the model speaks)"
+    if echo.state == "converging":  # short: a longer line would widen the Audio box, and the window
+        return "learning the room"
     removed = f", {echo.attenuation_db:.0f} dB removed" if echo.attenuation_db is not None else ""
     return f"active{removed}"

@@ -93,6 +93,7 @@ class DevicePicker(QGroupBox):
         self.echo_cancellation.setToolTip("Lets you talk without headphones: takes the model's own voice, as "
                                           "the speaker plays it, out of what the microphone hears.")
         self.echo_state = QLabel()
+        self.echo_state.setWordWrap(True)  # a long state wraps rather than widening the Audio box
         self.echo_state.setToolTip("What echo cancellation is doing. Converging: still learning how sound "
                                    "travels from your speaker to your microphone (the first seconds). "
                                    "Active: removing the echo. Off: not running.")

@@ -1,8 +1,10 @@
 """The main window: pick a model and audio devices, talk, watch the cadence panel.
 
-The window lays out the widgets; two controllers drive them: the model (choosing, checking it
-fits, loading it) and the conversation (start, stop, frames to the panel). Everything slow or
-numeric runs on engine threads; the window only reacts to their queued signals."""
+The conversation comes first (the model's words, large, left), whether the model keeps up
+beside it, the engine's details folded away under them. The window lays out the widgets; two
+controllers drive them: the model (choosing, checking it fits, loading it) and the
+conversation (start, stop, frames to the panel). Everything slow or numeric runs on engine
+threads; the window only reacts to their queued signals."""
 from __future__ import annotations
 
 import logging
@@ -20,9 +22,9 @@ from PyQt6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -33,6 +35,7 @@ from .app_settings import AppSettings
 from .audio_io import AudioConfig
 from .cadence_panel import CadencePanel
 from .conversation_controller import ConversationController
+from .conversation_view import ConversationView
 from .crash_reporting import CrashReporter, default_log_dir, setup_logging
 from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
 from .device_picker import DevicePicker
@@ -41,7 +44,12 @@ from .message_bar import MessageBar
 from .model_controller import ModelController
 from .model_picker import ModelPicker
 from .project_info import project_info
+from .recordings_list import RecordingsLauncher
+from .runtime_controls import machine_reasons
+from .settings_dialog import SettingsDialog
+from .theme import apply_theme
 from .wheel_guard import guard_wheel
+from .window_fit import default_size, keep_combos_narrow
 
 log = logging.getLogger("duplexcadence")
 
@@ -61,7 +69,7 @@ class MainWindow(QMainWindow):
         self.settings = settings or AppSettings()
         self.last_dialog: QMessageBox | None = None
         self._recording_path = str(self.settings.recordings_dir)
-        self._build_widgets()
+        self._build_widgets(device)
         self._build_layout()
         self._build_menu()
         self.models = ModelController(
@@ -72,20 +80,19 @@ class MainWindow(QMainWindow):
             parent=self, hub_client=hub_client)
         self.conversation = ConversationController(
             self.models, self.settings, audio_config or AudioConfig(), start_button=self.start_button,
-            stop_button=self.stop_button, record_box=self.record_box, clock=self.clock, transcript=self.transcript,
+            stop_button=self.stop_button, record_box=self.record_box, view=self.conversation_view,
             panel=self.panel, model_picker=self.model_picker, device_picker=self.device_picker,
             message_bar=self.message_bar, parent=self)
         self._connect()
         self._wheel_guard = guard_wheel(self)  # scrolling the panel never turns a setting
         geometry = self.settings.geometry()
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1100, 720)
+        # Qt's restoreGeometry moves and shrinks a geometry saved on a larger screen onto this one.
+        if geometry is None or not self.restoreGeometry(geometry):
+            self.resize(*default_size(self))
         self.library.rescan()  # the list says what the chosen model needs once it is known
 
     # --- layout -------------------------------------------------------------------------
-    def _build_widgets(self) -> None:
+    def _build_widgets(self, device: str) -> None:
         self.hint_bar = MessageBar("Got it")
         if not self.settings.headphones_hint_done:
             self.hint_bar.show_message(HEADPHONES_HINT, "info")
@@ -96,65 +103,80 @@ class MainWindow(QMainWindow):
         self.start_button.setDefault(True)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
-        self.record_box = QCheckBox("Record (stereo WAV + transcript)")
+        self.record_box = QCheckBox("Record")
+        self.record_box.setToolTip("Record each conversation: a stereo WAV (you left, the model right) and "
+                                   "its transcript, in the recordings folder.")
         self.record_box.setChecked(self.settings.record)
-        self.recordings_button = QPushButton("Open recordings folder")
         # The path is always shown (and can be copied): a desktop may have no file manager.
-        self.recording_label = QLabel(f"Recordings: {self.settings.recordings_dir}")
+        self.recording_label = QLabel()
         self.recording_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # A long path must not widen the window: it is cut on the right, and whole in its tooltip.
+        self.recording_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.copy_path_button = QPushButton("Copy path")
         self.change_folder_button = QPushButton("Change folder…")
         self.change_folder_button.setToolTip("Choose where recordings go (from the next conversation).")
-        self.clock = QLabel("0:00")
-        self.transcript = QPlainTextEdit()
-        self.transcript.setReadOnly(True)
-        self.transcript.setPlaceholderText("What the model says appears here.")
-        self.panel = CadencePanel(self.settings.runtime_options)
+        self.conversation_view = ConversationView([self.start_button, self.stop_button, self.record_box])
+        self.transcript = self.conversation_view.text
+        self.clock = self.conversation_view.clock
+        self.panel = CadencePanel(self.settings.runtime_options, machine=machine_reasons(device))
+        self.panel.engine_pane.set_expanded(self.settings.engine_pane_open)
+        self.recordings_list = RecordingsLauncher(self, lambda: self.settings.recordings_dir)
+        self._show_recording_path(self.settings.recordings_dir, "Recordings")
         self.compute_label = QLabel("Compute: no model loaded")
-        self.statusBar().addPermanentWidget(self.compute_label)
+        # Where recordings go, on the status bar's line: every row of height counts on a 720 px screen.
+        # A status message takes the path's place for a while (it is the one normal widget).
+        self.statusBar().addWidget(self.recording_label, 1)
+        for widget in (self.recordings_list.button, self.change_folder_button, self.copy_path_button,
+                       self.compute_label):
+            self.statusBar().addPermanentWidget(widget)
 
     def _build_layout(self) -> None:
         pickers = QHBoxLayout()
         pickers.addWidget(self.model_picker, 1)
         pickers.addWidget(self.device_picker, 1)
-        buttons = QHBoxLayout()
-        for widget in (self.start_button, self.stop_button, self.clock):
-            buttons.addWidget(widget)
-        buttons.addStretch(1)
-        for widget in (self.record_box, self.recordings_button, self.change_folder_button, self.copy_path_button):
-            buttons.addWidget(widget)
-        recording_row = QHBoxLayout()
-        recording_row.addWidget(self.recording_label, 1)
+        keep_combos_narrow(self.model_picker, self.device_picker)
         central = QWidget()
         layout = QVBoxLayout(central)
         for item in (self.hint_bar, self.message_bar):
             layout.addWidget(item)
         layout.addLayout(pickers)
-        layout.addLayout(buttons)
-        layout.addLayout(recording_row)
         layout.addWidget(self._conversation_area(), 1)
         self.setCentralWidget(central)
 
     def _conversation_area(self) -> QSplitter:
-        """The transcript beside the cadence panel."""
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addWidget(QLabel("Transcript (model)"))
-        left_layout.addWidget(self.transcript)
+        """The conversation, then the cadence panel beside it."""
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(left)
-        # The panel scrolls rather than squeezes its switches when the window is short.
-        panel_area = QScrollArea()
-        panel_area.setWidget(self.panel)
-        panel_area.setWidgetResizable(True)
-        panel_area.setFrameShape(QScrollArea.Shape.NoFrame)
-        splitter.addWidget(panel_area)
-        splitter.setSizes([450, 650])
+        splitter.addWidget(self.conversation_view)
+        # With the Engine pane open the panel scrolls rather than squeezes its switches; folded,
+        # it asks for its whole height, so the window's minimum holds it without a scroll bar.
+        self.panel_area = QScrollArea()
+        self.panel_area.setWidget(self.panel)
+        self.panel_area.setWidgetResizable(True)
+        self.panel_area.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.panel_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        splitter.addWidget(self.panel_area)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        splitter.setSizes([720, 480])
+        self._fit_panel_area(self.panel.engine_pane.is_expanded())
         return splitter
+
+    def _fit_panel_area(self, expanded: bool) -> None:
+        """Folded, the panel's area asks for the panel's whole height at its narrowest (its
+        lines wrap there), and never scrolls; open, the pane scrolls within that height."""
+        area, panel = self.panel_area, self.panel
+        if not expanded:
+            area.setMinimumSize(panel.minimumSizeHint().width() + area.verticalScrollBar().sizeHint().width(),
+                                panel.heightForWidth(panel.minimumSizeHint().width()))
+        area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if expanded
+                                        else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        if expanded:  # show what was opened
+            QTimer.singleShot(0, lambda: area.verticalScrollBar().setValue(panel.engine_pane.y()))
 
     def _connect(self) -> None:
         self.models.failed.connect(self._show_load_failure)
+        self.conversation_view.failed.connect(self.message_bar.show_message)
+        self.panel.engine_pane.toggled.connect(self._on_engine_pane)
         self.conversation.status.connect(self._show_status)
         self.conversation.recording_shown.connect(self._show_recording_path)
         # The user's choices, remembered as they are made.
@@ -163,14 +185,15 @@ class MainWindow(QMainWindow):
             lambda _: setattr(self.settings, "runtime_options", self.panel.chosen_options()))
         self.hint_bar.dismissed.connect(
             lambda: setattr(self.settings, "headphones_hint_done", True))
-        self.recordings_button.clicked.connect(self.open_recordings)
         self.copy_path_button.clicked.connect(self.copy_recording_path)
         self.change_folder_button.clicked.connect(lambda: self.set_recordings_folder(QFileDialog.getExistingDirectory(
             self, "Recordings folder", str(self.settings.recordings_dir))))
 
     def _build_menu(self) -> None:
         self.shortcuts = shortcuts.install(self, self._start_or_stop,
-                                           lambda: self.device_picker.set_muted(not self.device_picker.is_muted()))
+                                           lambda: self.device_picker.set_muted(not self.device_picker.is_muted()),
+                                           self.open_settings)
+        self.recordings_list.insert_before(self.shortcuts["quit"])
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction("Keyboard shortcuts", lambda: QMessageBox.information(
             self, "Keyboard shortcuts", shortcuts.help_text()))
@@ -179,6 +202,25 @@ class MainWindow(QMainWindow):
         help_menu.addAction("Open log folder", lambda: QDesktopServices.openUrl(
             QUrl.fromLocalFile(str(default_log_dir()))))
         help_menu.addAction(f"About {self.info.display_name}", self.show_about)
+
+    def open_settings(self) -> None:
+        """The Settings dialog, modal to the window only: a conversation goes on behind it."""
+        persona = self.model_picker.persona() if self.model_picker.voice.count() > 1 else None  # PersonaPlex only
+        self.settings_dialog = dialog = SettingsDialog(self.settings, self, persona=persona)
+        dialog.sampling_changed.connect(self.panel.set_sampling)
+        dialog.persona_chosen.connect(self._use_persona)
+        dialog.recordings_folder_changed.connect(lambda folder: self._show_recording_path(Path(folder), "Recordings"))
+        dialog.theme_changed.connect(lambda theme: apply_theme(QApplication.instance(), theme))
+        dialog.open()
+
+    def _use_persona(self, voice: str, role: str) -> None:
+        if not self.model_picker.set_persona(voice, role):
+            self.message_bar.show_message(f"This model has no voice {voice}: the preset's role is set, "
+                                          "its voice is not.", "warning")
+
+    def _on_engine_pane(self, expanded: bool) -> None:
+        self.settings.engine_pane_open = expanded
+        self._fit_panel_area(expanded)
 
     def _start_or_stop(self) -> None:
         if self.stop_button.isEnabled():
@@ -233,18 +275,6 @@ class MainWindow(QMainWindow):
         else:
             self.statusBar().clearMessage()
 
-    def open_recordings(self) -> None:
-        folder = self.settings.recordings_dir
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            self.message_bar.show_message(f"Cannot create the recordings folder {folder}: {exc.strerror}")
-            return
-        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
-            self.copy_recording_path()
-            self.message_bar.show_message(f"No file manager opened the folder. It is {folder} "
-                                          "(its path is on the clipboard).", "info")
-
     def set_recordings_folder(self, folder: str) -> None:
         """Recordings go to `folder` from the next conversation ("" from a cancelled dialog: no change)."""
         if not folder:
@@ -259,6 +289,8 @@ class MainWindow(QMainWindow):
     def _show_recording_path(self, path: Path, what: str) -> None:
         self._recording_path = str(path)
         self.recording_label.setText(f"{what}: {path}")
+        self.recording_label.setToolTip(str(path))
+        self.recordings_list.note_recording(path, what)
 
     def closeEvent(self, event) -> None:
         self.library.cancel_download()  # complete files stay in the cache for next time
@@ -279,7 +311,9 @@ def run_app(model: str | None = None, device: str = "auto") -> int:
     reporter = CrashReporter(setup_logging(default_log_dir()))
     log.info("%s %s started (%s, Python %s)", info.display_name, info.version,
              "installed bundle" if getattr(sys, "frozen", False) else "from source", sys.version.split()[0])
-    window = MainWindow(AppSettings(), device=device)
+    settings = AppSettings()
+    apply_theme(app, settings.theme)  # before the first widget: it paints in the chosen colours
+    window = MainWindow(settings, device=device)
     reporter.parent_window = window
     from .echo_cancel import unavailable
     log.info("echo cancellation: %s", unavailable() or "available (WebRTC AEC3, livekit)")

@@ -45,7 +45,7 @@ class ModelLoader(threading.Thread):
     def __init__(self, source: str, device: str, signals: LoaderSignals, previous: LoadedModel | None = None,
                  weights: str | None = None):
         """`previous`: the LoadedModel being replaced; its session is closed here, off the GUI
-        thread, before the new model takes memory. `weights`: "bf16", "int8" or None (as the
+        thread, before the new model takes memory. `weights`: "bf16", "int8", "int4" or None (as the
         checkpoint holds them)."""
         super().__init__(name="engine-loader", daemon=True)
         self.source, self.device, self.signals = source, device, signals

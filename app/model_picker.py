@@ -21,10 +21,10 @@ from PyQt6.QtWidgets import (
 from engine import READY, REMOTE, WEIGHTS
 
 from .app_settings import AppSettings
+from .theme import role_colour
 
 AS_STORED = ("Weights as the checkpoint holds them", "")
 NO_VOICE = "No voice prompt"
-ERROR_STYLE = "color: #b00020;"
 
 
 class ModelPicker(QGroupBox):
@@ -55,7 +55,9 @@ class ModelPicker(QGroupBox):
         for value, label in WEIGHTS.items():
             self.weights.addItem(f"Weights: {label}", value)
         self.weights.setToolTip("int8 halves the GPU memory the weights take (an official q8 checkpoint is int8; "
-                                "a bf16 one is quantized while it loads). Chosen when the model loads.")
+                                "a bf16 one is quantized while it loads); int4 quarters it, for an 8 GB card "
+                                "(quantized from the int8 or bf16 files while it loads). Chosen when the model "
+                                "loads.")
         self.weights.setCurrentIndex(max(0, self.weights.findData(settings.model_weights)))
         self.action_button = QPushButton("Load")
         self.action_button.clicked.connect(self._act)
@@ -118,7 +120,7 @@ class ModelPicker(QGroupBox):
         return self.entries.get(self.source())
 
     def chosen_weights(self) -> str | None:
-        """"bf16", "int8", or None: as the checkpoint holds them."""
+        """"bf16", "int8", "int4", or None: as the checkpoint holds them."""
         return self.weights.currentData() or None
 
     def set_entries(self, entries: list) -> None:
@@ -176,12 +178,12 @@ class ModelPicker(QGroupBox):
         """`fits`: True, False (memory: said in red) or None (a problem that is not memory:
         `text` says it, in red)."""
         self.fit.setText(f"Does not fit: {text}" if fits is False else text)
-        self.fit.setStyleSheet("" if fits else ERROR_STYLE)
+        self.fit.setStyleSheet("" if fits else _error_style(self.fit))
 
     def show_needs(self, text: str, fits: bool) -> None:
         """A download's description, which says itself whether the model fits."""
         self.fit.setText(text)
-        self.fit.setStyleSheet("" if fits else ERROR_STYLE)
+        self.fit.setStyleSheet("" if fits else _error_style(self.fit))
 
     def show_fit_checking(self) -> None:
         self.fit.setStyleSheet("")
@@ -250,6 +252,15 @@ class ModelPicker(QGroupBox):
         voice = self.voice.currentText()
         return (None if voice == NO_VOICE else voice), self.role.text().strip()
 
+    def set_persona(self, voice: str, role: str) -> bool:
+        """A saved preset's voice ("" for none) and role, for the next conversation; False (the
+        voice left as it is) when this model has no such voice."""
+        index = self.voice.findText(voice or NO_VOICE)
+        if index >= 0:
+            self.voice.setCurrentIndex(index)
+        self.role.setText(role)
+        return index >= 0
+
     def remember_persona(self) -> None:
         """The voice and role chosen now are the ones shown next time (`show_persona`)."""
         self.settings.set_persona(self.voice.currentText(), self.role.text().strip())
@@ -279,3 +290,7 @@ def _label(entry) -> str:
     if entry.origin == "folder":
         return f"Folder: {entry.name}"
     return entry.name if entry.state == READY else f"{entry.name} ({entry.state})"
+
+
+def _error_style(label: QLabel) -> str:
+    return f"color: {role_colour(label.palette(), 'error').name()};"

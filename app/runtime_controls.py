@@ -1,6 +1,8 @@
 """Switches for the runtime options that may change mid conversation (applied by the engine
 from the next frame). The lists come from the engine (its options); a switch the loaded
-model or device cannot use is disabled, with the engine's reason written under it."""
+model or device cannot use is disabled, with the engine's reason written under it. Before a
+model loads, a switch this machine can never honour (CUDA's, on a CPU machine) already
+shows off, with why: it shows what it will do here, not what it would do elsewhere."""
 from __future__ import annotations
 
 from PyQt6.QtCore import Qt, pyqtSignal
@@ -18,6 +20,8 @@ from PyQt6.QtWidgets import (
 
 from engine import MAX_BLOCK, POLICIES, TOGGLES, RuntimeOptions
 
+from .cuda_torch import find_nvidia_gpu
+
 
 def _reason_label() -> QLabel:
     label = QLabel()
@@ -28,15 +32,30 @@ def _reason_label() -> QLabel:
 
 
 NO_MODEL_REASON = "load a model: what this machine can use shows here"
+POLICY_HELP = ("How often the large model (the backbone) runs. AR: every 80 ms frame. LISTEN: DiffuPlex plays "
+               "frames it predicted while the model stays silent. SPEAK: also while it speaks.")
+
+
+def machine_reasons(device: str) -> dict[str, str | None] | None:
+    """What this machine can never honour of the runtime toggles, known before a model loads
+    (a CPU machine: the CUDA ones); None where only a loaded model tells (an NVIDIA GPU: torch
+    may still lack CUDA). `device`: auto, cuda or cpu. Asks the driver, never torch (the
+    window's first paint imports none)."""
+    if device != "cpu" and (device != "auto" or find_nvidia_gpu() is not None):
+        return None
+    return {name: toggle.unavailable("cpu") for name, toggle in TOGGLES.items()}
 
 
 class RuntimeControls(QWidget):
     changed = pyqtSignal(object)  # RuntimeOptions: what will run, after the user changed a switch
     adapter_requested = pyqtSignal()  # the user wants to pick a DiffuPlex predictor file
 
-    def __init__(self, options: RuntimeOptions, parent=None):
+    def __init__(self, options: RuntimeOptions, parent=None, machine: dict[str, str | None] | None = None):
+        """`machine`: toggle name -> why this machine cannot honour it (None: it may), known
+        before any model loads; None: not known until one does."""
         super().__init__(parent)
         self._chosen = options
+        self._machine = machine or {}
         self.policy = QComboBox()
         for value, label in POLICIES.items():
             self.policy.addItem(label, value)
@@ -92,6 +111,12 @@ class RuntimeControls(QWidget):
         """The DiffuPlex predictor file the loaded model has ("" for none)."""
         self.adapter_label.setText(name or "none")
 
+    def set_sampling(self, values: dict) -> None:
+        """The Settings dialog's sampling (RuntimeOptions fields): kept with the user's choices
+        and, like a switch, sent on to a running conversation (the seed: from its next reset)."""
+        self._chosen = self._chosen.replace(**values)
+        self.changed.emit(self.options())
+
     def options(self) -> RuntimeOptions:
         """What will run: the user's choices where they can be honoured, off where not."""
         return self._chosen.replace(policy=self.policy.currentData(), tau=round(self.tau.value(), 2),
@@ -110,11 +135,14 @@ class RuntimeControls(QWidget):
         nothing is emitted."""
         self.blockSignals(True)
         for name, box in self.toggles.items():
-            reason = NO_MODEL_REASON if reasons is None else reasons.get(name)
+            never = reasons is None and self._machine.get(name)  # whatever model loads
+            reason = never or (NO_MODEL_REASON if reasons is None else reasons.get(name))
             box.setEnabled(reasons is not None and reason is None)
-            box.setChecked(getattr(self._chosen, name) and (reasons is None or reason is None))
-            box.setToolTip(TOGGLES[name].help if reason is None else f"Unavailable: {reason}")
-            self._show_reason(self.reasons[name], None if reasons is None else reason and f"Unavailable: {reason}")
+            box.setChecked(getattr(self._chosen, name) and not never and (reasons is None or reason is None))
+            why = f"Unavailable on this machine: {never}" if never else f"Unavailable: {reason}"
+            box.setToolTip(TOGGLES[name].help if reason is None else why)
+            # Beside it, not only on hover; "load a model" is said once, under the policy.
+            self._show_reason(self.reasons[name], why if never or (reasons is not None and reason) else None)
         model = self.policy.model()
         unavailable = []
         for row, (value, label) in enumerate(POLICIES.items()):
@@ -124,7 +152,7 @@ class RuntimeControls(QWidget):
             if reason:
                 unavailable.append(f"{label}: unavailable: {reason}")
         self.policy.setEnabled(reasons is not None)
-        self.policy.setToolTip("\n".join(unavailable))
+        self.policy.setToolTip("\n".join([POLICY_HELP, *unavailable]))
         self._show_reason(self.policy_reason, NO_MODEL_REASON if reasons is None else "\n".join(unavailable))
         row = self.policy.findData(self._chosen.policy)
         self.policy.setCurrentIndex(row if row >= 0 and model.item(row).isEnabled() else 0)

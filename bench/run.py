@@ -143,10 +143,13 @@ def run_stock(model_dir: Path, frames: np.ndarray, name: str) -> tuple[RunResult
 
 
 def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, budget_bytes: int | None = None,
-             profile: bool = True) -> RunResult:
+             profile: bool = True, weights: str | None = None,
+             on_mark: Callable[[str], None] | None = None) -> RunResult:
     """Ours over `frames` (the LM's weights as `model_dir` holds them). With `budget_bytes`,
     everything from loading on runs under that memory budget (torch's allocations and the
-    mapped state together); running out of it is recorded in the result, not raised."""
+    mapped state together); running out of it is recorded in the result, not raised.
+    `weights`: as load_model takes it; `on_mark(label)` is called at each memory mark and once
+    more ("end") before the session closes."""
     from engine.state.memory_budget import memory_budget
 
     _fresh_device()
@@ -154,7 +157,7 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, bu
     budget = memory_budget(budget_bytes) if budget_bytes else contextlib.nullcontext()
     try:
         with budget:
-            result = _run_ours(model_dir, frames, optimized, name, profile)
+            result = _run_ours(model_dir, frames, optimized, name, profile, weights, on_mark)
     except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
         result.failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
     if budget_bytes:
@@ -163,12 +166,13 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, bu
     return result
 
 
-def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, profile: bool) -> RunResult:
+def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, profile: bool,
+              weights: str | None = None, on_mark: Callable[[str], None] | None = None) -> RunResult:
     from engine import DuplexSession, Persona, RuntimeOptions, load_model
 
     from .kernels import profile_stages
 
-    model = load_model(model_dir, device="cuda", dtype=torch.bfloat16)
+    model = load_model(model_dir, device="cuda", dtype=torch.bfloat16, weights=weights)
     options = RuntimeOptions(graph_replay=optimized, demand_sized_state=optimized)
     # No persona prompts: the stock runtime runs none, so both start from an empty context.
     session = DuplexSession(model, options, Persona(None, ""))
@@ -183,6 +187,10 @@ def _run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, p
                 # Demand-sized rings are mapped outside torch's allocator and only grow, so the
                 # peak so far is torch's peak plus what is mapped now.
                 peak[marks[i + 1]] = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
+                if on_mark:
+                    on_mark(marks[i + 1])
+        if on_mark:
+            on_mark("end")
         result = summarize(name, records[WARMUP_FRAMES:], state,
                            torch.cuda.max_memory_allocated() + session.store.mapped_bytes())
         result.peak_at = peak

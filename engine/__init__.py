@@ -30,6 +30,7 @@ _EXPORTS = {
     "REMOTE": ".library.listing",
     "remove_model": ".library.local", "missing_files": ".library.local",
     "export_q8": ".q8_export",
+    "export_int4": ".q8_export",
     "SPEECH_SAMPLE": ".paths",
     "DiffuPlexStats": ".families.diffuplex.stats",
     "TrainSettings": ".families.diffuplex.training", "train_predictor": ".families.diffuplex.training",

@@ -43,17 +43,20 @@ class DuplexModel:
 
     @property
     def weights(self) -> str:
-        """The LM's linear weights as they are in memory: "int8", or the float dtype ("bf16",
+        """The LM's linear weights as they are in memory: "int4", "int8", or the float dtype ("bf16",
         "fp16", "fp32": float weights follow the LM's dtype, float32 on the CPU)."""
-        if any(p.dtype == torch.int8 for p in self.lm.parameters()):
+        dtypes = {p.dtype for p in self.lm.parameters()}
+        if torch.uint8 in dtypes:
+            return "int4"
+        if torch.int8 in dtypes:
             return "int8"
         return _DTYPE_NAMES.get(self.lm.dtype, str(self.lm.dtype).removeprefix("torch."))
 
     @property
     def weights_option(self) -> str:
-        """What RuntimeOptions.weights calls this model's weights: "int8", or "bf16" for float
-        weights (the option asks for 16-bit weights where the device computes in 16 bits)."""
-        return "int8" if self.weights == "int8" else "bf16"
+        """What RuntimeOptions.weights calls this model's weights: "int4", "int8", or "bf16" for
+        float weights (the option asks for 16-bit weights where the device computes in 16 bits)."""
+        return self.weights if self.weights in ("int4", "int8") else "bf16"
 
     @property
     def family(self) -> str:
@@ -141,12 +144,14 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     lm = build_lm(cfg, ckpt.tensors, lm_path, device, dtype, weights)
     del ckpt
-    mimi = load_mimi(file_in(root, meta.get("mimi_name", MIMI_NAME), f"{root}/config.json"), device=device,
+    config = f"{root}/config.json"
+    mimi = load_mimi(file_in(root, meta.get("mimi_name", MIMI_NAME), config, key="mimi_name"), device=device,
                      num_codebooks=max(cfg.model_q, cfg.user_q))
     if mimi.cardinality != cfg.card:
         raise CheckpointError(f"{lm_path}: the LM expects {cfg.card} codes per codebook, "
                               f"the Mimi has {mimi.cardinality}")
-    tokenizer = _read_tokenizer(file_in(root, meta.get("tokenizer_name", TOKENIZER_NAME), f"{root}/config.json"), cfg)
+    tokenizer_file = file_in(root, meta.get("tokenizer_name", TOKENIZER_NAME), config, key="tokenizer_name")
+    tokenizer = _read_tokenizer(tokenizer_file, cfg)
     if device.type == "cuda":
         # Loading (and quantizing on load) leaves freed transients in torch's cache; on a
         # small card that is memory the conversation's state needs.
@@ -159,7 +164,7 @@ def mimi_file(path_or_name: str | Path) -> Path:
     if Path(path_or_name).is_file():
         return Path(path_or_name)
     root, _ = hub.resolve(path_or_name)
-    return file_in(root, _read_config(root).get("mimi_name", MIMI_NAME), f"{root}/config.json")
+    return file_in(root, _read_config(root).get("mimi_name", MIMI_NAME), f"{root}/config.json", key="mimi_name")
 
 
 def load_model_mimi(path_or_name: str | Path, device: str | torch.device = "cpu") -> Mimi:

@@ -25,7 +25,7 @@ GIB = 1 << 30
 class MemoryPlan:
     model: str
     weights: str
-    """"bf16" or "int8", as RuntimeOptions.weights names them."""
+    """"bf16", "int8" or "int4", as RuntimeOptions.weights names them."""
     device: str
     weight_bytes: int
     """The LM as it will be loaded, plus the Mimi codec (float32, as on disk)."""
@@ -46,7 +46,7 @@ class MemoryPlan:
         return self.free_bytes is None or self.need_bytes <= self.free_bytes
 
     def describe(self) -> str:
-        precision = self.weights if self.weights == "int8" or self.device.startswith("cuda") else "float32"
+        precision = self.weights if self.weights != "bf16" or self.device.startswith("cuda") else "float32"
         need = (f"{self.model}, {precision} weights: needs about {_size(self.need_bytes)} (weights "
                 f"{_size(self.weight_bytes)}, state for a {self.context_s / 60:.0f}-minute conversation "
                 f"{_size(self.state_bytes)}, working {_size(self.working_bytes)})")
@@ -58,7 +58,7 @@ class MemoryPlan:
         """Raises DeviceMemoryError, saying what would fit, when the model does not."""
         if self.fits:
             return
-        hint = " Choose int8 weights, or" if self.weights != "int8" else ""
+        hint = {"bf16": " Choose int8 or int4 weights, or", "int8": " Choose int4 weights, or"}.get(self.weights, "")
         raise DeviceMemoryError(f"{self.describe()}: it does not fit.{hint} close what else uses the GPU.")
 
 
@@ -71,10 +71,12 @@ def plan_memory(path_or_name: str | Path, weights: str | None, device: str | tor
     from .duplex_model import read_lm_checkpoint
     from .paths import MIMI_NAME, file_in
     from .quant import is_q8
+    from .quant4 import is_int4
 
     ckpt = read_lm_checkpoint(path_or_name, layout_only=True)
-    mimi = file_in(ckpt.root, ckpt.meta.get("mimi_name", MIMI_NAME), f"{ckpt.root}/config.json")
-    return plan_for_config(ckpt.name, ckpt.cfg, weights or ("int8" if is_q8(ckpt.tensors) else "bf16"), device,
+    mimi = file_in(ckpt.root, ckpt.meta.get("mimi_name", MIMI_NAME), f"{ckpt.root}/config.json", key="mimi_name")
+    stored = "int8" if is_q8(ckpt.tensors) else "int4" if is_int4(ckpt.tensors) else "bf16"
+    return plan_for_config(ckpt.name, ckpt.cfg, weights or stored, device,
                            mimi.stat().st_size if mimi.is_file() else 0)
 
 
@@ -84,12 +86,15 @@ def plan_for_config(name: str, cfg: LMConfig, weights: str, device: str | torch.
     from .frame import FRAME_RATE
     from .lm.moshi_lm import MoshiLM
     from .quant import int8_layout
+    from .quant4 import int4_layout
 
     device = torch.device(device)
     with torch.device("meta"):
         lm = MoshiLM(cfg).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
         if weights == "int8":
             int8_layout(lm)
+        elif weights == "int4":
+            int4_layout(lm)
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters()) + mimi_bytes
     state = sum(r.bytes_full() for r in lm.regions())
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None

@@ -69,7 +69,8 @@ TOGGLES = {
 def toggle_reasons(device_type: str) -> dict[str, str | None]:
     """Each runtime toggle: None if a device of this type can honour it, else why not."""
     return {name: toggle.unavailable(device_type) for name, toggle in TOGGLES.items()}
-WEIGHTS = {"bf16": "bf16 (16-bit weights)", "int8": "int8 (8-bit weights, per-row scales)"}
+WEIGHTS = {"bf16": "bf16 (16-bit weights)", "int8": "int8 (8-bit weights, per-row scales)",
+           "int4": "int4 (4-bit weights, a scale per 64 inputs)"}
 """Weight precisions a model loads in -> what the GUI calls them."""
 VERIFY = ("semantic", "off")
 MAX_BLOCK = 16
@@ -94,7 +95,7 @@ class RuntimeOptions:
     """DiffuPlex: compare each predicted frame with the user's real audio ("semantic": the
     user's semantic code; "off": never), a divergence waking the backbone early."""
     weights: str | None = None
-    """The LM's linear weights: "bf16" or "int8" (engine.quant), chosen when the model loads
+    """The LM's linear weights: "bf16", "int8" (engine.quant) or "int4" (engine.quant4), chosen when the model loads
     (load_model(weights=...)); None: as loaded. A session's options carry its model's."""
 
     def __post_init__(self):

@@ -1,6 +1,7 @@
 """Writing a float checkpoint's LM in the official q8 layout (`model.q8.safetensors`), beside
 copies of the rest of its files, so the result loads here and in the stock runtime as the
-official q8 checkpoints do."""
+official q8 checkpoints do; or a float or q8 one's in our int4 layout (`model.int4.safetensors`,
+engine.quant4), which loads here only."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,10 @@ from safetensors.torch import save_file
 from .duplex_model import read_lm_checkpoint
 from .errors import CheckpointError
 from .lm.moshi_lm import MoshiLM
+from .output_files import OutputFiles
 from .paths import LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 from .quant import int8_layout, is_q8, quantize_checkpoint
+from .quant4 import LM_INT4_NAME, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
 
 _COPIED = {"mimi_name": MIMI_NAME, "tokenizer_name": TOKENIZER_NAME}
 """config.json keys naming files to copy -> the file name where a config leaves them out."""
@@ -36,11 +39,40 @@ def export_q8(source: str | Path, output: str | Path, device: str | torch.device
     missing = [n for n in names if tensors.get(n) is None or tensors[n].dtype != torch.int8]
     if missing:
         raise CheckpointError(f"{ckpt.path}: key {missing[0]} is missing or not a float matrix")
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / LM_Q8_NAME))
     meta = dict(ckpt.meta) or _config_of(ckpt)
     meta.update(moshi_name=LM_Q8_NAME, quantize=True)
-    (out / "config.json").write_text(json.dumps(meta, indent=2))
+    return _write(ckpt, out, LM_Q8_NAME, tensors, meta)
+
+
+def export_int4(source: str | Path, output: str | Path, device: str | torch.device = "cpu") -> Path:
+    """Quantize `source`'s LM (float or q8) group-wise to int4 (engine.quant4, on `device`) and
+    write the checkpoint directory `output` as export_q8 does, the LM as model.int4.safetensors."""
+    ckpt = read_lm_checkpoint(source)
+    if is_int4(ckpt.tensors):
+        raise CheckpointError(f"{ckpt.path}: already in the int4 layout")
+    out = Path(output)
+    if out.resolve() == ckpt.root.resolve():
+        raise CheckpointError(f"{out}: the output must not be the source checkpoint's directory")
+    with torch.device("meta"):
+        names = int4_layout(MoshiLM(ckpt.cfg))
+    tensors = quantize_checkpoint4(ckpt.tensors, names, torch.device(device))
+    missing = [n for n in names if tensors.get(n) is None or tensors[n].dtype != torch.uint8]
+    if missing:
+        raise CheckpointError(f"{ckpt.path}: key {missing[0]} is missing or not a float or int8 matrix")
+    meta = dict(ckpt.meta) or _config_of(ckpt)
+    meta.pop("quantize", None)  # the stock runtime's q8 switch: it reads no int4
+    meta.update(moshi_name=LM_INT4_NAME)
+    return _write(ckpt, out, LM_INT4_NAME, tensors, meta, int4_metadata())
+
+
+def _write(ckpt, out: Path, lm_name: str, tensors: dict, meta: dict, metadata: dict | None = None) -> Path:
+    """The LM file `lm_name` and config.json naming it in `out`, and copies of the rest."""
+    out.mkdir(parents=True, exist_ok=True)
+    # Both or neither, with the user's usual file mode (safetensors' own is 0600).
+    with OutputFiles(out / lm_name, out / "config.json") as written:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(written.temporary(out / lm_name)),
+                  metadata=metadata)
+        written.temporary(out / "config.json").write_text(json.dumps(meta, indent=2))
     for name in {*(meta.get(k, default) for k, default in _COPIED.items()), "mimi_config.json",
                  "diffuplex.safetensors"}:
         if (ckpt.root / name).is_file():
@@ -51,7 +83,7 @@ def export_q8(source: str | Path, output: str | Path, device: str | torch.device
             shutil.copytree(src, out / extra, dirs_exist_ok=True)
         elif src.is_file():
             shutil.copy2(src, out / extra)
-    return out / LM_Q8_NAME
+    return out / lm_name
 
 
 def _config_of(ckpt) -> dict:

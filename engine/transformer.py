@@ -138,9 +138,9 @@ class Attention(nn.Module):
         d = self.cfg.d_model
 
         def of_step(w, rows: int):
-            if isinstance(w, Int8Weight):
-                return Int8Weight(w.q.view(-1, rows, d)[step], w.scb.view(-1, rows)[step])
-            return w.view(-1, rows, d)[step]
+            if isinstance(w, torch.Tensor):
+                return w.view(-1, rows, d)[step]
+            return w.of_step(step, rows)
 
         return of_step(weight_of(self, "in_proj_weight"), 3 * d), of_step(weight_of(self.out_proj), d)
 

@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audio-box", type=Path, default=REPO / "assets" / "audio_box.png")
     parser.add_argument("--seconds", type=float, default=8.0,
                         help="conversation time to show before the shot")
+    parser.add_argument("--size", default="1280x720", help="the window's size in logical pixels (at 150%% "
+                        "scaling, QT_SCALE_FACTOR=1.5, 1280x720 fills a 1920x1080 screen)")
+    parser.add_argument("--theme", choices=("light", "dark"), default="light", help="the window's colours")
+    parser.add_argument("--diffuplex", action="store_true",
+                        help="the demo's DiffuPlex predictor under SPEAK, the Engine details pane open")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -35,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.app_settings import AppSettings
     from app.main_window import MainWindow
+    from app.theme import apply_theme
+    from engine import RuntimeOptions
+    from engine.paths import DEMO_MODEL_DIR
     from tests.audio_fixture import VirtualAudio
 
     app = QApplication(sys.argv[:1])
+    apply_theme(app, args.theme)
     with tempfile.TemporaryDirectory() as scratch:
         audio = VirtualAudio(Path(scratch) / "pulse")
         audio.start()
@@ -46,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         q = QSettings(str(Path(scratch) / "settings.ini"), QSettings.Format.IniFormat)
         q.setValue("recording/folder", str(Path(scratch) / "recordings"))
         settings = AppSettings(q)  # a first start: the headphones tip shows
+        if args.diffuplex:
+            settings.runtime_options = RuntimeOptions(policy="speak")
+            settings.engine_pane_open = True
         window = MainWindow(settings, device="cpu")
-        window.resize(1280, 800)
+        window.resize(*(int(n) for n in args.size.split("x")))
         window.show()
         frames_wanted = int(args.seconds / 0.08)
         failures: list[str] = []
@@ -70,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         window.conversation.signals.started.connect(
             lambda: players.append(audio.play_into_microphone(REPO / "assets" / "speech_sample.wav")))
         window.model_picker.select("demo")
-        window.conversation.start()
+        if args.diffuplex:  # the model, then its predictor, then the conversation
+            window.models.ready.connect(
+                lambda _: window.models.choose_predictor(str(DEMO_MODEL_DIR / "diffuplex.safetensors")))
+            window.models.predictor_signals.predictor.connect(lambda *_: window.conversation.start())
+            window.models.load()
+        else:
+            window.conversation.start()
         app.exec()
         for player in players:
             player.terminate()

@@ -7,7 +7,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from app.audio_io import AudioCounters  # noqa: E402
-from app.cadence_chart import OVER, UNDER  # noqa: E402
+from app.cadence_chart import FRAME_UNDER, OVER, UNDER, colour  # noqa: E402
 from app.cadence_panel import CadencePanel  # noqa: E402
 from app.cadence_stats import CadenceStats  # noqa: E402
 from app.conversation import FrameReport  # noqa: E402
@@ -51,11 +51,13 @@ def _report(timings: dict, speak_s: list[float], gpu_memory: int | None, counter
     return FrameReport(0, out, -60.0, counters)
 
 
-def _colour_count(image, colour) -> int:
+def _colour_count(chart, role: str) -> int:
+    """Pixels of the chart painted in `role`'s colour (app.theme's, on the chart's palette)."""
+    image = chart.grab().toImage()
     pixels = image.constBits()
     pixels.setsize(image.sizeInBytes())
     argb = np.frombuffer(pixels, dtype=np.uint32)
-    return int((argb == colour.rgba()).sum())
+    return int((argb == colour(chart, role).rgba()).sum())
 
 
 def test_panel_draws_bars_coloured_by_cadence(qtbot):
@@ -66,14 +68,11 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
     panel.reset(backlog_cap_s=0.32)
     for i in range(25):  # seconds well under the cadence
         panel.add_frame(_report(_timings(0.05), [0.625] if i in (12, 24) else [], None, counters))
-    image = panel.chart.grab().toImage()
-    under = _colour_count(image, UNDER)
-    assert under > 0 and _colour_count(image, OVER) == 0
+    assert _colour_count(panel.chart, UNDER) > 0 and _colour_count(panel.chart, OVER) == 0
     for i in range(25):  # over: 1.375 s per second
         panel.add_frame(_report(_timings(0.11), [1.375] if i in (12, 24) else [], 3 * 2**30, counters,
                                 204 * 2**20))
-    image = panel.chart.grab().toImage()
-    assert _colour_count(image, OVER) > 0
+    assert _colour_count(panel.chart, OVER) > 0
     assert "overruns (> 80 ms) 25 of 50" in panel.frame_label.text()
     assert "seconds over cadence 2" in panel.speak_label.text()
     assert "3.00 GiB" in panel.memory_label.text()
@@ -83,7 +82,7 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
     assert "capped at 320 ms" in panel.audio_label.text()
     panel.reset()
     assert panel.stats.frames == 0
-    assert _colour_count(panel.chart.grab().toImage(), OVER) == 0
+    assert _colour_count(panel.chart, OVER) == 0
 
 
 def test_panel_says_when_a_change_is_prepared_and_when_it_took_effect(qtbot):
@@ -146,3 +145,43 @@ def test_the_users_choice_is_kept_where_it_cannot_be_honoured(qtbot):
     on_gpu = dict.fromkeys(on_cpu)
     controls.apply_capabilities(on_gpu)
     assert controls.options() == RuntimeOptions()  # applied again where it can be honoured
+
+
+def test_the_headline_says_whether_the_model_keeps_up_and_by_how_much(qtbot):
+    panel = CadencePanel(RuntimeOptions())
+    qtbot.addWidget(panel)
+    counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
+    assert panel.gauge.headline.text().startswith("Waiting")
+    panel.add_frame(_report(_timings(0.01), [0.11], None, counters))
+    assert panel.gauge.headline.text() == "Keeping up: 9.1× headroom"  # 1 / 0.11 s per second
+    assert "0.11 s" in panel.gauge.detail.text()
+    for _ in range(5):  # the last seconds decide: the model has fallen behind
+        panel.add_frame(_report(_timings(0.1), [1.4], None, counters))
+    assert panel.gauge.headline.text() == "Falling behind"
+    assert "5 of 6 seconds fell behind" in panel.gauge.detail.text()
+    # The legend says what each colour means, in words.
+    for role in (UNDER, OVER, FRAME_UNDER):
+        assert colour(panel, role).name() in panel.legend.text()
+    assert panel.engine_pane.body.isHidden()  # the details wait, folded
+
+
+def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
+    from engine.families.diffuplex.stats import WakeReport
+    panel = CadencePanel(RuntimeOptions(policy="speak", tau=0.5))
+    qtbot.addWidget(panel)
+    counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
+    pcm = np.zeros(1920, np.float32)
+    reports = [WakeReport(True, 0), WakeReport(False, 0, confidence=0.9), WakeReport(True, 2, "below_tau", 0.1),
+               WakeReport(True, 3, "user_missed", 0.7), WakeReport(True, 3, "below_tau", 0.2)]
+    for i, report in enumerate(reports):
+        out = FrameOutput(pcm, "", None, _timings(0.01), (), 0, None, diffuplex=report)
+        panel.add_frame(FrameReport(i, out, -60.0, counters))
+    assert panel.diffuplex_label.text().startswith("DiffuPlex: 0.25 predicted frames played per wake")
+    assert panel.refusal_label.text() == (
+        "Not played: 2 × the prediction's confidence was below τ; 1 × the user did not say what was "
+        "predicted (the predictions' mean confidence 0.47; τ is 0.50)")
+    assert panel.stage_label.text().count("backbone") == 1  # one backbone figure, in the stages
+    assert "backbone" not in panel.diffuplex_label.text()
+    assert all(label.toolTip() for label in (panel.speak_label, panel.frame_label, panel.stage_label,
+                                              panel.diffuplex_label, panel.refusal_label, panel.memory_label,
+                                              panel.audio_label))

@@ -14,7 +14,8 @@ def test_shortcuts_act_and_wait_while_typing(qtbot, tmp_path):
     window.show()
     actions = window.shortcuts
     assert {name: a.shortcut().toString() for name, a in actions.items()} == {
-        "start_stop": QKeySequence("Ctrl+Space").toString(), "mute": "Ctrl+M", "quit": "Ctrl+Q"}
+        "start_stop": QKeySequence("Ctrl+Space").toString(), "mute": "Ctrl+M", "settings": "Ctrl+,",
+        "quit": "Ctrl+Q"}
     menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Conversation")
     assert all(a in menu.actions() for a in actions.values())
     assert "Ctrl+M" in help_text()
@@ -22,6 +23,9 @@ def test_shortcuts_act_and_wait_while_typing(qtbot, tmp_path):
     assert not window.device_picker.is_muted()
     actions["mute"].trigger()
     assert window.device_picker.is_muted()
+    actions["settings"].trigger()
+    assert window.settings_dialog.isVisible()
+    window.settings_dialog.reject()
 
     started = []
     window.conversation.start = lambda feed=None: started.append(True)

@@ -122,7 +122,11 @@ def test_conversation_fills_transcript_panel_and_recording(qtbot, window, demo_m
     _run_file_conversation(qtbot, window, frames=20)
     assert window.stop_button.isEnabled() and not window.start_button.isEnabled()
     assert not window.model_picker.action_button.isEnabled()
+    view = window.conversation_view
+    assert view.recording.isVisible() and "Model" in view.indicator.text()
     _stop(qtbot, window)
+    assert not view.recording.isVisible() and view.indicator.text() == "Not in a conversation"
+    assert "[0:00] " in window.transcript.toPlainText()  # the model's words, time-marked
     end = window.conversation.last_end
     audio, rate = sf.read(end.recording, dtype="float32")
     assert rate == 24000 and audio.shape == (end.frames * 1920, 2)
@@ -196,7 +200,10 @@ def test_choices_devices_and_geometry_persist(qtbot, tmp_path):
     settings = isolated_settings(tmp_path)
     first = MainWindow(settings, device="cpu")
     qtbot.addWidget(first)
-    assert first.panel.controls.demand_sized_state.isChecked()  # the fast path on a first start
+    assert first.panel.chosen_options().demand_sized_state  # the fast path on a first start
+    # This CPU machine shows the switch off already (it cannot honour it): the choice is
+    # changed as a GPU machine's click would change it.
+    first.panel.controls.demand_sized_state.setChecked(True)
     first.panel.controls.demand_sized_state.setChecked(False)
     first.record_box.setChecked(False)
     first.hint_bar.button.click()
@@ -204,8 +211,8 @@ def test_choices_devices_and_geometry_persist(qtbot, tmp_path):
     first.close()
     second = MainWindow(isolated_settings(tmp_path), device="cpu")
     qtbot.addWidget(second)
-    assert not second.panel.controls.demand_sized_state.isChecked()
-    assert second.panel.controls.graph_replay.isChecked()
+    assert not second.panel.chosen_options().demand_sized_state
+    assert second.panel.chosen_options().graph_replay
     assert not second.record_box.isChecked()
     assert second.hint_bar.isHidden()
     assert second.height() == 687  # (the offscreen screen is too narrow to check widths)
@@ -311,7 +318,8 @@ def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, 
     controls.tau.setValue(0.0)  # an untrained predictor: play whatever it predicts
     controls.policy.setCurrentIndex(2)  # SPEAK
     _run_file_conversation(qtbot, window, frames=30)
-    qtbot.waitUntil(lambda: "frames per wake" in window.panel.diffuplex_label.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "predicted frames played per wake" in window.panel.diffuplex_label.text(),
+                    timeout=30_000)
     _stop(qtbot, window)
     stats = window.panel.diffuplex
     # Untrained, it mispredicts the user: each planned frame fails verification and is revised.
@@ -350,5 +358,44 @@ def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, wind
         window.models.load()
     text = window.last_dialog.text()
     assert "bf16 weights: needs about 1.0 GiB" in text
-    assert "512 MiB free on cuda:0: it does not fit. Choose int8 weights" in text
+    assert "512 MiB free on cuda:0: it does not fit. Choose int8" in text
     assert window.models.loaded is None
+
+
+def test_start_is_enabled_only_while_the_chosen_model_is_loaded(qtbot, window, demo_model, tmp_path):
+    start = window.start_button
+    assert not start.isEnabled() and "Load the chosen model first" in start.toolTip()
+    window.model_picker.select("demo")
+    window.models.set_model(demo_model)
+    assert start.isEnabled()
+    window.model_picker.select(str(tmp_path))  # another choice: the loaded model is not the one shown
+    assert not start.isEnabled()
+    window.model_picker.select("demo")
+    assert start.isEnabled()
+    window.models.busy_changed.emit(True)  # a predictor loading
+    assert not start.isEnabled() and "finish loading" in start.toolTip()
+    window.models.busy_changed.emit(False)
+    assert start.isEnabled()
+
+
+def test_switches_say_what_they_do_on_this_machine_before_a_model_loads(qtbot, window):
+    controls = window.panel.controls
+    for name in ("graph_replay", "demand_sized_state"):
+        box = controls.toggles[name]
+        assert not box.isEnabled() and not box.isChecked()  # a CPU machine never honours them
+        assert box.toolTip().startswith("Unavailable on this machine:") and "CUDA" in box.toolTip()
+        assert not controls.reasons[name].isHidden()
+    assert window.panel.chosen_options().graph_replay  # the choice is kept, for a GPU machine
+
+
+def test_the_engine_pane_starts_folded_and_is_remembered(qtbot, tmp_path):
+    first = MainWindow(isolated_settings(tmp_path), device="cpu")
+    qtbot.addWidget(first)
+    pane = first.panel.engine_pane
+    assert not pane.is_expanded() and pane.body.isHidden()
+    pane.header.click()
+    assert pane.is_expanded() and not pane.body.isHidden()
+    first.close()
+    second = MainWindow(isolated_settings(tmp_path), device="cpu")
+    qtbot.addWidget(second)
+    assert second.panel.engine_pane.is_expanded()

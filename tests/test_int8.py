@@ -106,8 +106,8 @@ def test_q8_errors_name_the_file_and_the_problem(q8_demo, tmp_path):
         export_q8(q8_demo, tmp_path / "again")
     with pytest.raises(CheckpointError, match="must not be the source"):
         export_q8("demo", hub.resolve("demo")[0])
-    with pytest.raises(ValueError, match="unknown weights 'int4'"):
-        RuntimeOptions(weights="int4")
+    with pytest.raises(ValueError, match="unknown weights 'int3'"):
+        RuntimeOptions(weights="int3")
 
 
 def test_int8_session_toggles_bit_identical_and_weights_fixed_at_load():
@@ -138,5 +138,5 @@ def test_memory_plan_counts_int8_weights_and_refuses_what_does_not_fit(q8_demo):
     small = MemoryPlan("moshiko", "bf16", "cuda:0", weight_bytes=15 << 30, state_bytes=3 << 29, context_s=240,
                        free_bytes=11 << 30)
     with pytest.raises(DeviceMemoryError, match=r"moshiko, bf16 weights: needs about 17\.5 GiB .* 11\.0 GiB free on "
-                                                r"cuda:0: it does not fit\. Choose int8 weights"):
+                                                r"cuda:0: it does not fit\. Choose int8 or int4 weights"):
         small.check()

@@ -21,6 +21,11 @@ in launch order, so a weight tile read from memory for the first row is read fro
 the others. The K loop keeps a [BN, BK] fp32 accumulator and reduces it once at the end.
 The tile sizes are a function of the static shape only (`_config`), so a product reduces in
 the same order eagerly and graph-replayed: the toggles never change a bit.
+
+Weights are bf16/fp32, int8 (one scale per row, applied to the row's fp32 sum) or int4
+(engine.quant4: two weights a byte, unpacked in registers, each times its group's scale in
+fp32 before the product, so the fp32 sums are those of engine.ops.linear.matmul's formula in
+another order).
 """
 from __future__ import annotations
 
@@ -31,7 +36,9 @@ import triton
 import triton.language as tl
 
 from . import MAX_ROWS
-from .operands import Int8Weight, Norm
+from .operands import Int4Weight, Int8Weight, Norm
+
+Weight = torch.Tensor | Int8Weight | Int4Weight
 
 _NORM = {None: 0, "rms": 1, "layer": 2}
 _ACT = {None: 0, "silu_gate": 1, "gelu": 2}
@@ -89,12 +96,13 @@ def _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM: tl.cons
 
 
 @triton.jit
-def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
+def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                  NW, NB, eps, gate_off,
                  RES, SCALE, sr_m,
                  POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
                  TOK, EMB, semb,
-                 K: tl.constexpr, INT8: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
+                 K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
+                 NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
                  HAS_SCALE: tl.constexpr,
                  HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid = tl.program_id(0)
@@ -111,8 +119,17 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, so_m,
         ks = k0 + tl.arange(0, BK)
         k_ok = ks < K
         x = _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
-        w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        acc += w.to(tl.float32) * x[None, :]
+        tile_ok = n_ok[:, None] & k_ok[None, :]
+        if INT4:  # byte j: inputs 2j (low nibble) and 2j + 1 (high), each stored as q + 8
+            kb = k0 // 2 + tl.arange(0, BK // 2)
+            b = tl.load(W + offs_n[:, None] * sw_n + kb[None, :], mask=n_ok[:, None] & (kb < K // 2)[None, :],
+                        other=0).to(tl.int32)
+            q = tl.reshape(tl.join(b & 15, b >> 4), [BN, BK]).to(tl.float32) - 8.0
+            s = tl.load(WS + offs_n[:, None] * ss_n + (ks // GROUP)[None, :], mask=tile_ok, other=0.0)
+            w = q * s.to(tl.float32)
+        else:
+            w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        acc += w * x[None, :]
     y = tl.sum(acc, axis=1)
     if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
         y = y * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)
@@ -189,7 +206,8 @@ def _config(N: int, K: int, dtype: torch.dtype, int8: bool = False) -> _Config:
     Int8 weights (`bench_linear.py --int8`): a 4096-wide K chunk of int8 rows is the bytes in
     flight of a 2048-wide bf16 one; the temporal products then run 1.4-1.7x faster than
     cuBLAS on the same weights in bf16 (about 3 TB/s of int8 weights: each program also reads
-    the whole input row). The depformer's small products want more rows per program."""
+    the whole input row). The depformer's small products want more rows per program. Int4
+    weights take int8's tiles for now (as many weights a chunk, half the bytes): not swept yet."""
     if int8:
         if K >= 4096:
             return _Config(2, min(4096, triton.next_power_of_2(K)), 8 if K > 8192 else 4, 3)
@@ -232,13 +250,16 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = None, epi: int = _EPI_STORE,
             residual=None, scale=None, qkv=None, embed=None):
-    ws = x  # a placeholder where the weights are not int8
+    ws, group, ss_n = x, 1, 0  # placeholders where the weights are not quantized
     if isinstance(w, Int8Weight):
         w, ws = w.q, w.scb
+    elif isinstance(w, Int4Weight):
+        w, ws, group, ss_n = w.q, w.scale, w.group, w.scale.stride(0)
+    int4 = w.dtype == torch.uint8
     M, N = x.shape[0], w.shape[0]
-    if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] != k:
+    if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] * (2 if int4 else 1) != k:
         raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
-    cfg = _config(N, k, x.dtype, w.dtype == torch.int8)
+    cfg = _config(N, k, x.dtype, w.dtype == torch.int8 or int4)
     if (norm is not None or act is not None) and _separate_prologue(N, k, cfg, x):
         x = _prologue(x, k, norm, act)
         norm = act = None
@@ -258,18 +279,19 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
     tok, emb, semb = (dummy, dummy, 0) if embed is None else (embed[0], embed[1], embed[1].stride(0))
     grid = (triton.cdiv(N, cfg.bn) * M,)
     _gemv_kernel[grid](
-        x, w, ws, out, M, N, x.stride(0), w.stride(0), out.stride(0),
+        x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
         nw, nb, eps, k,
         res, res_scale, sr_m,
         pos, kv, ring, *skv, sq_m, sq_h, d_model, coef,
         tok, emb, semb,
-        K=k, INT8=w.dtype == torch.int8, NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
+        K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group,
+        NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
         HAS_SCALE=scale is not None, HAS_ROPE=has_rope, HEAD_DIM=head_dim, BN=cfg.bn, BK=cfg.bk,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
 
-def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, *, norm: Norm | None = None, act: str | None = None,
+def linear(x: torch.Tensor, w: Weight, *, norm: Norm | None = None, act: str | None = None,
            residual: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (or [M, 2K] for act="silu_gate": the gate's two halves) @ w[N, K].T -> [M, N],
     with `norm` or `act` applied to x first and `residual` (+ scale * product) added after."""
@@ -282,7 +304,7 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, *, norm: Norm | None =
                    residual=residual, scale=scale)
 
 
-def linear_embed(x: torch.Tensor, w: torch.Tensor | Int8Weight, table: torch.Tensor,
+def linear_embed(x: torch.Tensor, w: Weight, table: torch.Tensor,
                  token: torch.Tensor) -> torch.Tensor:
     """x @ w.T plus the embedding row of `token` ([1] int64 on the device; -1: a zero row)."""
     x = _rows(x)
@@ -290,7 +312,7 @@ def linear_embed(x: torch.Tensor, w: torch.Tensor | Int8Weight, table: torch.Ten
     return _launch(x, w, out, k=x.shape[1], epi=_EPI_EMBED, embed=(token, table))
 
 
-def qkv_into_ring(x: torch.Tensor, w: torch.Tensor | Int8Weight, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
+def qkv_into_ring(x: torch.Tensor, w: Weight, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
                   heads: int, rope_coef: float | None) -> torch.Tensor:
     """The attention's input side in one kernel: q, k, v = norm(x) @ w.T split per head, RoPE
     on q and k at positions pos + row (pair i turning at frequency exp(i * rope_coef); None: no

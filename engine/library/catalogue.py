@@ -40,15 +40,15 @@ of ours, our Mimi configuration."""
 
 def needed_files(listing: set[str], config: dict | None, weights: str | None, repo: str) -> list[str]:
     """The files of a repository (`listing`: every file name in it) that `load_model` reads,
-    for `weights` ("int8": the int8 file where the repository has one). Raises ValueError
+    for `weights` ("int8", "int4": the int8 file where the repository has one). Raises ValueError
     naming what the official layout lacks."""
     config = config or {}
     for key in ("moshi_name", "mimi_name", "tokenizer_name"):
         if key in config:
-            file_in(Path(), config[key], f"{repo}/config.json")  # raises for a path out of it
+            file_in(Path(), config[key], f"{repo}/config.json", key=key)  # raises for a path out of it
     if "moshi_name" in config:
         lm = config["moshi_name"]
-    elif weights == "int8" and LM_Q8_NAME in listing or LM_NAME not in listing:
+    elif weights in ("int8", "int4") and LM_Q8_NAME in listing or LM_NAME not in listing:
         lm = LM_Q8_NAME
     else:
         lm = LM_NAME

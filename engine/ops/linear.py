@@ -1,6 +1,6 @@
-"""Products of activations with linear weights, bf16/fp32 tensors or int8 (an Int8Weight in
-the q8 layout, engine.quant): torch's product, or for a few rows on CUDA the fused
-matrix-vector kernel (engine.kernels.fused_linear).
+"""Products of activations with linear weights, bf16/fp32 tensors, int8 (an Int8Weight in
+the q8 layout, engine.quant) or int4 (an Int4Weight, engine.quant4): torch's product, or for a
+few rows on CUDA the fused matrix-vector kernel (engine.kernels.fused_linear).
 """
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import torch
 from torch.nn import functional as F
 
 from ..kernels import MAX_ROWS
-from ..kernels.operands import LEVELS, Int8Weight
+from ..kernels.operands import LEVELS, Int4Weight, Int8Weight
 from . import dispatch
 
-__all__ = ["LEVELS", "ZERO_TOKEN", "Int8Weight", "Weight", "embedding", "linear", "linear_embed", "matmul"]
-Weight = torch.Tensor | Int8Weight
+__all__ = ["LEVELS", "ZERO_TOKEN", "Int4Weight", "Int8Weight", "Weight", "dequantized", "embedding", "linear",
+           "linear_embed", "matmul"]
+Weight = torch.Tensor | Int8Weight | Int4Weight
 ZERO_TOKEN = -1
 """A token that contributes a zero embedding (the reference's `zero_token_id`; the fused
 kernel's embedding epilogue reads -1 alike)."""
@@ -20,10 +21,21 @@ kernel's embedding epilogue reads -1 alike)."""
 
 def matmul(x: torch.Tensor, w: Weight) -> torch.Tensor:
     """x [..., K] @ w.T on torch's kernels, always. Int8: accumulated in fp32 and scaled per
-    output row before the one rounding to x's dtype, as the fused kernel does."""
+    output row before the one rounding to x's dtype, as the fused kernel does; int4: each
+    weight dequantized in fp32, accumulated in fp32, rounded once."""
     if isinstance(w, Int8Weight):
         return (F.linear(x.float(), w.q.float()) * (w.scb / LEVELS)).to(x.dtype)
+    if isinstance(w, Int4Weight):
+        return F.linear(x.float(), dequantized(w)).to(x.dtype)
     return F.linear(x, w)
+
+
+def dequantized(w: Int4Weight) -> torch.Tensor:
+    """The fp32 weights [N, K] the int4 kernel multiplies: each nibble minus 8 times its group's
+    scale, exact in fp32 (so is each product with a bf16 activation: the kernel and torch's
+    product differ only in the order of the fp32 sums)."""
+    q = torch.stack(((w.q & 15).float(), (w.q >> 4).float()), dim=-1).flatten(-2) - 8.0
+    return q * w.scale.float().repeat_interleave(w.group, dim=1)[:, :q.shape[1]]
 
 
 def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:

@@ -68,17 +68,18 @@ def _streamed(transformer, xs, fused: bool):
     return torch.cat(outs, dim=1)
 
 
-@pytest.mark.parametrize("weights", ["float", "int8"])
+@pytest.mark.parametrize("weights", ["float", "int8", "int4"])
 @pytest.mark.parametrize("prologue", ["in the product", "own kernel"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kind,T", [("temporal", 1), ("temporal", 2), ("depformer", 1), ("mimi", 2)])
 def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, weights, monkeypatch):
     from engine.kernels import fused_linear
     from engine.quant import int8_layout, quantize_checkpoint
+    from engine.quant4 import int4_layout, quantize_checkpoint4
     from engine.transformer import StreamingTransformer
 
-    if weights == "int8" and kind == "mimi":
-        pytest.skip("Mimi's transformer stays in float (only the LM's linears are int8)")
+    if weights != "float" and kind == "mimi":
+        pytest.skip("Mimi's transformer stays in float (only the LM's linears are quantized)")
     monkeypatch.setattr(fused_linear, "SEPARATE_PROLOGUE_BYTES", 0 if prologue == "own kernel" else 1 << 62)
 
     torch.manual_seed(0)
@@ -90,6 +91,9 @@ def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, weights
     if weights == "int8":  # after the cast: the scales stay fp32
         state = transformer.state_dict()
         transformer.load_state_dict(quantize_checkpoint(state, int8_layout(transformer), torch.device("cuda")))
+    if weights == "int4":  # after the cast: the group scales stay bf16
+        state = transformer.state_dict()
+        transformer.load_state_dict(quantize_checkpoint4(state, int4_layout(transformer), torch.device("cuda")))
     steps = cfg.weights_per_step or 9  # past the ring: slots wrap
     xs = [torch.randn(1, 1 if cfg.weights_per_step else T, cfg.d_model, device="cuda").to(dtype)
           for _ in range(steps)]

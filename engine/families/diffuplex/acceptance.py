@@ -16,7 +16,12 @@ class PolicyChecks:
     """`listen` plays a predicted frame only while the assistant is predicted silent (a
     padding text token), `speak` also while it speaks; both only with confidence >= tau, and
     with `verify="semantic"` only if the user said what was predicted (the predicted user
-    semantic code against the real one)."""
+    semantic code against the real one).
+
+    After a refusal, `refused` names the first check that failed (a stats.REFUSALS name): the wake
+    that follows reports it, so a user can see why predicted frames were not played."""
+
+    refused: str | None = None
 
     def __init__(self, cfg: LMConfig, device: torch.device):
         self._silent_ids = (cfg.text_padding_id, cfg.text_end_padding_id)
@@ -25,25 +30,36 @@ class PolicyChecks:
 
     def text_allows(self, i: int, text: torch.Tensor, confidence: torch.Tensor, options: RuntimeOptions) -> bool:
         """Planned frame i on the host: its text token's confidence, and for LISTEN silence."""
-        return (float(confidence[i]) >= options.tau
-                and (options.policy != "listen" or int(text[i]) in self._silent_ids))
+        if float(confidence[i]) < options.tau:
+            self.refused = "below_tau"
+        elif options.policy == "listen" and int(text[i]) not in self._silent_ids:
+            self.refused = "speech"
+        else:
+            return True
+        return False
 
     def accepts(self, i: int, generated: torch.Tensor, confidence: torch.Tensor, user: torch.Tensor,
                 options: RuntimeOptions) -> bool:
         """Planned frame i after its depformer: generated [1 + dep_q], its confidence, the
         user's real codes [user_q]."""
-        checks = [confidence >= options.tau]
+        names, checks = ["below_tau"], [confidence >= options.tau]
         if options.verify == "semantic":
+            names.append("user_missed")
             checks.append(generated[self._user_semantic] == user[0])
         if options.policy == "listen":
+            names.append("speech")
             checks.append((generated[0] == self._silent).any())
-        return bool(torch.stack(checks).all())  # one read of the device
+        passed = torch.stack(checks).tolist()  # one read of the device
+        self.refused = next((name for name, ok in zip(names, passed) if not ok), None)
+        return self.refused is None
 
 
 class PlayFirst:
     """Plays the first `accept` frames of every plan and refuses the next before its
     depformer, reading nothing: the checks under which a loop's frames take each wake shape
     in turn (the loop's `prepare`)."""
+
+    refused: str | None = None
 
     def __init__(self, accept: int = 0):
         self.accept = accept

@@ -21,6 +21,7 @@ without delay from the previous frame's generated tokens, delayed ones from this
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -74,8 +75,10 @@ class DiffuPlexLoop:
         frame, wakes, i = self.frame, self.wakes, self._next
         user = frame.encode(pcm)
         mark("encode")
-        planned = (i < self._planned and options.policy != "ar"
-                   and self.checks.text_allows(i, self._text, self._text_confidence, options))
+        checked = i < self._planned and options.policy != "ar"
+        # Read before a wake: it copies the next plan's confidences over these.
+        checked_confidence = float(self._text_confidence[i]) if checked else None
+        planned = checked and self.checks.text_allows(i, self._text, self._text_confidence, options)
         if planned:
             generated, confidence = wakes.planned(i)
             mark("depformer")
@@ -83,6 +86,10 @@ class DiffuPlexLoop:
             tokens, report = self._play(user, generated)
         else:
             tokens, report = self._wake(user, options, mark)
+            if checked:  # the plan stopped early: say why, for the user
+                report = dataclasses.replace(report, refused=self.checks.refused)
+        if checked:
+            report = dataclasses.replace(report, confidence=checked_confidence)
         out = frame.decode(tokens)
         mark("decode")
         return tokens, out, report
