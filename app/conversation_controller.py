@@ -227,5 +227,8 @@ def _echo_text(echo) -> str:
         return "off"
     if echo.state == "converging":  # short: a longer line would widen the Audio box, and the window
         return "learning the room"
-    removed = f", {echo.attenuation_db:.0f} dB removed" if echo.attenuation_db is not None else ""
+    # Under a few dB there was little echo to remove (the user talking, or a quiet speaker):
+    # "0 dB removed" would read as a fault.
+    heard = echo.attenuation_db is not None and echo.attenuation_db >= 3
+    removed = f", {echo.attenuation_db:.0f} dB removed" if heard else ""
     return f"active{removed}"

@@ -39,6 +39,7 @@ class ModelController(QObject):
         self._predictor_loader: PredictorLoader | None = None
         self.signals = LoaderSignals()
         self.signals.progress.connect(picker.set_loading)
+        self.signals.weights_read.connect(picker.show_weights_read)
         self.signals.loaded.connect(self.set_model)
         self.signals.failed.connect(self._on_load_failed)
         self.signals.fit.connect(picker.show_fit_for)

@@ -34,6 +34,7 @@ class LoadedModel:
 
 class LoaderSignals(QObject):
     progress = pyqtSignal(str)
+    weights_read = pyqtSignal(str, object, object)  # file name, bytes read, bytes in all (ints past 2**31)
     loaded = pyqtSignal(object)        # LoadedModel
     failed = pyqtSignal(str, str)      # source, message naming the file and the problem
     predictor = pyqtSignal(str, dict)  # a predictor file loaded: its path, the new capabilities
@@ -81,6 +82,7 @@ class ModelLoader(threading.Thread):
             limit_cpu_threads,
             load_model,
             plan_memory,
+            reporting_progress,
             select_device,
         )
 
@@ -97,7 +99,8 @@ class ModelLoader(threading.Thread):
         memory = plan_memory(self.source, self.weights, device)
         memory.check()  # before any weight is read: a model that does not fit is refused, not half-loaded
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
-        model = load_model(self.source, device=device, weights=self.weights)
+        with reporting_progress(self.signals.weights_read.emit):
+            model = load_model(self.source, device=device, weights=self.weights)
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
         persona = Persona(None, "") if model.variant == "personaplex" else None

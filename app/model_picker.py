@@ -18,7 +18,7 @@ from PyQt6.QtWidgets import (
     QPushButton,
 )
 
-from engine import READY, REMOTE, WEIGHTS
+from engine import READY, REMOTE, WEIGHTS, size_text
 
 from .app_settings import AppSettings
 from .theme import role_colour
@@ -200,6 +200,13 @@ class ModelPicker(QGroupBox):
         self.busy.setTextVisible(False)
         self.busy.show()
         self.set_controls_enabled(False)
+
+    def show_weights_read(self, name: str, done: int, total: int) -> None:
+        """A checkpoint file being read into the model: a determinate bar, in bytes."""
+        self.busy.setRange(0, 1000)
+        self.busy.setValue(1000 * done // max(1, total))
+        self.busy.setTextVisible(True)
+        self.busy.setFormat(f"Reading {name}: {size_text(done)} of {size_text(total)}")
 
     def show_download(self, progress) -> None:
         """A download's progress (engine.Progress): bytes, speed, time left."""

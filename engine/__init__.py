@@ -7,7 +7,7 @@ import importlib
 
 _EXPORTS = {
     "AudioInputError": ".errors", "CheckpointError": ".errors",
-    "DuplexModel": ".duplex_model", "load_model": ".duplex_model",
+    "DuplexModel": ".duplex_model", "load_model": ".duplex_model", "reporting_progress": ".checkpoint",
     "Mimi": ".mimi", "MimiStream": ".mimi", "load_mimi": ".mimi",
     "RuntimeOptions": ".options", "POLICIES": ".options", "TOGGLES": ".options",
     "DuplexSession": ".session", "FrameOutput": ".session", "Preparing": ".session", "Persona": ".session",

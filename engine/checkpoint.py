@@ -2,8 +2,10 @@
 on-disk layout of attention weights."""
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -11,6 +13,20 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .errors import CheckpointError
+
+_progress = threading.local()
+
+
+@contextlib.contextmanager
+def reporting_progress(callback: Callable[[str, int, int], None]):
+    """Within the block, on this thread, each checkpoint copied into a module reports after every
+    tensor: callback(file name, bytes copied so far, bytes in all). Copying is where a file's
+    bytes are read from disk (the tensors are memory-mapped), so this is the load's progress."""
+    _progress.callback = callback
+    try:
+        yield
+    finally:
+        _progress.callback = None
 
 
 def read_safetensors(path: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -72,9 +88,14 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
         if src.dtype.is_floating_point and src.numel() and not (
                 torch.isfinite(src.amax()) and torch.isfinite(src.amin())):
             raise CheckpointError(f"{path}: key {key} holds NaN or infinite values")
+    report = getattr(_progress, "callback", None)
+    total, done, name = sum(tensors[key].nbytes for key in own), 0, Path(path).name
     with torch.no_grad():
         for key, target in own.items():
             target.copy_(tensors[key])
+            if report:
+                done += tensors[key].nbytes
+                report(name, done, total)
 
 
 def check_layout(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path: str | Path) -> None:

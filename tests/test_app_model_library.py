@@ -7,6 +7,7 @@ import pytest
 from PyQt6.QtWidgets import QMessageBox
 
 from app.main_window import MainWindow
+from app.model_picker import ModelPicker
 from engine import PARTIAL, REMOTE, HubClient
 from engine.paths import LM_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)
@@ -97,3 +98,26 @@ def test_a_folder_that_is_not_a_model_is_not_remembered(qtbot, window, tmp_path)
     window.model_picker.folder_chosen.emit(str(folder))  # what the folder dialog sends
     assert f"{folder} is not a model folder: it has no model.safetensors" in window.message_bar.text()
     assert window.settings.model_folders == []
+
+
+def test_loading_reports_the_weights_read_in_bytes(qtbot, tmp_path):
+    """The load's progress is determinate where the loader knows the bytes: each checkpoint
+    file read into the model, tensor by tensor, up to all of it."""
+    from engine import load_model, reporting_progress
+
+    reports = []
+    with reporting_progress(lambda name, done, total: reports.append((name, done, total))):
+        load_model("demo")
+    names = {name for name, _, _ in reports}
+    assert "model.safetensors" in names
+    lm = [(done, total) for name, done, total in reports if name == "model.safetensors"]
+    assert [d for d, _ in lm] == sorted(d for d, _ in lm) and lm[-1][0] == lm[-1][1] > 0
+    seen = len(reports)
+    load_model("demo")  # outside the block nothing is reported
+    assert len(reports) == seen
+
+    picker = ModelPicker(isolated_settings(tmp_path))
+    qtbot.addWidget(picker)
+    picker.show_weights_read("model.safetensors", 6 * 10**9, 15 * 10**9)
+    assert picker.busy.maximum() == 1000 and picker.busy.value() == 400
+    assert picker.busy.format() == "Reading model.safetensors: 6.0 GB of 15.0 GB"
