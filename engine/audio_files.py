@@ -27,6 +27,16 @@ BLOCK_FRAMES = 1 << 16
 _READ_ERRORS = (sf.LibsndfileError, RuntimeError, OSError)
 
 
+def _source(path: Path):
+    """What soundfile is given for `path`, in a with-block: the name, or the open file when the
+    name is not UTF-8 (a file system may hold such names; libsndfile's path API cannot take them)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return open(path, "rb")  # noqa: SIM115 (closed by the caller's with-block)
+    return contextlib.nullcontext(str(path))
+
+
 class AudioInput:
     """An audio file read block by block as mono float32 at `sample_rate`, so memory does not
     grow with its length: any format soundfile reads, any rate and channel count within the
@@ -39,7 +49,8 @@ class AudioInput:
         if not self.path.exists():
             raise AudioInputError(f"{self.path}: file not found")
         try:
-            info = sf.info(str(self.path))
+            with _source(self.path) as source:
+                info = sf.info(source)
         except _READ_ERRORS as exc:
             raise AudioInputError(f"{self.path}: not a readable audio file ({exc})") from None
         self.rate, self.channels = info.samplerate, info.channels
@@ -65,7 +76,7 @@ class AudioInput:
             resampler = soxr.ResampleStream(self.rate, self.sample_rate, 1, dtype="float32", quality="HQ")
         self.given = 0
         try:
-            with sf.SoundFile(str(self.path)) as f:
+            with _source(self.path) as source, sf.SoundFile(source) as f:
                 while True:
                     data = f.read(BLOCK_FRAMES, dtype="float32", always_2d=True)
                     last = data.shape[0] < BLOCK_FRAMES

@@ -188,3 +188,21 @@ def test_the_unknown_extension_error_lists_every_format_that_works(tmp_path):
         assert extension in listed
     for known in sf.available_formats():  # every one listed really writes
         output_format(tmp_path / f"r.{known.lower()}")
+
+
+def test_a_file_name_that_is_not_utf8_is_read_and_written(tmp_path):
+    """Linux file names are bytes: one that is not UTF-8 (from an old archive, say) is read and
+    written like any other, and named in messages (libsndfile's path API takes only UTF-8)."""
+    name, out = tmp_path / "voice\udcff.wav", tmp_path / "reply\udcfe.wav"
+    try:
+        sf.write(str(tmp_path / "plain.wav"), sf.read(SPEECH_SAMPLE)[0][:24000], 24000)
+        (tmp_path / "plain.wav").rename(name)
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system refuses names that are not UTF-8")
+    assert AudioInput(name).seconds == pytest.approx(1.0)
+    # A process of its own: its stderr says what a terminal would (pytest's capture is strict UTF-8).
+    codec = [sys.executable, "-m", "app.cli", "codec", "--model", "demo", "--device", "cpu", "--output", out]
+    assert subprocess.run([*codec, "--input", name], capture_output=True).returncode == 0
+    assert out.exists()
+    gone = subprocess.run([*codec, "--input", tmp_path / "gone\udcff.wav"], capture_output=True)
+    assert gone.returncode == 2 and b"gone\\udcff.wav: file not found" in gone.stderr
