@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import soundfile as sf
 from PyQt6.QtCore import QObject, pyqtSignal
 from PyQt6.QtWidgets import QCheckBox, QPushButton, QWidget
 
@@ -89,7 +88,7 @@ class ConversationController(QObject):
         options = self._panel.options()
         try:
             recorder = self._new_recorder(loaded, options, feed is not None)
-        except (OSError, sf.SoundFileError) as exc:
+        except OSError as exc:
             link.close()
             self._message_bar.show_message(f"Cannot write the recording: {exc}")
             return

@@ -207,6 +207,7 @@ class MainWindow(QMainWindow):
         """The Settings dialog, modal to the window only: a conversation goes on behind it."""
         persona = self.model_picker.persona() if self.model_picker.voice.count() > 1 else None  # PersonaPlex only
         self.settings_dialog = dialog = SettingsDialog(self.settings, self, persona=persona)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # one per opening, gone when closed
         dialog.sampling_changed.connect(self.panel.set_sampling)
         dialog.persona_chosen.connect(self._use_persona)
         dialog.recordings_folder_changed.connect(lambda folder: self._show_recording_path(Path(folder), "Recordings"))

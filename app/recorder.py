@@ -12,6 +12,7 @@ loses at most about a second.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import threading
@@ -23,6 +24,7 @@ import numpy as np
 from .audio_io import ENGINE_RATE, FRAME_SIZE
 from .transcript import Words
 
+log = logging.getLogger("duplexcadence.recorder")
 FLUSH_EVERY_FRAMES = 12  # about once a second
 
 
@@ -54,20 +56,26 @@ class ConversationRecorder:
         }
         self._stereo = np.zeros((FRAME_SIZE, 2), dtype=np.float32)
         self._words = Words()
+        self._added = 0  # frames given; the JSON's "frames" counts those the WAV holds
         self._closed = False
-        self.flush()  # the transcript exists from the start, as the WAV does
+        try:
+            self.flush()  # the transcript exists from the start, as the WAV does
+        except BaseException:  # e.g. the folder is full: nothing is left open or half-made
+            self._wav.close()
+            self.wav_path.unlink(missing_ok=True)
+            raise
 
     @property
     def frames(self) -> int:
-        return self._record["frames"]
+        return self._added
 
     def add_frame(self, user_pcm: np.ndarray, model_pcm: np.ndarray, text: str) -> None:
         self._stereo[:, 0] = user_pcm
         self._stereo[:, 1] = model_pcm
         self._wav.write(self._stereo)
-        self._words.add(self.frames, text)
-        self._record["frames"] += 1
-        if self.frames % FLUSH_EVERY_FRAMES == 0:
+        self._words.add(self._added, text)
+        self._added += 1
+        if self._added % FLUSH_EVERY_FRAMES == 0:
             self.flush()
 
     def note_options(self, options: dict) -> None:
@@ -82,6 +90,7 @@ class ConversationRecorder:
 
     def flush(self) -> None:
         self._wav.flush()
+        self._record["frames"] = self._wav.frames // FRAME_SIZE
         self._record["words"] = self._words.finished()
         temporary = self.json_path.with_suffix(".json.tmp")  # this recorder's alone, as the WAV's name is
         temporary.write_text(json.dumps(self._record, indent=1, ensure_ascii=False))
@@ -112,8 +121,13 @@ class FloatWav:
         self.rate, self.channels, self.frames = rate, channels, 0
         self._file = open(path, "xb")  # noqa: SIM115 (closed by close)
         self._pending: list[bytes] = []
-        self._file.write(self._header())
-        self._file.flush()
+        try:
+            self._file.write(self._header())
+            self._file.flush()
+        except BaseException:
+            self._file.close()
+            path.unlink(missing_ok=True)
+            raise
         self._due, self._done, self._extra = threading.Event(), False, None
         self._syncer = threading.Thread(target=self._sync_when_due, name="recording fsync", daemon=True)
         self._syncer.start()
@@ -124,10 +138,11 @@ class FloatWav:
 
     def flush(self) -> None:
         data = b"".join(self._pending)
-        self._pending.clear()
-        self._file.seek(0, os.SEEK_END)
+        end = self._data_end()
+        self._file.seek(end)
         self._file.write(data)
         self._file.flush()  # the samples are in the file before the header counts them
+        self._pending.clear()  # only now: a failed write leaves them to the next flush
         self.frames += len(data) // (4 * self.channels)
         self._file.seek(0)
         self._file.write(self._header())
@@ -145,18 +160,34 @@ class FloatWav:
             self._done = True
             self._due.set()
             self._syncer.join()
+            try:
+                self._sync()  # the last second too, whatever the thread was doing when asked
+            except OSError as exc:
+                log.warning("recording %s: the final sync failed (%s)", self._file.name, exc.strerror)
             self._file.close()
 
     def _sync_when_due(self) -> None:
-        while True:
+        failed = False
+        while not self._done:
             self._due.wait()
             self._due.clear()
-            os.fsync(self._file.fileno())
-            if self._extra is not None and self._extra.exists():
-                with open(self._extra, "rb+") as extra:
-                    os.fsync(extra.fileno())
-            if self._done:
-                return
+            try:
+                self._sync()
+            except OSError as exc:  # a lost or full disk: logged once (the next writes fail where they are made)
+                if not failed:
+                    log.warning("recording %s: sync failed (%s)", self._file.name, exc.strerror)
+                failed = True
+
+    def _sync(self) -> None:
+        os.fsync(self._file.fileno())
+        if self._extra is not None and self._extra.exists():
+            with open(self._extra, "rb+") as extra:
+                os.fsync(extra.fileno())
+
+    def _data_end(self) -> int:
+        """Where the next samples go: after those the header counts (not the file's end, which
+        a failed write may have left past them)."""
+        return self._HEADER.size + self.frames * 4 * self.channels
 
     def _header(self) -> bytes:
         # Past 4 GiB (6.2 hours of stereo at 24 kHz) the sizes stay at their largest value,

@@ -131,9 +131,13 @@ class SettingsDialog(QDialog):
 
     def _show(self, folder: Path, sampling: dict, theme: str) -> None:
         self.folder.setText(str(folder))
+        self._stored = dict(sampling)
         for name, spin in self.spins.items():
-            spin.setMaximum(max(spin.maximum(), sampling[name]))  # a value stored by hand, above the offer
-            spin.setValue(sampling[name])
+            # A value stored by hand, above the offer (a QSpinBox holds at most 2**31 - 1).
+            value = sampling[name] if isinstance(spin, QDoubleSpinBox) else min(sampling[name], 2 ** 31 - 1)
+            spin.setMaximum(max(spin.maximum(), value))
+            spin.setValue(value)
+        self._shown = {name: spin.value() for name, spin in self.spins.items()}
         self.seed.setText(str(sampling["seed"]))
         self.theme.setCurrentIndex(self.theme.findData(theme))
 
@@ -168,6 +172,9 @@ class SettingsDialog(QDialog):
             sampling = self.sampling()  # the spin boxes cannot go wrong: only the seed
         except ValueError as exc:
             return self._refuse(self.seed, exc)
+        # A field left as shown keeps the stored value (which the box may show rounded).
+        sampling.update({name: self._stored[name] for name, spin in self.spins.items()
+                         if spin.value() == self._shown[name]})
         try:
             folder = self.folder_chosen()
         except ValueError as exc:

@@ -63,7 +63,6 @@ class AudioInput:
             raise AudioInputError(f"{self.path}: no channel {channel + 1} (the file has {self.channels})")
         if info.frames == 0:
             raise AudioInputError(f"{self.path}: the file holds no audio samples")
-        self.seconds = info.frames / self.rate
         self.expected = int(info.frames * sample_rate / self.rate + 0.5)
         """Samples the whole file gives at `sample_rate` (as the file declares its length)."""
         self.given = 0
@@ -157,7 +156,6 @@ class AudioOutput:
         except BaseException:
             self._sink.close()
             raise
-        self.samples = 0
 
     def __enter__(self) -> AudioOutput:
         return self
@@ -175,7 +173,6 @@ class AudioOutput:
         except (AssertionError, sf.SoundFileError):  # soundfile asserts on a short write
             self._sink.raise_error()
             raise
-        self.samples += len(pcm)
 
     def close(self) -> None:
         try:

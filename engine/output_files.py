@@ -1,7 +1,8 @@
 """Outputs written all or nothing: each file goes to a unique temporary name beside it and is
 renamed into place only when every file of the set is complete, so an existing file survives
-any failure. Two renames are not one atomic step, so the set is locked while it is written: a
-second job on the same output refuses at once, naming it."""
+any failure. Two renames are not one atomic step: the set is locked while it is written (a
+second job on the same output refuses at once, naming it), and the files it replaces are kept
+under a second name until all of it is in place, so a rename failing midway puts them back."""
 from __future__ import annotations
 
 import contextlib
@@ -52,6 +53,8 @@ class OutputFiles:
         target = Path(target)
         if target not in self.targets:
             raise ValueError(f"{target}: not one of this set's outputs")
+        if target in self._temporary:  # asked again: the same file (another would be left behind)
+            return self._temporary[target][0]
         while True:
             path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
             try:
@@ -86,8 +89,21 @@ class OutputFiles:
             if os.stat(path).st_mode & 0o7777 != mode:
                 os.chmod(path, mode)
             _sync(path)  # on disk before it replaces the old file: a power cut keeps one of them
-        for target, (path, _) in self._temporary.items():
-            os.replace(path, target)
+        kept: dict[Path, Path | None] = {}  # target -> its previous file under a second name
+        try:
+            for target, (path, _) in self._temporary.items():
+                kept[target] = _keep(target)
+                os.replace(path, target)
+        except BaseException:
+            for target, old in kept.items():  # the set as it was
+                if old is not None:
+                    os.replace(old, target)
+                elif target not in self._temporary or not self._temporary[target][0].exists():
+                    target.unlink(missing_ok=True)
+            raise
+        for old in kept.values():
+            if old is not None:
+                old.unlink(missing_ok=True)
 
     def _explained(self, exc: BaseException) -> BaseException:
         """A full disk as "no space left on DEVICE writing FILE"; any other OS error on a
@@ -118,6 +134,19 @@ class OutputFiles:
 def _rust_errno(exc: BaseException) -> int | None:
     found = _RUST_OS_ERROR.search(str(exc))
     return int(found.group(1)) if found else None
+
+
+def _keep(target: Path) -> Path | None:
+    """A second name (a hard link) for `target`'s file, while a set replaces it; None when there
+    is no file, or the file system has no hard links (then a failure midway cannot undo it)."""
+    if not target.exists():
+        return None
+    old = target.with_name(f".{target.name}.{secrets.token_hex(4)}.old")
+    try:
+        os.link(target, old)
+    except OSError:
+        return None
+    return old
 
 
 def _sync(path: Path) -> None:

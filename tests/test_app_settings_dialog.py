@@ -229,3 +229,15 @@ def test_the_wheel_changes_no_unfocused_field(qtbot, settings):
             centre, QPointF(control.mapToGlobal(centre)), QPoint(0, 0), QPoint(0, -360), Qt.MouseButton.NoButton,
             Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False))
     assert (dialog.sampling(), dialog.theme.currentIndex()) == before
+
+
+def test_values_edited_by_hand_open_and_stay_as_stored_unless_changed(qtbot, settings):
+    """A settings file may hold what the boxes cannot show exactly: a temperature with three
+    decimals, a top-k beyond a spin box's range. The dialog opens, and OK with nothing touched
+    keeps them (and says nothing changed)."""
+    settings.sampling = {**settings.sampling, "text_temperature": 0.725, "audio_top_k": 2 ** 40}
+    stored = settings.sampling
+    dialog = _dialog(qtbot, settings)
+    with qtbot.assertNotEmitted(dialog.sampling_changed):
+        _click(dialog, QDialogButtonBox.StandardButton.Ok)
+    assert settings.sampling == stored

@@ -36,6 +36,20 @@ def test_an_existing_output_survives_a_failure_and_nothing_is_left(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["reply.wav"]  # no temporary, no lock
 
 
+def test_a_rename_failing_midway_puts_the_set_back(tmp_path):
+    """The second output cannot be renamed into place (a folder of files holds its name): the
+    first, already replaced, gets its previous file back, and nothing else is left."""
+    audio, transcript = tmp_path / "out.wav", tmp_path / "out.json"
+    audio.write_text("old audio")
+    transcript.mkdir()
+    (transcript / "keep").write_text("x")
+    with pytest.raises(OSError), OutputFiles(audio, transcript) as out:
+        out.temporary(audio).write_text("new audio")
+        out.temporary(transcript).write_text("new transcript")
+    assert audio.read_text() == "old audio"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.wav"]
+
+
 def test_outputs_move_into_place_together_with_the_usual_mode(tmp_path, umask_022):
     audio, words = tmp_path / "a.wav", tmp_path / "a.json"
     words.write_text("old")
