@@ -27,42 +27,38 @@ def export_q8(source: str | Path, output: str | Path, device: str | torch.device
     """Quantize `source`'s LM per row (on `device`) and write the checkpoint directory
     `output`: model.q8.safetensors, config.json naming it, and copies of the Mimi, the
     tokenizer, voices and a DiffuPlex predictor where the source has them."""
-    ckpt = read_lm_checkpoint(source)
-    if is_q8(ckpt.tensors):
-        raise CheckpointError(f"{ckpt.path}: already in the q8 layout")
-    out = Path(output)
-    if out.resolve() == ckpt.root.resolve():
-        raise CheckpointError(f"{out}: the output must not be the source checkpoint's directory")
-    with torch.device("meta"):
-        names = int8_layout(MoshiLM(ckpt.cfg))
-    tensors = quantize_checkpoint(ckpt.tensors, names, torch.device(device))
-    missing = [n for n in names if tensors.get(n) is None or tensors[n].dtype != torch.int8]
-    if missing:
-        raise CheckpointError(f"{ckpt.path}: key {missing[0]} is missing or not a float matrix")
-    meta = dict(ckpt.meta) or _config_of(ckpt)
-    meta.update(moshi_name=LM_Q8_NAME, quantize=True)
-    return _write(ckpt, out, LM_Q8_NAME, tensors, meta)
+    return _export(source, output, device, "q8", is_q8, int8_layout, quantize_checkpoint, torch.int8,
+                   LM_Q8_NAME, {"quantize": True}, "a float matrix")
 
 
 def export_int4(source: str | Path, output: str | Path, device: str | torch.device = "cpu") -> Path:
     """Quantize `source`'s LM (float or q8) group-wise to int4 (engine.quant4, on `device`) and
     write the checkpoint directory `output` as export_q8 does, the LM as model.int4.safetensors."""
+    # Without the stock runtime's q8 switch ("quantize"): it reads no int4.
+    return _export(source, output, device, "int4", is_int4, int4_layout, quantize_checkpoint4, torch.uint8,
+                   LM_INT4_NAME, {}, "a float or int8 matrix", int4_metadata())
+
+
+def _export(source, output, device, layout: str, holds, make_layout, quantize, stored: torch.dtype,
+            lm_name: str, config: dict, expected: str, metadata: dict | None = None) -> Path:
+    """The steps both exports share: refuse a source already in `layout` or an output that is
+    the source, quantize the LM's linears in that layout, write it beside the source's files."""
     ckpt = read_lm_checkpoint(source)
-    if is_int4(ckpt.tensors):
-        raise CheckpointError(f"{ckpt.path}: already in the int4 layout")
+    if holds(ckpt.tensors):
+        raise CheckpointError(f"{ckpt.path}: already in the {layout} layout")
     out = Path(output)
     if out.resolve() == ckpt.root.resolve():
         raise CheckpointError(f"{out}: the output must not be the source checkpoint's directory")
     with torch.device("meta"):
-        names = int4_layout(MoshiLM(ckpt.cfg))
-    tensors = quantize_checkpoint4(ckpt.tensors, names, torch.device(device))
-    missing = [n for n in names if tensors.get(n) is None or tensors[n].dtype != torch.uint8]
+        names = make_layout(MoshiLM(ckpt.cfg))
+    tensors = quantize(ckpt.tensors, names, torch.device(device))
+    missing = [n for n in names if tensors.get(n) is None or tensors[n].dtype != stored]
     if missing:
-        raise CheckpointError(f"{ckpt.path}: key {missing[0]} is missing or not a float or int8 matrix")
+        raise CheckpointError(f"{ckpt.path}: key {missing[0]} is missing or not {expected}")
     meta = dict(ckpt.meta) or _config_of(ckpt)
-    meta.pop("quantize", None)  # the stock runtime's q8 switch: it reads no int4
-    meta.update(moshi_name=LM_INT4_NAME)
-    return _write(ckpt, out, LM_INT4_NAME, tensors, meta, int4_metadata())
+    meta.pop("quantize", None)  # set again by the layout that has it (q8)
+    meta.update(moshi_name=lm_name, **config)
+    return _write(ckpt, out, lm_name, tensors, meta, metadata)
 
 
 def _write(ckpt, out: Path, lm_name: str, tensors: dict, meta: dict, metadata: dict | None = None) -> Path:
