@@ -28,7 +28,8 @@ def add_model_commands(sub) -> None:
                                "on load); default: as the repository holds them")
     download.add_argument("--device", default=None, help="check the fit on this device first")
     download.set_defaults(func=_download)
-    remove = sub.add_parser("remove", help="delete a downloaded model's files from the Hugging Face cache")
+    remove = sub.add_parser("remove", help="delete a downloaded model's files from the Hugging Face cache, and "
+                                           "the int4 copy kept of them")
     remove.add_argument("name", help="its repository name")
     remove.set_defaults(func=_remove)
     login = sub.add_parser("login", help="store a Hugging Face access token (for gated models such as "
@@ -52,6 +53,8 @@ def _models(args) -> None:
             print(f"    at {entry.location}")
         if entry.state == READY:
             print("    " + _local_fit(entry.name, device))
+            if entry.int4_note:
+                print("    " + entry.int4_note)
             continue
         if not reachable:
             continue

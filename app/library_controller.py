@@ -49,6 +49,7 @@ class LibraryController(QObject):
         self._shown_at, self._shown_file = 0.0, ""
         s = self.signals
         s.listed.connect(self._on_listed)
+        s.refreshed.connect(self._on_refreshed)
         s.planned.connect(self._on_planned)
         s.progress.connect(self._on_progress)
         s.downloaded.connect(self._on_downloaded)
@@ -61,6 +62,9 @@ class LibraryController(QObject):
         picker.remove_requested.connect(self.ask_remove)
         picker.token_given.connect(lambda token: TokenCheck(self.hub, self.signals, token).start())
         picker.folder_chosen.connect(self.add_folder)
+        # An int4 load may have made the model's int4 copy: its entry then says where, and its size.
+        models.ready.connect(lambda loaded: LibraryScan(self.hub, self.signals, self.settings.model_folders,
+                                                        refresh=True).start())
 
     def rescan(self) -> None:
         LibraryScan(self.hub, self.signals, self.settings.model_folders).start()
@@ -72,12 +76,29 @@ class LibraryController(QObject):
             self._load_after_scan = None
             self._models.load()
 
+    def _on_refreshed(self, entries: list) -> None:
+        """The entries' details updated in place: the list, the choice and what it needs stay."""
+        self._picker.entries.update({e.name: e for e in entries if e.name in self._picker.entries})
+        self._show_int4_note()
+
+    def _show_int4_note(self) -> None:
+        """With int4 chosen for a model on this machine: what int4 does with its files, and the
+        copy kept of them, beside what the model is."""
+        entry = self._picker.entry()
+        if entry is None or entry.state != READY:
+            return
+        about = entry.about + (f" · {entry.location}" if entry.location is not None else "")
+        if self._picker.chosen_weights() == "int4" and entry.int4_note:
+            about += f". {entry.int4_note[0].upper()}{entry.int4_note[1:]}."
+        self._picker.about.setText(about)
+
     # --- what the choice needs ----------------------------------------------------------
     def check_choice(self) -> None:
         """A downloaded model: its memory (the checkpoint's header); one to download: ask the
         Hub what it fetches, the disk it needs, and the memory it will need."""
         name, weights, entry = self._picker.source(), self._picker.chosen_weights(), self._picker.entry()
         if entry is not None and entry.state == READY or entry is None and not _looks_like_repo(name):
+            self._show_int4_note()
             self._models.check_memory()
             return
         self._picker.show_fit_checking()
@@ -168,6 +189,10 @@ class LibraryController(QObject):
             return
         entry = self._picker.entry()
         size = f" ({size_text(entry.size_on_disk)})" if entry is not None and entry.size_on_disk else ""
+        copies = entry.int4_copies if entry is not None else ()
+        if copies:
+            size += (f" and the int4 copy kept of them ({size_text(sum(c.size_on_disk for c in copies))}, in "
+                     f"{copies[0].path.parent})")
         self.last_dialog = QMessageBox(QMessageBox.Icon.Question, "Remove the model",
                                        f"Delete the downloaded files of {name}{size}? Downloading it again "
                                        "fetches them anew.",

@@ -13,6 +13,7 @@ log = logging.getLogger("duplexcadence.library")
 
 class LibrarySignals(QObject):
     listed = pyqtSignal(list)                  # [engine.ModelEntry]
+    refreshed = pyqtSignal(list)               # the same, read again after a load (an int4 copy it made)
     planned = pyqtSignal(str, object, object, str)  # name, weights, DownloadPlan or None, error ("" for none)
     progress = pyqtSignal(object)              # engine.Progress
     downloaded = pyqtSignal(str, str)          # the name chosen, the repository downloaded
@@ -62,13 +63,16 @@ class _Job(threading.Thread):
 
 
 class LibraryScan(_Job):
-    def __init__(self, hub, signals, folders: list[str]):
+    """`refresh`: the list read again to update what the entries say, not to offer it anew."""
+
+    def __init__(self, hub, signals, folders: list[str], refresh: bool = False):
         super().__init__("library-scan", hub, signals)
-        self.folders = folders
+        self.folders, self.refresh = folders, refresh
 
     def work(self) -> None:
         from engine import list_models
-        self.signals.listed.emit(list_models(self.hub.client().cache_dir, self.folders))
+        entries = list_models(self.hub.client().cache_dir, self.folders)
+        (self.signals.refreshed if self.refresh else self.signals.listed).emit(entries)
 
     def failed(self, message: str) -> None:
         log.warning("listing the models failed: %s", message)

@@ -106,11 +106,11 @@ class ModelLoader(threading.Thread):
         persona = Persona(None, "") if model.variant == "personaplex" else None
         # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself;
         # one that does not fit leaves the model usable with AR, and says why.
-        predictor, notice = model.predictor_file, ""
+        predictor, notice = model.predictor_file, model.notice
         try:
             session = DuplexSession(model, persona=persona, predictor=predictor)
         except CheckpointError as exc:
-            predictor, notice = None, f"DiffuPlex predictor not loaded: {exc}"
+            predictor, notice = None, "; ".join(filter(None, (model.notice, f"DiffuPlex predictor not loaded: {exc}")))
             session = DuplexSession(model, persona=persona)
         if device.startswith("cuda"):
             self.signals.progress.emit("Preparing the GPU: compiling kernels, capturing graphs…")

@@ -15,8 +15,8 @@ Two measures, written as JSON:
 
 On random weights these figures compare methods; they say little about a real checkpoint's
 quality. Run: `python -m bench.int4_quality --model demo --device cpu` (the demo model, on the
-CPU), or `--shape moshiko` on a CUDA GPU (full-size random weights written by the stock
-runtime, as `duplexcadence bench` does; needs moshi).
+CPU), or `--shape moshiko --groups --matrix 0` on a CUDA GPU (full-size random weights written
+by the stock runtime, as `duplexcadence bench` does; needs moshi).
 """
 from __future__ import annotations
 
@@ -137,7 +137,9 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--frames", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--groups", type=int, nargs="+", default=list(GROUPS))
+    parser.add_argument("--groups", type=int, nargs="*", default=list(GROUPS),
+                        help="group sizes of the float roundings compared (none: `--groups` alone, which a "
+                             "full-size LM needs to fit: each rounding is a float LM of its own)")
     parser.add_argument("--matrix", type=int, default=4096, help="size of the random matrices (0: skip)")
     parser.add_argument("--output", type=Path, required=True, help="the JSON report to write")
     args = parser.parse_args(argv)

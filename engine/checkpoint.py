@@ -17,6 +17,11 @@ from .errors import CheckpointError
 _progress = threading.local()
 
 
+def progress_callback() -> Callable[[str, int, int], None] | None:
+    """The callback `reporting_progress` installed on this thread, or None."""
+    return getattr(_progress, "callback", None)
+
+
 @contextlib.contextmanager
 def reporting_progress(callback: Callable[[str, int, int], None]):
     """Within the block, on this thread, each checkpoint copied into a module reports after every
@@ -88,7 +93,7 @@ def load_into(module: torch.nn.Module, tensors: Mapping[str, torch.Tensor], path
         if src.dtype.is_floating_point and src.numel() and not (
                 torch.isfinite(src.amax()) and torch.isfinite(src.amin())):
             raise CheckpointError(f"{path}: key {key} holds NaN or infinite values")
-    report = getattr(_progress, "callback", None)
+    report = progress_callback()
     total, done, name = sum(tensors[key].nbytes for key in own), 0, Path(path).name
     with torch.no_grad():
         for key, target in own.items():

@@ -16,11 +16,13 @@ from .checkpoint import read_safetensors, read_safetensors_layout
 from .config.checks import read_json
 from .config.lm import CONFIGS, LMConfig, from_lm_kwargs
 from .errors import CheckpointError
+from .int4_kept import load_kept_int4
 from .lm.loader import build_lm
 from .lm.moshi_lm import MoshiLM
 from .lm.personaplex import VoicePrompt, load_voice
 from .mimi import Mimi, load_mimi
 from .paths import MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
+from .quant4 import is_int4
 from .state import Region
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ class DuplexModel:
     tokenizer: sentencepiece.SentencePieceProcessor
     voices: dict[str, Path]
     """PersonaPlex voice prompts by name (file stem), e.g. "NATF2"."""
+    notice: str = ""
+    """What the user should know about the load ("" for nothing): int4 weights that could not
+    be kept and were quantized in memory."""
 
     @property
     def cfg(self) -> LMConfig:
@@ -134,15 +139,21 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
 
     dtype applies to the LM's activations and float weights (default: bfloat16 on CUDA,
     float32 elsewhere); `weights` "int8" loads the LM's linear weights in int8 (an official q8
-    file as it is, a float checkpoint quantized per row on load), "bf16" in dtype, None as the
-    file holds them. Mimi runs in float32 as in the reference. Any problem raises
+    file as it is, a float checkpoint quantized per row on load), "int4" in our int4 layout (a
+    file in it as it is; a float or q8 one quantized once and kept, engine.int4_kept), "bf16" in
+    dtype, None as the file holds them. Mimi runs in float32 as in the reference. Any problem raises
     CheckpointError naming the file."""
     ckpt = read_lm_checkpoint(path_or_name, download)
     root, meta, lm_path, name, cfg = ckpt.root, ckpt.meta, ckpt.path, ckpt.name, ckpt.cfg
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    lm = build_lm(cfg, ckpt.tensors, lm_path, device, dtype, weights)
+    notice = ""
+    if weights == "int4" and not is_int4(ckpt.tensors):
+        # Quantized once and kept (engine.int4_kept), not on every load.
+        lm, notice = load_kept_int4(cfg, ckpt.tensors, lm_path, device, dtype)
+    else:
+        lm = build_lm(cfg, ckpt.tensors, lm_path, device, dtype, weights)
     del ckpt
     config = f"{root}/config.json"
     mimi = load_mimi(file_in(root, meta.get("mimi_name", MIMI_NAME), config, key="mimi_name"), device=device,
@@ -156,7 +167,8 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
         # Loading (and quantizing on load) leaves freed transients in torch's cache; on a
         # small card that is memory the conversation's state needs.
         torch.cuda.empty_cache()
-    return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.variant == "personaplex" else {})
+    return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.variant == "personaplex" else {},
+                       notice)
 
 
 def mimi_file(path_or_name: str | Path) -> Path:

@@ -1,4 +1,7 @@
-"""Where the project's bundled files live (the repository's `assets/`, beside `engine/`)."""
+"""Where the project's bundled files live (the repository's `assets/`, beside `engine/`), and
+the per-user folder of files we make and can make again (our cache)."""
+import os
+import sys
 from pathlib import Path, PureWindowsPath
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
@@ -12,6 +15,19 @@ MIMI_NAME = "tokenizer-e351c8d8-checkpoint125.safetensors"
 TOKENIZER_NAME = "tokenizer_spm_32k_3.model"
 PREDICTOR_NAME = "diffuplex.safetensors"
 """A DiffuPlex predictor shipped beside a checkpoint (ours, not an official file)."""
+
+
+def user_cache_dir() -> Path:
+    """Our per-user cache, as each desktop keeps such files: `$XDG_CACHE_HOME/DuplexCadence`
+    (else ~/.cache) on Linux, ~/Library/Caches on macOS, %LOCALAPPDATA% on Windows. Read each
+    time: the environment decides, also in a test."""
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "DuplexCadence" / "cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "DuplexCadence"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec: a relative path is invalid and ignored.
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "DuplexCadence"
 
 
 def file_in(folder: Path, name: object, source: str, key: str | None = None) -> Path:

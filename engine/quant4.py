@@ -2,8 +2,8 @@
 holds them, and quantizing a float or q8 checkpoint into it.
 
 The format (`model.int4.safetensors`, metadata `{"format": "duplexcadence-int4",
-"group_size": "64"}`): every linear weight `P` [N, K] of the LM (what engine.quant's
-`linear_weight_names` names, as int8 quantizes) is stored as
+"group_size": "64", "embeddings": "int8"}`): every linear weight `P` [N, K] of the LM (what
+engine.quant's `linear_weight_names` names, as int8 quantizes) is stored as
 
 - `P`: uint8 [N, K/2], two weights a byte: weight k = 2j in the low nibble of byte j, weight
   2j + 1 in the high nibble, each as q + 8 (q in [-8, 7]);
@@ -14,26 +14,56 @@ Weight k of row n is `q[n, k] * scale[n, k // 64]`, computed in fp32 (exact: a 4
 times a bf16). A group's scale is its signed extreme over -8, so the extreme is -8 exactly and
 all 16 levels are used (a negative scale is fine: the product only multiplies), shrunk by the
 factor of SHRINK that gives the group the least squared error (clipping the extreme to round
-the rest finer: no calibration data, the weights alone). Embeddings, norms and Mimi stay as
-the checkpoint has them. bench/int4_quality.py measured the choices (README).
+the rest finer: no calibration data, the weights alone). bench/int4_quality.py measured the
+choices (README).
+
+Every embedding table `T` [V, D] of the LM (`is_table`: the backbone's `emb.{i}.weight` and
+`text_emb.weight`, the depformer's `depformer_text_emb.weight` and `depformer_emb.{i}.weight`)
+is stored as
+
+- `T`: int8 [V, D], row v rounded to nearest on its own scale (|q| <= 127);
+- `T_int8_scale`: float32 [V], row v's absolute maximum / 127 (0 for an all-zero row).
+
+Row v is `q[v] * scale[v]`, one fp32 product (correctly rounded on every device, so torch
+and the kernels agree), rounded once to the activation dtype; ZERO_TOKEN still looks up a
+zero row. The scales are float32 because they cost 4 bytes a row (0.4 MB for moshiko) and,
+unlike bf16 ones, are the row's maximum / 127 itself: no second rounding moves a row's
+extreme past 127 levels, and every entry is within scale / 2 of the checkpoint's. An int4
+file written before the tables were int8 (no "embeddings" metadata, bf16 tables, no
+`_int8_scale` keys) is read: its tables are quantized on load as an export quantizes them,
+so it computes what a new file does (a second or two of the load; a new export saves it),
+and a user's exported file keeps working. Norms, Mimi and PersonaPlex's voice prompts stay
+as their files have them.
 """
 from __future__ import annotations
+
+import re
 
 import torch
 from torch import nn
 
-from .kernels.operands import GROUP_SIZE, INT4_SCALE, Int4Weight
+from .kernels.operands import GROUP_SIZE, INT4_SCALE, INT8_ROW_SCALE, Int4Weight, Int8Rows
+from .ops.linear import LEVELS, Table
 from .ops.linear import dequantized as dequantize4
 from .quant import SCB, Int8Weight, dequantize, linear_weight_names
 
-__all__ = ["FORMAT", "GROUP_SIZE", "LM_INT4_NAME", "SCALE", "Int4Weight", "dequantize4", "int4_layout",
-           "int4_metadata", "is_int4", "layout_problem", "pack", "quantize_checkpoint4", "quantize_groups",
-           "read_metadata"]
+__all__ = ["FORMAT", "GROUP_SIZE", "LM_INT4_NAME", "ROW_SCALE", "SCALE", "Int4Weight", "Int8Rows", "dequantize4",
+           "int4_layout", "int4_metadata", "is_int4", "is_table", "layout_problem", "pack", "quantize_checkpoint4",
+           "quantize_groups", "quantize_table", "read_metadata", "table_of"]
 
 LM_INT4_NAME = "model.int4.safetensors"
 FORMAT = "duplexcadence-int4"
 SCALE = INT4_SCALE
 SCALE_DTYPE = torch.bfloat16
+ROW_SCALE = INT8_ROW_SCALE
+EMBEDDINGS = "int8"
+QUANTIZER = "1"
+"""The rounding's version (SHRINK and the scale search): made again when it changes, a kept
+int4 copy (engine.int4_kept) is not reused across it."""
+"""The metadata's "embeddings": the tables' layout (absent in files from before they were int8)."""
+_TABLE = re.compile(r"(emb|depformer_emb)\.\d+\.weight|(text_emb|depformer_text_emb)\.weight")
+"""The LM's embedding tables by their official keys (engine.lm.moshi_lm's names): a checkpoint's
+keys say which of its tensors are tables with no module at hand (quantize_checkpoint4)."""
 SHRINK = tuple(1.0 - 0.025 * i for i in range(9))
 """Scale factors tried per group (1.0 down to 0.8), the one with the least squared error kept."""
 
@@ -78,12 +108,38 @@ def quantize_groups(w: torch.Tensor, group: int = GROUP_SIZE, shrink: tuple[floa
     return Int4Weight(pack(q), best_s.squeeze(-1).to(scale_dtype), group)
 
 
+def is_table(key: str) -> bool:
+    """Whether a checkpoint key (or parameter name) is one of the LM's embedding tables."""
+    return _TABLE.fullmatch(key) is not None
+
+
+def quantize_table(w: torch.Tensor) -> Int8Rows:
+    """w [V, D] float -> int8 rows, each on its own scale (its absolute maximum / 127, fp32),
+    rounded to nearest with that scale. An all-zero row stays zero (scale 0)."""
+    w = w.float()
+    if not torch.isfinite(w).all():
+        raise ValueError("embeddings with NaN or infinite values cannot be quantized")
+    scale = w.abs().amax(dim=1) / LEVELS
+    q = torch.round(w / torch.where(scale > 0, scale, 1.0).unsqueeze(1)).clamp_(-LEVELS, LEVELS)
+    return Int8Rows(q.to(torch.int8), scale)
+
+
+def table_of(module: nn.Embedding) -> Table:
+    """An embedding's table as engine.ops.linear.embedding takes it: its float weight, or its
+    Int8Rows in the int4 layout."""
+    w = module.weight
+    return Int8Rows(w, getattr(module, "weight" + ROW_SCALE)) if w.dtype == torch.int8 else w
+
+
 def int4_layout(module: nn.Module, group: int = GROUP_SIZE) -> list[str]:
     """Replace, in place, every linear weight of `module` (engine.quant.linear_weight_names) by
-    a uint8 parameter [N, K/2] plus its bf16 `_int4_scale` parameter [N, ceil(K/group)].
-    Returns the quantized parameters' names."""
+    a uint8 parameter [N, K/2] plus its bf16 `_int4_scale` parameter [N, ceil(K/group)], and
+    every embedding table (`is_table`) by an int8 one plus its float32 `_int8_scale` [V].
+    Returns the linear weights' names (the tables' keys are the ones `is_table` names)."""
     names = []
     for prefix, child in module.named_modules():
+        if isinstance(child, nn.Embedding) and is_table(f"{prefix}.weight"):
+            _to_int8_table(child)
         for name in linear_weight_names(child):
             w = getattr(child, name)
             n, k = w.shape
@@ -97,16 +153,29 @@ def int4_layout(module: nn.Module, group: int = GROUP_SIZE) -> list[str]:
     return names
 
 
+def _to_int8_table(module: nn.Embedding) -> None:
+    v, d = module.weight.shape
+    device = module.weight.device
+    module.weight = nn.Parameter(torch.empty(v, d, dtype=torch.int8, device=device), requires_grad=False)
+    module.register_parameter("weight" + ROW_SCALE, nn.Parameter(
+        torch.empty(v, dtype=torch.float32, device=device), requires_grad=False))
+
+
 def is_int4(tensors: dict) -> bool:
     """Whether a checkpoint's tensors are in the int4 layout."""
     return any(key.endswith(SCALE) for key in tensors)
 
 
 def quantize_checkpoint4(tensors: dict, names: list[str], device: torch.device) -> dict:
-    """A float or q8 checkpoint's tensors with the parameters `names` in the int4 layout, one
-    tensor at a time on `device`; the results wait on the host. A q8 weight is dequantized
-    (q * scb / 127, exact in fp32) and quantized again."""
+    """A float or q8 checkpoint's tensors with the parameters `names` in the int4 layout, and
+    its float embedding tables (`is_table`) in int8 (those of an int4 file from before they
+    were int8 too), one tensor at a time on `device`; the results wait on the host. A q8
+    weight is dequantized (q * scb / 127, exact in fp32) and quantized again."""
     out = dict(tensors)
+    for key, w in tensors.items():
+        if is_table(key) and w.dim() == 2 and w.dtype.is_floating_point:
+            table = quantize_table(w.to(device))
+            out[key], out[key + ROW_SCALE] = table.q.cpu(), table.scale.cpu()
     for name in names:
         w = tensors.get(name)
         if w is None or w.dim() != 2:
@@ -128,6 +197,8 @@ def layout_problem(tensors: dict, metadata: dict | None) -> str | None:
         return f"metadata format is {metadata.get('format')!r}, expected {FORMAT!r}"
     if metadata.get("group_size") != str(GROUP_SIZE):
         return f"group size {metadata.get('group_size')!r}, this version reads {GROUP_SIZE}"
+    if metadata.get("embeddings", EMBEDDINGS) != EMBEDDINGS:
+        return f"embeddings {metadata['embeddings']!r}, this version reads {EMBEDDINGS!r}"
     for key, scale in tensors.items():
         if not key.endswith(SCALE):
             continue
@@ -139,6 +210,26 @@ def layout_problem(tensors: dict, metadata: dict | None) -> str | None:
         if scale.dtype != SCALE_DTYPE or tuple(scale.shape) != (packed.shape[0], -(-2 * packed.shape[1] // GROUP_SIZE)):
             return (f"key {key} is {scale.dtype} {list(scale.shape)}, expected bfloat16 "
                     f"[{packed.shape[0]}, {-(-2 * packed.shape[1] // GROUP_SIZE)}]")
+    return _tables_problem(tensors, "embeddings" in metadata)
+
+
+def _tables_problem(tensors: dict, int8: bool) -> str | None:
+    """What is wrong with the int8 tables, or None; `int8`: the metadata says the tables are
+    (else a file from before they were: float tables are quantized on load)."""
+    for key, scale in tensors.items():
+        if not key.endswith(ROW_SCALE):
+            continue
+        name = key.removesuffix(ROW_SCALE)
+        table = tensors.get(name)
+        if table is None:
+            return f"key {key} has no embedding table {name}"
+        if table.dtype != torch.int8 or table.dim() != 2:
+            return f"key {name} has dtype {table.dtype}, expected an int8 matrix (an int8 embedding table)"
+        if scale.dtype != torch.float32 or tuple(scale.shape) != (table.shape[0],):
+            return f"key {key} is {scale.dtype} {list(scale.shape)}, expected float32 [{table.shape[0]}]"
+    floating = next((k for k, v in tensors.items() if is_table(k) and v.dtype != torch.int8), None)
+    if int8 and floating:
+        return f"key {floating} has dtype {tensors[floating].dtype}, expected int8 (metadata embeddings int8)"
     return None
 
 
@@ -152,4 +243,4 @@ def read_metadata(path) -> dict:
 
 def int4_metadata() -> dict:
     """The metadata an int4 file carries."""
-    return {"format": FORMAT, "group_size": str(GROUP_SIZE)}
+    return {"format": FORMAT, "group_size": str(GROUP_SIZE), "embeddings": EMBEDDINGS, "quantizer": QUANTIZER}

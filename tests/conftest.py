@@ -10,6 +10,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # tests that download point it at a server of ours on 127.0.0.1 (tests/fake_hub.py).
 os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # the discard port: refused at once
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="duplexcadence-tests-hf-")
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="duplexcadence-tests-cache-")  # kept int4 copies
 os.environ.pop("HF_TOKEN", None)
 # Two cores in CI: more torch threads than cores only adds contention.
 torch.set_num_threads(min(2, os.cpu_count() or 1))

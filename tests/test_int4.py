@@ -88,7 +88,7 @@ def _kernel_device() -> str:
     return "cpu"
 
 
-@pytest.mark.parametrize("rows,n,k", [(1, 16, 44), (3, 48, 200), (8, 20, 128)])
+@pytest.mark.parametrize("rows,n,k", [(1, 16, 44), (3, 48, 200), (8, 20, 128)])  # 44: not whole words
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int4_kernel_matches_the_torch_product(rows, n, k, dtype):
     device = _kernel_device()
@@ -108,7 +108,7 @@ def test_int4_kernel_matches_the_torch_product(rows, n, k, dtype):
 
 def test_int4_file_round_trip_and_quantizing_on_load(int4_demo, tmp_path):
     path = int4_demo / LM_INT4_NAME
-    assert read_metadata(path) == {"format": FORMAT, "group_size": "64"}
+    assert read_metadata(path) == {"format": FORMAT, "group_size": "64", "embeddings": "int8", "quantizer": "1"}
     config = json.loads((int4_demo / "config.json").read_text())
     assert config["moshi_name"] == LM_INT4_NAME and "quantize" not in config
     saved = load_model(int4_demo)  # int4 because the file is
@@ -164,6 +164,7 @@ def test_malformed_int4_files_are_named_with_their_problem(int4_demo, tmp_path):
 
 def test_int4_session_toggles_bit_identical_and_weights_fixed_at_load():
     model = load_model("demo", weights="int4")
+    assert model.lm.text_emb.weight.dtype == model.lm.depformer_emb[0].weight.dtype == torch.int8
     audio = varied_audio(40, seed=2).reshape(40, -1)
     baseline = run(DuplexSession(model, RuntimeOptions(seed=4, **PLAIN)), audio)
     session = DuplexSession(model, RuntimeOptions(seed=4))
@@ -201,5 +202,6 @@ def test_models_offers_int4_and_says_what_it_downloads(hub, tmp_path):  # noqa: 
     assert result.returncode == 0, result.stderr
     section = result.stdout[result.stdout.index(f"\n{BF16}  [not downloaded]"):]
     line = next(x for x in section.splitlines() if x.strip().startswith("int4: download"))
-    assert f"downloads {Q8}, the official int8 files; they are quantized to int4 each time the model loads" in line
-    assert "quantize --weights int4" in line and "int4 weights: needs about" in line
+    assert (f"downloads {Q8}, the official int8 files; they are quantized to int4 once, on the first int4 load, "
+            "and the int4 copy kept in ") in line
+    assert "int4 weights: needs about" in line

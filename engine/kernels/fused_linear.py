@@ -23,9 +23,9 @@ The tile sizes are a function of the static shape only (`_config`), so a product
 the same order eagerly and graph-replayed: the toggles never change a bit.
 
 Weights are bf16/fp32, int8 (one scale per row, applied to the row's fp32 sum) or int4
-(engine.quant4: two weights a byte, unpacked in registers, each times its group's scale in
-fp32 before the product, so the fp32 sums are those of engine.ops.linear.matmul's formula in
-another order).
+(engine.quant4, read as 32-bit words of eight inputs and unpacked in registers; a group's fp32
+sum times its scale: engine.ops.linear.matmul's values, its sums rounded in another order).
+The K loop itself is in gemv_dots.py.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ import triton
 import triton.language as tl
 
 from . import MAX_ROWS
-from .operands import Int4Weight, Int8Weight, Norm
+from .gemv_dots import dot_dense, dot_int4, dot_int4_bytes, norm_stats, prologue_chunk
+from .operands import GROUP_SIZE, Int4Weight, Int8Rows, Int8Weight, Norm
 
 Weight = torch.Tensor | Int8Weight | Int4Weight
 
@@ -46,64 +47,14 @@ _EPI_STORE, _EPI_RESIDUAL, _EPI_QKV, _EPI_EMBED = 0, 1, 2, 3
 
 
 @triton.jit
-def _norm_stats(x_row, eps, K: tl.constexpr, NORM: tl.constexpr, BK: tl.constexpr):
-    """(mean, rstd) of one input row for the prologue's norm: RMS (NORM 1) or layer norm (2)."""
-    mean = 0.0
-    rstd = 1.0
-    if NORM == 1:
-        ss = tl.zeros([BK], tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-            ss += v * v
-        rstd = tl.math.rsqrt(eps + tl.sum(ss, axis=0) / K)
-    if NORM == 2:
-        s1 = tl.zeros([BK], tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            s1 += tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-        mean = tl.sum(s1, axis=0) / K
-        s2 = tl.zeros([BK], tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            v = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-            v = tl.where(ks < K, v - mean, 0.0)
-            s2 += v * v
-        rstd = tl.math.rsqrt(tl.sum(s2, axis=0) / K + eps)
-    return mean, rstd
-
-
-@triton.jit
-def _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM: tl.constexpr, ACT: tl.constexpr):
-    """Chunk `ks` of one input row after the prologue (norm, or the FFN's activation), each
-    step rounded to the activations' dtype where torch's modules round, returned in fp32."""
-    dt = x_row.dtype.element_ty
-    x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
-    if NORM == 1:
-        alpha = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
-        x = (x * (alpha * rstd)).to(dt).to(tl.float32)
-    if NORM == 2:
-        g = tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
-        b = tl.load(NB + ks, mask=k_ok, other=0.0).to(tl.float32)
-        x = ((x - mean) * rstd * g + b).to(dt).to(tl.float32)
-    if ACT == 1:  # silu(a) * b, each rounded as torch rounds it
-        b = tl.load(x_row + gate_off + ks, mask=k_ok, other=0.0).to(tl.float32)
-        a = (x / (1.0 + tl.exp(-x))).to(dt).to(tl.float32)
-        x = (a * b).to(dt).to(tl.float32)
-    if ACT == 2:  # exact GELU
-        x = (0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))).to(dt).to(tl.float32)
-    return x
-
-
-@triton.jit
 def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                  NW, NB, eps, gate_off,
                  RES, SCALE, sr_m,
                  POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
-                 TOK, EMB, semb,
-                 K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
+                 TOK, EMB, ESC, semb,
+                 K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, WORDS: tl.constexpr, GROUP: tl.constexpr,
                  NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
-                 HAS_SCALE: tl.constexpr,
+                 HAS_SCALE: tl.constexpr, EMB_INT8: tl.constexpr,
                  HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid = tl.program_id(0)
     m = pid % M
@@ -112,25 +63,15 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
     x_row = X + m * sx_m
     dt = X.dtype.element_ty
 
-    mean, rstd = _norm_stats(x_row, eps, K, NORM, BK)
-
-    acc = tl.zeros([BN, BK], tl.float32)
-    for k0 in range(0, K, BK):
-        ks = k0 + tl.arange(0, BK)
-        k_ok = ks < K
-        x = _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
-        tile_ok = n_ok[:, None] & k_ok[None, :]
-        if INT4:  # byte j: inputs 2j (low nibble) and 2j + 1 (high), each stored as q + 8
-            kb = k0 // 2 + tl.arange(0, BK // 2)
-            b = tl.load(W + offs_n[:, None] * sw_n + kb[None, :], mask=n_ok[:, None] & (kb < K // 2)[None, :],
-                        other=0).to(tl.int32)
-            q = tl.reshape(tl.join(b & 15, b >> 4), [BN, BK]).to(tl.float32) - 8.0
-            s = tl.load(WS + offs_n[:, None] * ss_n + (ks // GROUP)[None, :], mask=tile_ok, other=0.0)
-            w = q * s.to(tl.float32)
-        else:
-            w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=tile_ok, other=0.0).to(tl.float32)
-        acc += w * x[None, :]
-    y = tl.sum(acc, axis=1)
+    mean, rstd = norm_stats(x_row, eps, K, NORM, BK)
+    if INT4 and WORDS:
+        y = dot_int4(x_row, W, WS, offs_n, n_ok, sw_n, ss_n, NW, NB, mean, rstd, gate_off,
+                      K, GROUP, NORM, ACT, BN, BK)
+    elif INT4:
+        y = dot_int4_bytes(x_row, W, WS, offs_n, n_ok, sw_n, ss_n, NW, NB, mean, rstd, gate_off,
+                           K, GROUP, NORM, ACT, BN, BK)
+    else:
+        y = dot_dense(x_row, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off, K, NORM, ACT, BN, BK)
     if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
         y = y * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)
     y = y.to(dt).to(tl.float32)  # the product, rounded as torch's is
@@ -168,6 +109,8 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
         token = tl.load(TOK)
         row = tl.maximum(token, 0)
         e = tl.load(EMB + row * semb + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+        if EMB_INT8:  # an Int8Rows table: q * scale in fp32, rounded once as torch rounds it
+            e = (e * tl.load(ESC + row)).to(dt).to(tl.float32)
         e = tl.where(token == -1, 0.0, e)  # the zero token contributes nothing
         tl.store(OUT + m * so_m + offs_n, (y + e).to(dt), mask=n_ok)
 
@@ -180,11 +123,11 @@ def _prologue_kernel(X, OUT, sx_m, so_m, NW, NB, eps, gate_off,
     m = tl.program_id(0)
     x_row = X + m * sx_m
     dt = X.dtype.element_ty
-    mean, rstd = _norm_stats(x_row, eps, K, NORM, BK)
+    mean, rstd = norm_stats(x_row, eps, K, NORM, BK)
     for k0 in range(0, K, BK):
         ks = k0 + tl.arange(0, BK)
         k_ok = ks < K
-        x = _prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
+        x = prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
         tl.store(OUT + m * so_m + ks, x.to(dt), mask=k_ok)
 
 
@@ -195,7 +138,7 @@ class _Config(NamedTuple):
     num_stages: int
 
 
-def _config(N: int, K: int, dtype: torch.dtype, int8: bool = False) -> _Config:
+def _config(N: int, K: int, dtype: torch.dtype, weights: str = "float") -> _Config:
     """Tile sizes: a function of the static shape only (the order of the fp32 sums depends
     on BK and on the reduction layout, so it must not depend on anything that changes
     between an eager and a replayed call). From tests/gpu/bench_linear.py's sweep on an H200
@@ -206,9 +149,15 @@ def _config(N: int, K: int, dtype: torch.dtype, int8: bool = False) -> _Config:
     Int8 weights (`bench_linear.py --int8`): a 4096-wide K chunk of int8 rows is the bytes in
     flight of a 2048-wide bf16 one; the temporal products then run 1.4-1.7x faster than
     cuBLAS on the same weights in bf16 (about 3 TB/s of int8 weights: each program also reads
-    the whole input row). The depformer's small products want more rows per program. Int4
-    weights take int8's tiles for now (as many weights a chunk, half the bytes): not swept yet."""
-    if int8:
+    the whole input row). The depformer's small products want more rows per program.
+
+    Int4 weights (`bench_linear.py --int4`): eight rows by up to 4096 inputs, four warps, is
+    the best or within 3% of it for the temporal products and the depformer's qkv and FFN
+    input (1.5-1.9x faster than cuBLAS on the same weights in bf16, 1.2-1.9 TB/s of int4
+    weights: the unpacking's instructions, not memory, bound it)."""
+    if weights == "int4":
+        return _Config(8, max(GROUP_SIZE, min(4096, triton.next_power_of_2(K))), 4, 3)
+    if weights == "int8":
         if K >= 4096:
             return _Config(2, min(4096, triton.next_power_of_2(K)), 8 if K > 8192 else 4, 3)
         return _Config(16, min(512, triton.next_power_of_2(K)), 8, 3)
@@ -253,13 +202,14 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
     ws, group, ss_n = x, 1, 0  # placeholders where the weights are not quantized
     if isinstance(w, Int8Weight):
         w, ws = w.q, w.scb
-    elif isinstance(w, Int4Weight):
-        w, ws, group, ss_n = w.q, w.scale, w.group, w.scale.stride(0)
-    int4 = w.dtype == torch.uint8
+    int4 = isinstance(w, Int4Weight)
+    words = int4 and not (w.q.shape[1] % 4 or w.q.stride(0) % 4 or w.q.storage_offset() % 4)
+    if int4:  # rows of whole 32-bit words (every real model's) are read as words
+        w, ws, group, ss_n = w.q.view(torch.int32) if words else w.q, w.scale, w.group, w.scale.stride(0)
     M, N = x.shape[0], w.shape[0]
-    if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] * (2 if int4 else 1) != k:
+    if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] * (8 if words else 2 if int4 else 1) != k:
         raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
-    cfg = _config(N, k, x.dtype, w.dtype == torch.int8 or int4)
+    cfg = _config(N, k, x.dtype, "int4" if int4 else "int8" if w.dtype == torch.int8 else "float")
     if (norm is not None or act is not None) and _separate_prologue(N, k, cfg, x):
         x = _prologue(x, k, norm, act)
         norm = act = None
@@ -276,17 +226,18 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
         sq_m, sq_h, d_model = q_out.stride(0), q_out.stride(1), N // 3
         has_rope = coef is not None
         coef = coef or 0.0
-    tok, emb, semb = (dummy, dummy, 0) if embed is None else (embed[0], embed[1], embed[1].stride(0))
+    tok, emb, esc, semb = (dummy, dummy, dummy, 0) if embed is None else (embed[0], *_table(embed[1]))
     grid = (triton.cdiv(N, cfg.bn) * M,)
     _gemv_kernel[grid](
         x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
         nw, nb, eps, k,
         res, res_scale, sr_m,
         pos, kv, ring, *skv, sq_m, sq_h, d_model, coef,
-        tok, emb, semb,
-        K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group,
+        tok, emb, esc, semb,
+        K=k, INT8=w.dtype == torch.int8, INT4=int4, WORDS=words, GROUP=group,
         NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
-        HAS_SCALE=scale is not None, HAS_ROPE=has_rope, HEAD_DIM=head_dim, BN=cfg.bn, BK=cfg.bk,
+        HAS_SCALE=scale is not None, EMB_INT8=embed is not None and isinstance(embed[1], Int8Rows),
+        HAS_ROPE=has_rope, HEAD_DIM=head_dim, BN=cfg.bn, BK=cfg.bk,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
@@ -304,7 +255,14 @@ def linear(x: torch.Tensor, w: Weight, *, norm: Norm | None = None, act: str | N
                    residual=residual, scale=scale)
 
 
-def linear_embed(x: torch.Tensor, w: Weight, table: torch.Tensor,
+def _table(table: torch.Tensor | Int8Rows) -> tuple:
+    """(rows, their scales or a placeholder, row stride) of an embedding table."""
+    if isinstance(table, Int8Rows):
+        return table.q, table.scale, table.q.stride(0)
+    return table, table, table.stride(0)
+
+
+def linear_embed(x: torch.Tensor, w: Weight, table: torch.Tensor | Int8Rows,
                  token: torch.Tensor) -> torch.Tensor:
     """x @ w.T plus the embedding row of `token` ([1] int64 on the device; -1: a zero row)."""
     x = _rows(x)

@@ -52,3 +52,14 @@ class Norm(NamedTuple):
     weight: torch.Tensor
     bias: torch.Tensor | None
     eps: float
+
+
+INT8_ROW_SCALE = "_int8_scale"
+"""Suffix of an int8 embedding table's row scales, beside the table (engine.quant4)."""
+
+
+class Int8Rows(NamedTuple):
+    """An embedding table in int8 (engine.quant4's int4 layout): row v is q[v] * scale[v],
+    computed in fp32 and rounded once to the activation dtype."""
+    q: torch.Tensor  # int8 [V, D]
+    scale: torch.Tensor  # float32 [V]: each row's absolute maximum / 127

@@ -8,18 +8,24 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import hub
 from ..errors import CheckpointError
+from ..int4_copies import KeptCopy, copies_folder, copies_of, read_header
 from ..paths import DEMO_MODEL_DIR
 from .catalogue import KNOWN, KNOWN_MODELS
 from .hub_client import HubClient, RemoteModel
-from .local import cached_models, missing_files
+from .local import cached_models, local_config, missing_files
+from .progress import size_text
 
 if TYPE_CHECKING:
     import torch
 
 READY, PARTIAL, REMOTE = "ready", "partly downloaded", "not downloaded"
-INT4_ON_LOAD = ("they are quantized to int4 each time the model loads (`duplexcadence quantize --weights int4` "
-                "writes them once, as a folder that loads as it is)")
+
+
+def int4_kept_text() -> str:
+    """What an int4 choice does with files that are not int4 (engine.int4_kept)."""
+    return f"they are quantized to int4 once, on the first int4 load, and the int4 copy kept in {copies_folder()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +40,30 @@ class ModelEntry:
     location: Path | None
     size_on_disk: int = 0
     gated: bool = False
+    lm_weights: str = ""
+    """What its LM file holds (its header says): "bf16" (or another float dtype), "int8" (q8)
+    or "int4"; "" when not on this machine."""
+    int4_copies: tuple[KeptCopy, ...] = ()
+    """The int4 copies kept of its LM file (engine.int4_copies), once an int4 load made one (a
+    copy per kind of device it loaded on)."""
+
+    @property
+    def int4_note(self) -> str:
+        """What int4 weights are for a model on this machine ("" for one that is not)."""
+        if not self.lm_weights:
+            return ""
+        if self.lm_weights == "int4":
+            return "int4: as its files hold them"
+        if self.int4_copies:
+            kept = "; ".join(f"{size_text(c.size_on_disk)} at {c.path}" for c in self.int4_copies)
+            return f"int4: quantized once from its {self.lm_weights} files and kept: {kept}"
+        return f"int4: its {self.lm_weights} files; {int4_kept_text()}"
 
 
 def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEntry]:
     """Folders that are not (or no longer) complete checkpoints are left out."""
     entries = [ModelEntry("demo", "Built-in demo: untrained, for trying the app (it babbles)", "built in", READY,
-                          DEMO_MODEL_DIR, _folder_size(DEMO_MODEL_DIR))]
+                          DEMO_MODEL_DIR, _folder_size(DEMO_MODEL_DIR), **_weights_on_disk(DEMO_MODEL_DIR))]
     cached = {c.repo: c for c in cached_models(cache_dir)}
     for model in KNOWN_MODELS:
         entries.append(_hub_entry(model.repo, model.about, cached.pop(model.repo, None), model.gated))
@@ -48,14 +72,45 @@ def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEnt
     for folder in folders:
         path = Path(folder)
         if path.is_dir() and not missing_files(path):
-            entries.append(ModelEntry(str(path), "A checkpoint folder", "folder", READY, path, _folder_size(path)))
+            entries.append(ModelEntry(str(path), "A checkpoint folder", "folder", READY, path, _folder_size(path),
+                                      **_weights_on_disk(path)))
     return entries
 
 
 def _hub_entry(repo: str, about: str, cached, gated: bool) -> ModelEntry:
     state = REMOTE if cached is None else READY if cached.complete else PARTIAL
     return ModelEntry(repo, about, "Hugging Face", state, cached.snapshot if cached else None,
-                      cached.size_on_disk if cached else 0, gated)
+                      cached.size_on_disk if cached else 0, gated,
+                      **(_weights_on_disk(cached.snapshot) if state == READY else {}))
+
+
+def _weights_on_disk(folder: Path) -> dict:
+    """What a complete model's LM file holds and the int4 copy kept of it, as ModelEntry's fields."""
+    try:
+        lm = hub.lm_file(folder, local_config(folder))
+    except CheckpointError:  # a config.json naming a file out of the folder: no model, said on loading
+        return {}
+    weights = _held(lm)
+    return {"lm_weights": weights, "int4_copies": tuple(copies_of(lm)) if weights not in ("", "int4") else ()}
+
+
+_FLOATS = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
+
+
+def _held(lm: Path) -> str:
+    """The weights an LM file holds, from its header: "int4" (our layout), "int8" (q8), the
+    float dtype most of its tensors have; "" for a file that cannot be read."""
+    try:
+        header = read_header(lm)
+    except (OSError, ValueError):
+        return ""
+    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    if any(k.endswith("_int4_scale") for k in tensors):
+        return "int4"
+    if any(k.endswith("_scb") for k in tensors):
+        return "int8"
+    floats = [_FLOATS[v.get("dtype")] for v in tensors.values() if v.get("dtype") in _FLOATS]
+    return max(set(floats), key=floats.count) if floats else ""
 
 
 def _folder_size(folder: Path) -> int:
@@ -70,7 +125,7 @@ class DownloadPlan:
     """"bf16", "int8" or "int4", as loading will use them."""
     note: str
     """What the weights choice downloads ("the official int8 files of …", "the bf16 files,
-    quantized each time the model loads")."""
+    quantized to int4 once and kept")."""
     to_download: int
     """Bytes not in the cache yet."""
     memory: object | None
@@ -85,14 +140,14 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
     if weights == "int8" and twin:
         repo, note = twin, f"int8: downloads {twin}, the official int8 files"
     if weights == "int4" and twin:  # half the download; int4 from int8 rows errs 0.5% more than from bf16
-        repo, note = twin, f"int4: downloads {twin}, the official int8 files; {INT4_ON_LOAD}"
+        repo, note = twin, f"int4: downloads {twin}, the official int8 files; {int4_kept_text()}"
     remote = client.remote(repo, weights)
     lm_is_q8 = any(f.endswith(".q8.safetensors") for f in remote.files)
     chosen = weights or ("int8" if lm_is_q8 else "bf16")
     if chosen == "int8" and not lm_is_q8:
         note = "int8: downloads the bf16 files; they are quantized each time the model loads"
     if chosen == "int4" and not note:
-        note = f"int4: downloads the {'int8' if lm_is_q8 else 'bf16'} files; {INT4_ON_LOAD}"
+        note = f"int4: downloads the {'int8' if lm_is_q8 else 'bf16'} files; {int4_kept_text()}"
     return DownloadPlan(remote, chosen, note, remote.size - client.cached_bytes(remote),
                         _memory(client, remote, chosen, device))
 

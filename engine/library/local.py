@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 from ..errors import HubError
+from ..int4_copies import copies_under, remove_copies
 from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 from .catalogue import KNOWN, needed_files
 
@@ -32,7 +33,7 @@ def missing_files(folder: Path) -> list[str]:
     naming files that cannot be its own makes it no model at all."""
     listing = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     try:
-        files = needed_files(listing, _config(folder), None, str(folder))
+        files = needed_files(listing, local_config(folder), None, str(folder))
     except ValueError as exc:
         if "not a duplex speech model" not in str(exc):
             return [f"usable config.json ({exc})"]
@@ -40,7 +41,8 @@ def missing_files(folder: Path) -> list[str]:
     return [f for f in files if not (folder / f).exists()]
 
 
-def _config(folder: Path) -> dict | None:
+def local_config(folder: Path) -> dict | None:
+    """A checkpoint folder's config.json, None without a readable one."""
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
@@ -76,23 +78,25 @@ def cached_models(cache_dir: str | Path) -> list[CachedModel]:
 
 def remove_model(repo: str, cache_dir: str | Path) -> int:
     """Frees every cached revision of `repo` (snapshots and the blobs no other revision
-    uses); returns the bytes freed."""
+    uses) and the int4 copies kept of its files (engine.int4_copies); returns the bytes freed."""
     from huggingface_hub import scan_cache_dir
     try:
         info = scan_cache_dir(cache_dir)
     except Exception as exc:
         raise HubError(f"{repo}: cannot read the Hugging Face cache at {cache_dir} ({exc})") from None
-    revisions = [rev.commit_hash for r in info.repos if r.repo_id == repo and r.repo_type == "model"
-                 for rev in r.revisions]
+    repos = [r for r in info.repos if r.repo_id == repo and r.repo_type == "model"]
+    revisions = [rev.commit_hash for r in repos for rev in r.revisions]
     if not revisions:
         raise HubError(f"{repo}: not in the Hugging Face cache at {cache_dir}")
+    copies = [c for r in repos for c in copies_under(r.repo_path)]  # their sources resolve into it
     strategy = info.delete_revisions(*revisions)
     try:
         strategy.execute()
+        freed = remove_copies(copies)
     except OSError as exc:
         raise HubError(f"{repo}: could not remove all of its files ({exc})") from None
     # The client logs a file it could not delete and goes on: what is left says so.
     left = [p for p in strategy.snapshots | strategy.blobs if p.exists()]
     if left:
         raise HubError(f"{repo}: could not remove {len(left)} of its files (in use, or no permission), e.g. {left[0]}")
-    return strategy.expected_freed_size
+    return strategy.expected_freed_size + freed

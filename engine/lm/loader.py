@@ -12,7 +12,7 @@ from ..errors import CheckpointError
 from ..options import WEIGHTS
 from ..paths import LM_NAME, LM_Q8_NAME
 from ..quant import int8_layout, is_q8, quantize_checkpoint
-from ..quant4 import int4_layout, is_int4, layout_problem, quantize_checkpoint4, read_metadata
+from ..quant4 import int4_layout, is_int4, is_table, layout_problem, quantize_checkpoint4, read_metadata
 from .moshi_lm import MoshiLM
 
 log = logging.getLogger(__name__)
@@ -51,12 +51,14 @@ def build_lm(cfg: LMConfig, tensors: dict, path: Path, device: torch.device, dty
         if not q8:
             tensors = quantize_checkpoint(tensors, names, device)
     elif weights == "int4":
-        names = int4_layout(lm)  # after the cast: the group scales stay bfloat16
+        names = int4_layout(lm)  # after the cast: the group scales stay bfloat16, the row scales float32
         problem = layout_problem(tensors, read_metadata(path)) if q4 else None
         if problem:
             raise CheckpointError(f"{path}: {problem}")
-        if not q4:
-            tensors = quantize_checkpoint4(tensors, names, device)
+        if q4 and any(is_table(k) and v.dtype.is_floating_point for k, v in tensors.items()):
+            log.info("%s: float embedding tables (written before they were int8): quantized on load", path)
+        # An int4 file's linears are read as they are; its tables are quantized if still float.
+        tensors = quantize_checkpoint4(tensors, [] if q4 else names, device)
     # Keys and shapes first, so a checkpoint that does not fit fails before 7B of memory is
     # allocated for it (load_into checks again, with values).
     check_layout(lm, tensors, path)

@@ -13,6 +13,7 @@ from torch import nn
 from ..config.lm import LMConfig
 from ..ops.linear import embedding, linear, linear_embed
 from ..quant import weight_of
+from ..quant4 import table_of
 from ..state import Region, Store
 from ..transformer import Adapter, RMSNormF32, StreamingTransformer
 from .delays import DelayLines
@@ -23,9 +24,10 @@ def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return linear(x, weight_of(module))
 
 
-def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
-    """The rows of `table` for tokens (engine.ops.linear.ZERO_TOKEN: a zero row)."""
-    return embedding(table.weight, tokens)
+def embed(table: nn.Embedding, tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The rows of `table` for tokens (engine.ops.linear.ZERO_TOKEN: a zero row), in `dtype`
+    (an int8 table's rows are rounded to it from fp32)."""
+    return embedding(table_of(table), tokens, dtype)
 
 
 class MoshiLM(nn.Module):
@@ -54,7 +56,8 @@ class MoshiLM(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.text_emb.weight.dtype
+        """The activations' dtype: the norms' (the tables may be int8, engine.quant4)."""
+        return self.out_norm.alpha.dtype
 
     def regions(self, wake: int = 1) -> list[Region]:
         """`wake`: the most frames one backbone wake covers (engine.transformer)."""
@@ -63,10 +66,11 @@ class MoshiLM(nn.Module):
     def embed_streams(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [n_q + 1] (text first) -> [1, 1, dim]. Summed in the reference's order
         (audio streams in turn, then text) so float rounding matches it bit for bit."""
-        x = embed(self.emb[0], tokens[1:2])
+        dtype = self.dtype
+        x = embed(self.emb[0], tokens[1:2], dtype)
         for i in range(1, self.cfg.n_q):
-            x = x + embed(self.emb[i], tokens[i + 1:i + 2])
-        return (x + embed(self.text_emb, tokens[:1])).view(1, 1, -1)
+            x = x + embed(self.emb[i], tokens[i + 1:i + 2], dtype)
+        return (x + embed(self.text_emb, tokens[:1], dtype)).view(1, 1, -1)
 
     def embed_known(self, tokens: torch.Tensor, known: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Future positions' inputs: tokens [R, n_q + 1], known [R, n_q + 1] bool -> [1, R, dim]:
@@ -75,7 +79,7 @@ class MoshiLM(nn.Module):
         mask = mask.to(self.dtype)
 
         def part(i: int, table: nn.Embedding) -> torch.Tensor:
-            return torch.where(known[:, i:i + 1], embed(table, tokens[:, i]), mask[i])
+            return torch.where(known[:, i:i + 1], embed(table, tokens[:, i], mask.dtype), mask[i])
 
         x = part(1, self.emb[0])
         for i in range(2, self.cfg.n_q + 1):
@@ -99,5 +103,5 @@ class MoshiLM(nn.Module):
     def depformer_step(self, k: int, prev: torch.Tensor, h: torch.Tensor, store: Store) -> torch.Tensor:
         """Codebook step k: prev [1] (the text token for k = 0) -> logits [1, card]."""
         table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
-        x = linear_embed(h, weight_of(self.depformer_in[k]), table.weight, prev)
+        x = linear_embed(h, weight_of(self.depformer_in[k]), table_of(table), prev)
         return project(self.linears[k], self.depformer(x, store, step=k)).view(1, -1)

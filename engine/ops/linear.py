@@ -8,12 +8,13 @@ import torch
 from torch.nn import functional as F
 
 from ..kernels import MAX_ROWS
-from ..kernels.operands import LEVELS, Int4Weight, Int8Weight
+from ..kernels.operands import LEVELS, Int4Weight, Int8Rows, Int8Weight
 from . import dispatch
 
-__all__ = ["LEVELS", "ZERO_TOKEN", "Int4Weight", "Int8Weight", "Weight", "dequantized", "embedding", "linear",
-           "linear_embed", "matmul"]
+__all__ = ["LEVELS", "ZERO_TOKEN", "Int4Weight", "Int8Rows", "Int8Weight", "Table", "Weight", "dequantized",
+           "embedding", "linear", "linear_embed", "matmul"]
 Weight = torch.Tensor | Int8Weight | Int4Weight
+Table = torch.Tensor | Int8Rows
 ZERO_TOKEN = -1
 """A token that contributes a zero embedding (the reference's `zero_token_id`; the fused
 kernel's embedding epilogue reads -1 alike)."""
@@ -49,17 +50,22 @@ def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
     return fused_linear(x.reshape(rows, -1), w).view(*x.shape[:-1], -1)
 
 
-def embedding(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Rows of table [V, d] for tokens [...]: the zero row for ZERO_TOKEN."""
-    y = F.embedding(tokens.clamp(min=0), table)
+def embedding(table: Table, tokens: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Rows of table [V, d] for tokens [...]: the zero row for ZERO_TOKEN. An Int8Rows table's
+    rows are q * scale in fp32, rounded once to `dtype` (the activations'; None: left in fp32)."""
+    rows = tokens.clamp(min=0)
+    if isinstance(table, Int8Rows):
+        y = (table.q[rows] * table.scale[rows].unsqueeze(-1)).to(dtype)  # promoted to fp32: q exactly
+    else:
+        y = F.embedding(rows, table)
     return torch.where((tokens == ZERO_TOKEN).unsqueeze(-1), torch.zeros((), dtype=y.dtype, device=y.device), y)
 
 
-def linear_embed(x: torch.Tensor, w: Weight, table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+def linear_embed(x: torch.Tensor, w: Weight, table: Table, token: torch.Tensor) -> torch.Tensor:
     """x [1, 1, K] @ w.T plus the embedding row of `token` ([1] int64 on the device), [1, 1, N]:
     on CUDA one kernel (the row added in the product's epilogue)."""
     if dispatch.use_triton(x):
         from ..kernels.fused_linear import linear_embed as fused
 
         return fused(x.view(1, -1), w, table, token).view(1, 1, -1)
-    return linear(x, w) + embedding(table, token).view(1, 1, -1)
+    return linear(x, w) + embedding(table, token, x.dtype).view(1, 1, -1)

@@ -7,6 +7,7 @@ best configuration's time and its effective bandwidth; writes everything as JSON
 
     python -m tests.gpu.bench_linear OUT.json          # bf16 / fp32 weights
     python -m tests.gpu.bench_linear OUT.json --int8   # the LM's shapes with int8 weights
+    python -m tests.gpu.bench_linear OUT.json --int4   # and with int4 weights (engine.quant4)
 """
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ INT8_CONFIGS = [fused_linear._Config(bn, bk, w, 3)
 """Int8 tiles: every program reads the whole input row besides its weight rows, so with int8
 weights (half the bytes per row) more rows per program keep the input's share of the traffic
 down; the accumulator [BN, BK] bounds BN * BK."""
+INT4_SHAPES = INT8_SHAPES + ["temporal out", "depformer ffn out"]
+INT4_CONFIGS = [fused_linear._Config(bn, bk, w, 3)
+                for (bn, bk), w in itertools.product(((2, 4096), (4, 2048), (4, 4096), (8, 1024), (8, 2048),
+                                                      (8, 4096), (16, 512), (16, 1024), (16, 2048), (32, 512),
+                                                      (32, 1024)), (4, 8))]
+"""Int4 tiles: a quarter of bf16's bytes per weight; a chunk reduces to one sum per group,
+so tall tiles fit in registers and share the input row's loads among more output rows."""
 CALLS = 24
 L2_BYTES = 256 << 20
 
@@ -58,30 +66,40 @@ def _time(fn, weights, x) -> float:
     return replay_ms(calls, 10) / 1000 / CALLS
 
 
-def _weights(N: int, K: int, dtype: torch.dtype, int8: bool, copies: int) -> list:
+def _weights(N: int, K: int, dtype: torch.dtype, kind: str, copies: int) -> list:
     from engine.kernels.operands import Int8Weight
     from engine.quant import quantize_rows
+    from engine.quant4 import quantize_groups
 
-    if not int8:
-        return [torch.randn(N, K, device="cuda").to(dtype) for _ in range(copies)]
-    return [Int8Weight(*quantize_rows(torch.randn(N, K, device="cuda"))) for _ in range(copies)]
+    if kind == "int4":
+        return [quantize_groups(torch.randn(N, K, device="cuda")) for _ in range(copies)]
+    if kind == "int8":
+        return [Int8Weight(*quantize_rows(torch.randn(N, K, device="cuda"))) for _ in range(copies)]
+    return [torch.randn(N, K, device="cuda").to(dtype) for _ in range(copies)]
 
 
-def main(path: str, int8: bool = False) -> None:
+def _dense(w) -> torch.Tensor:
+    from engine.kernels.operands import Int4Weight, Int8Weight
     from engine.quant import dequantize
+    from engine.quant4 import dequantize4
 
+    return dequantize4(w) if isinstance(w, Int4Weight) else dequantize(w) if isinstance(w, Int8Weight) else w
+
+
+def main(path: str, kind: str = "float") -> None:
     results = {}
-    shapes, configs = (INT8_SHAPES, INT8_CONFIGS) if int8 else (list(SHAPES), CONFIGS)
+    shapes, configs = {"int8": (INT8_SHAPES, INT8_CONFIGS), "int4": (INT4_SHAPES, INT4_CONFIGS)}.get(
+        kind, (list(SHAPES), CONFIGS))
     for name in shapes:
         N, K, dtype = SHAPES[name]
-        nbytes = N * K * (1 if int8 else dtype.itemsize)
-        copies = max(2, min(CALLS, -(-L2_BYTES // nbytes)))
-        weights = _weights(N, K, dtype, int8, copies)
+        nbytes = N * K * {"int8": 1, "int4": 0.5}.get(kind, dtype.itemsize)
+        copies = max(2, min(CALLS, -(-L2_BYTES // int(nbytes))))
+        weights = _weights(N, K, dtype, kind, copies)
         x = torch.randn(1, K, device="cuda").to(dtype)
-        dense = [dequantize(w).to(dtype) for w in weights[:2]] if int8 else weights
+        dense = [_dense(w).to(dtype) for w in weights[:2]] if kind != "float" else weights
         # torch's product on float weights of the same shape: what the bf16 path costs
         row = {"torch_s": _time(lambda a, w: F.linear(a, w), dense, x), "configs": {}}
-        ref = F.linear(x.double(), (dequantize(weights[0]) if int8 else weights[0]).double())
+        ref = F.linear(x.double(), _dense(weights[0]).double())
         for cfg in configs:
             if cfg.bk > triton_next_pow2(K):
                 continue
@@ -97,7 +115,7 @@ def main(path: str, int8: bool = False) -> None:
         results[name] = row
         print(f"{name:18s} N={N:6d} K={K:6d}: torch {row['torch_s'] * 1e6:7.1f} us, best {best} "
               f"{timed[best]['s'] * 1e6:7.1f} us ({nbytes / timed[best]['s'] / 1e12:.2f} TB/s of "
-              f"{'int8' if int8 else 'float'} weights)", flush=True)
+              f"{kind} weights)", flush=True)
         del weights, dense
         torch.cuda.empty_cache()
     with open(path, "w") as f:
@@ -109,5 +127,6 @@ def triton_next_pow2(n: int) -> int:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--int8"]
-    main(args[0] if args else "bench_linear.json", int8="--int8" in sys.argv)
+    args = [a for a in sys.argv[1:] if a not in ("--int8", "--int4")]
+    main(args[0] if args else "bench_linear.json",
+         kind="int8" if "--int8" in sys.argv else "int4" if "--int4" in sys.argv else "float")

@@ -19,8 +19,8 @@ FRAMES = 60
 PERSONA = Persona("DEMO", "Be brief.")
 
 
-@pytest.fixture(scope="module", params=[(torch.float32, "bf16"), (torch.bfloat16, "bf16"), (torch.bfloat16, "int8")],
-                ids=["fp32", "bf16", "bf16-int8"])
+@pytest.fixture(scope="module", params=[(torch.float32, "bf16"), (torch.bfloat16, "bf16"), (torch.bfloat16, "int8"),
+                                        (torch.bfloat16, "int4")], ids=["fp32", "bf16", "bf16-int8", "bf16-int4"])
 def model(request):
     dtype, weights = request.param
     return load_model("demo", device="cuda", dtype=dtype, weights=weights)
