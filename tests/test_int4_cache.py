@@ -241,8 +241,8 @@ def test_the_library_says_what_int4_downloads_keeps_and_removes(hub, tmp_path, m
     client.download(plan_download(client, BF16, "bf16", "cpu").remote)
     entry = next(e for e in list_models(cache) if e.name == BF16)
     assert entry.int4_copies == () and entry.lm_weights == "bf16"
-    assert entry.int4_note == f"int4: its bf16 files; they are quantized to int4 once, on the first int4 load, " \
-                              f"and the int4 copy kept in {copies_folder()}"
+    assert entry.int4_note == (f"int4: from its bf16 files, quantized once on the first int4 load and kept in "
+                               f"{copies_folder()}")
     load_model(BF16, weights="int4")
     load_model("demo", weights="int4")  # another model's copy, which stays
     entry = next(e for e in list_models(cache) if e.name == BF16)
@@ -281,7 +281,7 @@ def test_the_window_says_where_the_copy_is_and_removes_it(qtbot, tmp_path, monke
     qtbot.waitUntil(lambda: BF16 in picker.entries, timeout=30_000)
     picker.select(BF16)
     picker.weights.setCurrentIndex(picker.weights.findData("int4"))
-    assert "on the first int4 load, and the int4 copy kept in" in picker.about.text()
+    assert "quantized once on the first int4 load and kept in" in picker.about.text()
     with qtbot.waitSignal(window.models.ready, timeout=120_000):
         picker.action_button.click()
     copy = only_copy()

@@ -57,7 +57,8 @@ class ModelEntry:
         if self.int4_copies:
             kept = "; ".join(f"{size_text(c.size_on_disk)} at {c.path}" for c in self.int4_copies)
             return f"int4: quantized once from its {self.lm_weights} files and kept: {kept}"
-        return f"int4: its {self.lm_weights} files; {int4_kept_text()}"
+        return (f"int4: from its {self.lm_weights} files, quantized once on the first int4 load and kept in "
+                f"{copies_folder()}")
 
 
 def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEntry]:
