@@ -20,7 +20,7 @@ from engine import SAMPLE_RATE as ENGINE_RATE
 
 from . import audio_devices
 from .audio_devices import AudioDevice, sd
-from .echo_cancel import APM_RATE, EchoCanceller, EchoSettings, EchoState
+from .echo_cancel import APM_RATE, EchoCanceller, EchoSettings, EchoState, ForecastStream
 from .ring_buffer import SpscRing
 
 
@@ -48,6 +48,17 @@ class AudioCounters:
     dropped_input_s: float    # microphone audio dropped to keep latency bounded
     dropped_output_s: float   # model audio that did not fit the speaker queue
     input_backlog_s: float    # microphone audio waiting when the engine took its last frame
+
+
+def echo_batch_due(echo: EchoCanceller, resampler: ForecastStream, pending: int, available: int) -> bool:
+    """With echo cancellation on, the microphone's audio waits in its ring until it could
+    complete the next frame: the canceller then runs about once a frame instead of at every
+    poll, each call starting with cold caches. The resamplers give their output in blocks (the
+    48-to-24 kHz one 35 ms at a time), so whether a call would complete the frame is forecast
+    from what each holds (`pending`: engine-rate samples waiting; `available`: the ring's);
+    the forecast never falls short, so no frame waits longer than with a call at every poll."""
+    missing = FRAME_SIZE - pending
+    return missing <= 0 or resampler.most(echo.most_out(available)) >= missing
 
 
 class _StreamWatch:
@@ -104,7 +115,7 @@ class AudioLink:
         self._mic_t0: float | None = None
         self._speaker_t0: float | None = None
         self._echo: EchoCanceller | None = None
-        self._echo_resampler: soxr.ResampleStream | None = None
+        self._echo_resampler: ForecastStream | None = None
         self._echo_wanted: EchoSettings | None = echo or EchoSettings()  # applied by the engine thread
         self._gain = 1.0  # the speaker's volume (0 when muted): what is played is what the canceller hears
         self._output_dbfs = -120.0
@@ -212,13 +223,7 @@ class AudioLink:
         return frame
 
     def _echo_batch_due(self) -> bool:
-        """With echo cancellation on, the microphone's audio waits in its ring until it could
-        complete the next frame (less the under-10 ms chunk the canceller may hold): the
-        canceller then runs once or twice a frame instead of at every poll, each call starting
-        with cold caches. It never waits longer than the frame needs (the resamplers' lag
-        only asks for more input), so it adds no latency."""
-        lacking_s = (FRAME_SIZE - len(self._pending)) / ENGINE_RATE - 0.01
-        return self._in_ring.available() >= lacking_s * self._in_rate
+        return echo_batch_due(self._echo, self._echo_resampler, len(self._pending), self._in_ring.available())
 
     def write_frame(self, pcm: np.ndarray) -> None:
         pcm = np.asarray(pcm, dtype=np.float32) * self._gain
@@ -248,7 +253,7 @@ class AudioLink:
             return
         # New resamplers too: the microphone's path starts over at the rate it now carries.
         self._echo = EchoCanceller(wanted, self._in_rate, self._out_rate) if wanted.any else None
-        self._echo_resampler = soxr.ResampleStream(APM_RATE, ENGINE_RATE, 1, dtype="float32") if wanted.any else None
+        self._echo_resampler = ForecastStream(APM_RATE, ENGINE_RATE) if wanted.any else None
         self._in_resampler = soxr.ResampleStream(self._in_rate, ENGINE_RATE, 1, dtype="float32")
 
     def problem(self) -> str | None:

@@ -131,6 +131,51 @@ class _Module:
             self._lib.livekit_ffi_drop_handle(handle)
 
 
+class ForecastStream:
+    """A soxr stream (mono float32) that also says the most that more input could bring out.
+
+    soxr gives its output in blocks (48 to 24 kHz: 830 samples; 44.1 to 48 kHz: 889-893): a
+    call brings out nothing until what the stream holds (its delay() plus the new input, in
+    output samples) reaches a threshold, then a block for each time it does, keeping less than
+    the threshold. The threshold is learnt as the most ever kept and the blocks' sizes from the
+    outputs, each with a margin, so the forecast does not fall short of a call's output; until
+    a block has come out, or after soxr breaks the rule, it forecasts everything held."""
+
+    MARGIN = 2.0  # output samples: soxr's threshold moves by a fraction of one with the phase
+    SPREAD = 0.005  # the least relative margin on a block's size (a non-integer ratio varies it)
+
+    def __init__(self, in_rate: int, out_rate: int):
+        self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32")
+        self._ratio = out_rate / in_rate
+        self._held = self._stream.delay()
+        self._threshold = 0.0
+        self._blocks: tuple[int, int] | None = None  # the smallest and largest single block seen
+
+    def most(self, samples: int) -> float:
+        """The most output `samples` more input could bring out now."""
+        held = self._held + samples * self._ratio
+        if not samples or held < self._threshold - self.MARGIN:
+            return 0.0
+        if self._blocks is None:
+            return held
+        spread = max(self.SPREAD, self._blocks[1] / self._blocks[0] - 1)
+        blocks = (held - self._threshold + self.MARGIN) // (self._blocks[0] * (1 - spread)) + 1
+        return min(held, blocks * self._blocks[1] * (1 + spread))
+
+    def resample_chunk(self, samples: np.ndarray) -> np.ndarray:
+        forecast = self.most(len(samples))
+        out = self._stream.resample_chunk(samples)
+        self._held = self._stream.delay()
+        if len(out) > forecast:  # soxr broke the rule: forecast everything held until relearnt
+            self._threshold, self._blocks = 0.0, None
+        elif len(out):
+            least = min(self._blocks[0], len(out)) if self._blocks else len(out)
+            single = [size for size in (*(self._blocks or ()), len(out)) if size < 1.5 * least]
+            self._blocks = least, max(single)
+        self._threshold = max(self._threshold, self._held)  # what is left is below it
+        return out
+
+
 def _to_int16(samples: np.ndarray, out: np.ndarray) -> None:
     """`samples` (float32, full scale 1.0) rounded and clipped into `out` (int16, same shape).
     Clipping to whole numbers before rounding gives what rounding first does."""
@@ -140,7 +185,7 @@ def _to_int16(samples: np.ndarray, out: np.ndarray) -> None:
 
 
 def _mean_squares(rows: np.ndarray) -> list[float]:
-    return (np.add.reduce(np.square(rows), axis=1) / rows.shape[1]).tolist()
+    return (np.einsum("ij,ij->i", rows, rows) / rows.shape[1]).tolist()  # one pass, no squared copy
 
 
 class EchoCanceller:
@@ -157,7 +202,7 @@ class EchoCanceller:
     def __init__(self, settings: EchoSettings, mic_rate: int, speaker_rate: int):
         self.settings = settings
         self._apm = _Module(settings)
-        self._mic_rs = None if mic_rate == APM_RATE else soxr.ResampleStream(mic_rate, APM_RATE, 1, dtype="float32")
+        self._mic_rs = None if mic_rate == APM_RATE else ForecastStream(mic_rate, APM_RATE)
         self._far_rs = (None if speaker_rate == APM_RATE
                         else soxr.ResampleStream(speaker_rate, APM_RATE, 1, dtype="float32"))
         self._near = np.zeros(0, np.float32)  # less than a chunk, at APM_RATE
@@ -201,6 +246,12 @@ class EchoCanceller:
             out = self._cancel(near)
         self._spent += time.thread_time() - started
         return out
+
+    def most_out(self, samples: int) -> int:
+        """The most processed samples (at APM_RATE) that `samples` more microphone samples
+        could bring out now: never fewer than process() will return for them."""
+        new = samples if self._mic_rs is None else self._mic_rs.most(samples)
+        return int(len(self._near) + new) // CHUNK * CHUNK
 
     def _cancel(self, near: np.ndarray) -> np.ndarray:
         far = self._far_ready()

@@ -9,8 +9,12 @@ real time (the bench's signals, at the device rate) and sums time.thread_time() 
 add_played / process call, i.e. everything the canceller does (resampling, conversions, the
 module), per 80 ms of microphone audio:
 
-- poll_10ms: a poll every 10 ms, as tests/test_app_echo_loop.py drives AudioLink;
-- poll_4ms: a poll every 4 ms, as the app's conversation loop does (app/conversation.py);
+- poll_10ms: a poll every 10 ms, as tests/test_app_echo_loop.py drives AudioLink, the canceller
+  run only when AudioLink would run it (app.audio_io.echo_batch_due: when the call could
+  complete the next 24 kHz frame, the resampler to the engine's rate included);
+- poll_4ms: the same with a poll every 4 ms, as the app's conversation loop does (app/conversation.py);
+- every_poll_10ms: a poll every 10 ms, the canceller run at each poll that brought microphone
+  audio (what batching saves);
 - per_frame: the canceller called once per 80 ms with the whole frame's audio;
 - unpaced: 80 ms blocks back to back, no sleeping: the processing alone, caches warm.
 
@@ -33,7 +37,9 @@ import numpy as np
 import soxr
 
 from app import echo_cancel
-from app.echo_cancel import EchoCanceller, EchoSettings
+from app.audio_io import ENGINE_RATE, echo_batch_due
+from app.echo_cancel import EchoCanceller, EchoSettings, ForecastStream
+from engine import FRAME_SIZE
 
 from .echo_options import make_signals
 
@@ -42,7 +48,8 @@ PLAYED_BLOCK_S = 0.0125  # what the speaker callback delivers each time here (55
 MIC_BLOCK_S = 0.015  # the microphone callback's block (about 660 samples at 44.1 kHz)
 SPEAKER_LEAD_S = 0.1  # the speaker's callback runs this far ahead of what it plays
 CONVERGED_S = 2.0
-MODES = {"poll_10ms": 0.010, "poll_4ms": 0.004, "per_frame": FRAME_S, "unpaced": None}
+MODES = {"poll_10ms": (0.010, True), "poll_4ms": (0.004, True), "every_poll_10ms": (0.010, False),
+         "per_frame": (FRAME_S, False), "unpaced": (None, False)}  # (poll interval, batched as AudioLink)
 
 
 def device_signals(rate: int, seconds: float) -> tuple[np.ndarray, np.ndarray]:
@@ -54,9 +61,10 @@ def device_signals(rate: int, seconds: float) -> tuple[np.ndarray, np.ndarray]:
     return far[:n].astype(np.float32), mic[:n].astype(np.float32)
 
 
-def run_mode(poll_s: float | None, far: np.ndarray, mic: np.ndarray, rate: int) -> dict:
+def run_mode(poll_s: float | None, batched: bool, far: np.ndarray, mic: np.ndarray, rate: int) -> dict:
     """One replay; both streams' first samples at time 0 (the echo is 60 ms later in `mic`)."""
     canceller = EchoCanceller(EchoSettings(), rate, rate)
+    resampler, pending = ForecastStream(echo_cancel.APM_RATE, ENGINE_RATE), 0  # to 24 kHz, as AudioLink
     played_block, mic_block = round(PLAYED_BLOCK_S * rate), round(MIC_BLOCK_S * rate)
     frame = round(FRAME_S * rate)
     played = given = 0
@@ -68,14 +76,21 @@ def run_mode(poll_s: float | None, far: np.ndarray, mic: np.ndarray, rate: int) 
             played_due = min(len(far), mic_due + round(SPEAKER_LEAD_S * rate))
         else:
             now = time.perf_counter() - started
+            if now * rate > len(mic) + frame:  # the last frame's audio will not complete a frame
+                break
             mic_due = min(len(mic), int(now * rate) // mic_block * mic_block)
             played_due = min(len(far), int((now + SPEAKER_LEAD_S) * rate) // played_block * played_block)
+            if batched and not echo_batch_due(canceller, resampler, pending, mic_due - given):
+                time.sleep(poll_s)
+                continue
         began = time.thread_time()
         canceller.add_played(far[played:played_due], 0.0)
         if mic_due > given:
             out.append(canceller.process(mic[given:mic_due], 0.0))
             calls += 1
         cpu += time.thread_time() - began
+        if mic_due > given:
+            pending = (pending + len(resampler.resample_chunk(out[-1]))) % FRAME_SIZE
         played, given = played_due, mic_due
         if poll_s is not None:
             time.sleep(poll_s if poll_s < FRAME_S else max(0.0, started + given / rate - time.perf_counter()))
@@ -83,7 +98,7 @@ def run_mode(poll_s: float | None, far: np.ndarray, mic: np.ndarray, rate: int) 
     skip_in, skip_out = int(CONVERGED_S * rate), int(CONVERGED_S * echo_cancel.APM_RATE)
     erle = 10 * np.log10(np.mean(np.square(mic[skip_in:], dtype=np.float64))
                          / (np.mean(np.square(out[skip_out:], dtype=np.float64)) + 1e-20))
-    frames = len(mic) / frame
+    frames = given / frame
     return {"ms_per_frame": 1000 * cpu / frames, "canceller_ms_per_frame": canceller.state().ms_per_frame,
             "calls_per_frame": calls / frames, "erle_db": float(erle)}
 
@@ -92,8 +107,8 @@ def measure(seconds: float, rounds: int, rate: int) -> dict:
     far, mic = device_signals(rate, seconds)
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for _ in range(rounds):
-        for mode, poll_s in MODES.items():
-            runs[mode].append(run_mode(poll_s, far, mic, rate))
+        for mode, (poll_s, batched) in MODES.items():
+            runs[mode].append(run_mode(poll_s, batched, far, mic, rate))
     summary = {}
     for mode, results in runs.items():
         cpu = [r["ms_per_frame"] for r in results]
