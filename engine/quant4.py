@@ -2,7 +2,7 @@
 holds them, and quantizing a float or q8 checkpoint into it.
 
 The format (`model.int4.safetensors`, metadata `{"format": "duplexcadence-int4",
-"group_size": "64", "embeddings": "int8"}`): every linear weight `P` [N, K] of the LM (what
+"group_size": "64", "embeddings": "int8", "quantizer": "1"}`): every linear weight `P` [N, K] of the LM (what
 engine.quant's `linear_weight_names` names, as int8 quantizes) is stored as
 
 - `P`: uint8 [N, K/2], two weights a byte: weight k = 2j in the low nibble of byte j, weight
@@ -57,10 +57,10 @@ SCALE = INT4_SCALE
 SCALE_DTYPE = torch.bfloat16
 ROW_SCALE = INT8_ROW_SCALE
 EMBEDDINGS = "int8"
-QUANTIZER = "1"
-"""The rounding's version (SHRINK and the scale search): made again when it changes, a kept
-int4 copy (engine.int4_kept) is not reused across it."""
 """The metadata's "embeddings": the tables' layout (absent in files from before they were int8)."""
+QUANTIZER = "1"
+"""The metadata's "quantizer": the rounding's version (SHRINK and the scale search), to be raised
+when it changes, so that a kept int4 copy (engine.int4_kept) is made again rather than reused."""
 _TABLE = re.compile(r"(emb|depformer_emb)\.\d+\.weight|(text_emb|depformer_text_emb)\.weight")
 """The LM's embedding tables by their official keys (engine.lm.moshi_lm's names): a checkpoint's
 keys say which of its tensors are tables with no module at hand (quantize_checkpoint4)."""
