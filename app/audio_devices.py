@@ -30,6 +30,12 @@ except OSError as exc:  # the PortAudio shared library is not installed
 
 SERVER_API = "PulseAudio"
 PULSE_PORTAUDIO_NAME = "pulse"  # the ALSA plugin device that talks to the sound server
+SERVER_RATE = 48000
+"""The rate a server device's streams open at. The ALSA plugin takes any rate and libpulse
+converts to the device's (PortAudio's 44.1 kHz for it is only the plugin's default): 48 kHz
+is PipeWire's own rate and PulseAudio's alternate one, to which an idle sink switches for a
+48 kHz stream, so the audio usually reaches the card unconverted; it is the echo canceller's
+rate (no resampling before or after it) and twice the engine's."""
 # Each platform's modern host API. Windows also offers every device through MME, DirectSound
 # and WDM-KS: the same device up to four times, under truncated names. WASAPI has full names
 # and the lowest shared-mode latency.
@@ -74,11 +80,7 @@ def list_devices(kind: str) -> list[AudioDevice]:
     if pulse is not None:
         server_devices = sound_server.list_devices(kind)
         if server_devices:
-            # The plugin takes any rate and libpulse converts to the device's; PortAudio's
-            # choice for it will do (pulsectl's sample_spec is read after libpulse freed it:
-            # the device's own rate comes out as garbage).
-            rate = int(pulse["default_samplerate"])
-            return [AudioDevice(index=pulse["index"], name=d.description, host_api=SERVER_API, sample_rate=rate,
+            return [AudioDevice(index=pulse["index"], name=d.description, host_api=SERVER_API, sample_rate=SERVER_RATE,
                                 is_default=d.is_default, server_name=d.name, kind=kind)
                     for d in server_devices]
     return _portaudio_devices(kind)

@@ -2,7 +2,7 @@
 driven the way the live loop drives it.
 
 The engine thread polls the audio rings every few milliseconds and hands the canceller whatever
-PortAudio delivered since (played audio in 12.5 ms blocks and microphone audio in 15 ms blocks
+PortAudio delivered since (played and microphone audio in 12.5 ms blocks each
 on the PulseAudio-backed devices here). Between polls it sleeps, so each call starts with cold
 caches, which costs more than the work itself on a shared machine. Each mode replays that in
 real time (the bench's signals, at the device rate) and sums time.thread_time() around every
@@ -21,7 +21,7 @@ module), per 80 ms of microphone audio:
 The modes take turns, ROUNDS times (the machine's other load moves single runs); the minimum and
 the median go into the JSON. ERLE (from 2 s on) shows each run really cancelled the echo.
 
-    python3 -m bench.echo_cpu OUT.json [--seconds 8] [--rounds 3] [--rate 44100]
+    python3 -m bench.echo_cpu OUT.json [--seconds 8] [--rounds 3] [--rate 48000]
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ from engine import FRAME_SIZE
 from .echo_options import make_signals
 
 FRAME_S = 0.08
-PLAYED_BLOCK_S = 0.0125  # what the speaker callback delivers each time here (551 samples at 44.1 kHz)
-MIC_BLOCK_S = 0.015  # the microphone callback's block (about 660 samples at 44.1 kHz)
+PLAYED_BLOCK_S = 0.0125  # what the speaker callback delivers each time here (600 samples at 48 kHz)
+MIC_BLOCK_S = 0.0125  # the microphone callback's block, the same here
 SPEAKER_LEAD_S = 0.1  # the speaker's callback runs this far ahead of what it plays
 CONVERGED_S = 2.0
 MODES = {"poll_10ms": (0.010, True), "poll_4ms": (0.004, True), "every_poll_10ms": (0.010, False),
@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path, help="the JSON file to write")
     parser.add_argument("--seconds", type=float, default=8.0, help="audio per run (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per mode, taking turns (default 3)")
-    parser.add_argument("--rate", type=int, default=44100, help="the devices' rate (default 44100, as here)")
+    parser.add_argument("--rate", type=int, default=48000,
+                        help="the devices' rate (default 48000, app.audio_devices.SERVER_RATE)")
     args = parser.parse_args(argv)
     source = Path(echo_cancel.__file__)
     load = os.getloadavg()
