@@ -114,6 +114,17 @@ class Adapter(Protocol):
         """x [rows, in] of projection `target` ("qkv", "out", "ffn_in", "ffn_out") of layer
         `layer`: adds the correction to its output y [rows, out] in place."""
 
+    def lora(self, target: str, layer: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """(A [rank, in], B [out, rank], scale) of projection `target` of layer `layer`, which
+        add_delta adds as (x @ A.T) @ (scale * B).T: what the fused layers take."""
+
+
+def _lora(adapter: Adapter | None, target: str, layer: int) -> fused.Lora | None:
+    """The adapter's correction of one projection as the fused products take it."""
+    if adapter is None or not adapter.adapts(target):
+        return None
+    return fused.Lora(*adapter.lora(target, layer), adapter.rows)
+
 
 def _adapted(y: torch.Tensor, x: torch.Tensor, adapter: Adapter | None, target: str, layer: int) -> torch.Tensor:
     """y = a projection of x [1, T, in]; the adapter's rows corrected. Rows before them are untouched."""
@@ -203,30 +214,37 @@ class Layer(nn.Module):
         """x [1, T, d] -> [1, T, d]: as fused products when the step is (`pos.fused`), otherwise
         as the torch formulas; the two compute the same layer."""
         if pos.fused:
-            return self._fused(x, pos.first, store, step)
+            return self._fused(x, pos.first, store, step, adapter)
         x = x + self._scaled(1, self.self_attn(self.norm1(x), pos, store, step, adapter))
         return x + self._scaled(2, self._ffn(self.norm2(x), step, adapter))
 
-    def _fused(self, x: torch.Tensor, first: torch.Tensor, store: Store, step: int) -> torch.Tensor:
-        """The layer (streaming, no adapter) in five products with the elementwise work fused
-        into them, plus the attention, over x's rows [T, d]."""
-        c, attn = self.cfg, self.self_attn
+    def _fused(self, x: torch.Tensor, first: torch.Tensor, store: Store, step: int,
+               adapter: Adapter | None) -> torch.Tensor:
+        """The layer (streaming) in five products with the elementwise work and the adapter's
+        corrections fused into them (the same projections `forward` corrects), plus the
+        attention, over x's rows [T, d]."""
+        c, attn, i = self.cfg, self.self_attn, self.self_attn.index
         shape, x = x.shape, x.reshape(x.shape[1], -1)
         if x.stride(1) != 1:  # Mimi's [1, C, T] latents arrive transposed
             x = x.contiguous()
         w_in, w_out = attn.weights(step)
         coef = coefficient(c.head_dim, c.max_period) if c.rope else None
         kv = store[attn.kv_region][:, attn.index]
-        q = fused.qkv_into_ring(x, w_in, _norm_spec(self.norm1), first, kv, c.num_heads, coef)
+        q = fused.qkv_into_ring(x, w_in, _norm_spec(self.norm1), first, kv, c.num_heads, coef,
+                                _lora(adapter, "qkv", i))
         a = ring_attention(q, kv, first, x.shape[0], c.context)  # [1, H, T, D] over [T, H, D]
-        x = fused.linear(a[0].transpose(0, 1).reshape(x.shape), w_out, residual=x, scale=self._scale(1))
+        x = fused.linear(a[0].transpose(0, 1).reshape(x.shape), w_out, residual=x, scale=self._scale(1),
+                         lora=_lora(adapter, "out", i))
         if c.gating == "none":
             h = fused.linear(x, self.linear1.weight, norm=_norm_spec(self.norm2))
             x = fused.linear(h, self.linear2.weight, act="gelu", residual=x, scale=self._scale(2))
         else:
             ffn = self.gating[step] if c.weights_per_step else self.gating
-            h = fused.linear(x, weight_of(ffn.linear_in), norm=_norm_spec(self.norm2))
-            x = fused.linear(h, weight_of(ffn.linear_out), act="silu_gate", residual=x, scale=self._scale(2))
+            ffn_adapter = None if c.weights_per_step else adapter  # as _ffn: per-step FFNs are not corrected
+            h = fused.linear(x, weight_of(ffn.linear_in), norm=_norm_spec(self.norm2),
+                             lora=_lora(ffn_adapter, "ffn_in", i))
+            x = fused.linear(h, weight_of(ffn.linear_out), act="silu_gate", residual=x, scale=self._scale(2),
+                             lora=_lora(ffn_adapter, "ffn_out", i))
         return x.view(shape)
 
     def _scale(self, which: int) -> torch.Tensor | None:
@@ -272,7 +290,7 @@ class StreamingTransformer(nn.Module):
         else:
             first, ring = store[self.pos_region], store[self.kv_region].shape[0]
         # The one choice of the step's computation (engine.ops.fused): every layer follows it.
-        fuses = fused.fuses(x, self.cfg.head_dim, streaming=store is not None, adapted=adapter is not None)
+        fuses = fused.fuses(x, self.cfg.head_dim, streaming=store is not None)
         pos = StepPositions.at(first, x.shape[1], self.cfg, ring, fuses)
         for layer in self.layers:
             x = layer(x, pos, store, step, adapter)

@@ -17,8 +17,12 @@ import shutil
 
 MAX_ROWS = 8
 """Rows (positions) up to which a matrix product runs as the fused kernel (fused_linear.py)."""
-TRITON_MAX_T = 16
-"""Queries per step up to which ring attention runs as the split-K kernel (ring_attention_triton.py)."""
+MAX_WAKE_ROWS = 32
+"""Rows up to which a product runs as the many-row kernel (rows_linear.py): a DiffuPlex wake's
+catch-up + current + K future positions, 2K + 1 rows up to K = 15."""
+TRITON_MAX_T = 32
+"""Queries per step up to which ring attention runs as the split-K kernel (ring_attention_triton.py):
+as many as a wake's rows (its grid has one program per query; nothing in it bounds T)."""
 MAX_VOCAB = 4096
 """Vocabularies up to which top-k sampling runs as one kernel (topk_sampling.py)."""
 DISABLE_ENV = "DUPLEXCADENCE_TORCH_KERNELS"

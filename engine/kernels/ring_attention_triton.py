@@ -1,4 +1,4 @@
-"""Split-K ("flash-decoding") ring attention in Triton, for few queries (T <= 16).
+"""Split-K ("flash-decoding") ring attention in Triton, for few queries (T <= TRITON_MAX_T).
 
 Keys are counted by age (0 = the newest entry, position pos + T - 1). The query at
 pos + t sees exactly the ages [T-1-t, min(live, T-1-t + context)), where live is the

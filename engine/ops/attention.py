@@ -11,7 +11,7 @@ One function serves the eager and the graph-replayed paths, so switching CUDA gr
 or off never changes a bit. The valid length comes from `pos`, a device tensor, never
 from the host: one captured graph serves every frame, and nothing syncs.
 
-- CUDA (T <= TRITON_MAX_T = 16): a Triton split-K kernel that visits exactly the keys any
+- CUDA (T <= TRITON_MAX_T = 32): a Triton split-K kernel that visits exactly the keys any
   query can see (engine/kernels/ring_attention_triton.py).
 - Otherwise (`torch_ring_attention`): torch ops over the whole ring at a fixed shape, with every slot that holds no
   live key redirected to slot 0 (always written once anything is) and masked out, so no

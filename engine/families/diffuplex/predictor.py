@@ -85,6 +85,12 @@ class _Rows:
             b = b * p.scale
         y.addmm_((x.to(a.dtype) @ a.T).to(y.dtype), b.T.to(y.dtype))  # two kernels per target
 
+    def lora(self, target: str, layer: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """(A [rank, in], B [out, rank], scale) of `target` in `layer`: what the fused layers
+        compute add_delta's correction from, inside the product's kernels."""
+        p = self.predictor
+        return p.lora_a[target][layer], p.lora_b[target][layer], p.scale
+
 
 class Predictor(nn.Module):
     def __init__(self, spec: PredictorSpec, cfg: LMConfig):
