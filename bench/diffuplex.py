@@ -74,6 +74,13 @@ def _run(session, frames: np.ndarray, accept: int | None) -> dict:
             "wake_frame_p99_ms": float(np.percentile(total[woke], 99)), "wake_frame_max_ms": float(total[woke].max())}
 
 
+def _progress(label: str, run: dict) -> dict:
+    """Each run's figures as it ends (the whole table comes after the last)."""
+    print(f"{label}: Core LM {run['core_ms']:.2f} ms, LM {run['lm_ms']:.2f} ms, total {run['total_mean_ms']:.2f} ms "
+          f"a frame, {run['wakes']} wakes in {run['frames']} frames", flush=True)
+    return run
+
+
 def _implied(runs: list[dict], ar: dict, accepted: float) -> dict:
     """Ratios over AR at a mean accepted prefix `accepted`: wakes that play floor(accepted)
     and ceil(accepted) frames, mixed; per frame = (mean cost of a wake with what it plays) /
@@ -120,12 +127,12 @@ def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: 
                                 predictor=model_dir / "predictor.safetensors")
         report["prepare_s"] = seconds(session.prepare)
         report["prompts"] = {"voice_s": VOICE_S, "role": "the default role"}
-        ar = report["runs"]["ar"] = _run(session, pcm, None)
+        ar = report["runs"]["ar"] = _progress("ar", _run(session, pcm, None))
         for policy in ("listen", "speak"):
             runs = report["runs"][policy] = []
             for accept in range(block + 1):
                 session.set_options(RuntimeOptions(seed=seed, policy=policy, block=block))
-                runs.append(_run(session, pcm, accept))
+                runs.append(_progress(f"{policy} accepting {accept}", _run(session, pcm, accept)))
         report["graphs"] = len(session.runner.captured)
         report["peak_bytes"] = torch.cuda.max_memory_allocated() + session.store.mapped_bytes()
         session.close()

@@ -85,6 +85,29 @@ def test_products_with_a_residual_and_lora_rows_match_the_torch_formulas(rows, k
     _close(rows_linear.linear(x, w, residual=residual, scale=scale, lora=lora), residual + scale * y, dtype)
 
 
+@pytest.mark.parametrize("kind", ["float", "int8", "int4"])
+def test_few_outputs_split_k_and_sum_the_splits_in_order(kind, device):
+    """40 outputs of 2056 inputs: K is split (and the prologue and the LoRA's down-projection
+    too), the splits' partials summed by a second launch; equal to the torch formulas, and to
+    itself bit for bit."""
+    from engine.kernels import rows_linear
+
+    torch.manual_seed(11)
+    dtype, rows, n, k = torch.bfloat16, 17, 40, 2056
+    assert rows_linear._config(rows, n, k, dtype, 64 if kind == "int4" else None).split > 1
+    w = _weight(kind, n, k, dtype, device)
+    x = torch.randn(rows, k).to(dtype).to(device)
+    residual = torch.randn(rows, n).to(dtype).to(device)
+    lora = _lora(k, n, 8, dtype, device)
+    got = rows_linear.linear(x, w, residual=residual, lora=lora)
+    _close(got, residual + _corrected(matmul(x, w), x, lora), dtype)
+    assert torch.equal(rows_linear.linear(x, w, residual=residual, lora=lora), got)
+    gain = (torch.rand(k) + 0.5).to(dtype).to(device)  # the prologue's rows written span by span
+    h = rms_norm(x[None], gain, 1e-8)[0]
+    _close(rows_linear.linear(x, w, norm=Norm("rms", gain, None, 1e-8), lora=lora), _corrected(matmul(h, w), h, lora),
+           dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int4_rows_over_several_iterations_and_a_partial_last_group(dtype, device):
     """520 inputs: iterations of four groups, the last holding one group of 8 inputs and two
@@ -164,7 +187,8 @@ def test_a_wake_through_the_fused_layers_is_the_torch_layers_wake(future, device
     lm = lm.to(device=device, dtype=dtype)
     predictor = new_predictor(lm.cfg, block=future).to(device=device, dtype=dtype)
     for b in predictor.lora_b.values():
-        b.normal_(0, 0.3, generator=torch.Generator().manual_seed(5))  # untrained B is zero: no correction
+        # untrained B is zero: no correction (drawn on the CPU: the same values on CUDA)
+        b.copy_(torch.empty(b.shape).normal_(0, 0.3, generator=torch.Generator().manual_seed(5)))
     transformer, adapter = lm.transformer, predictor.at_last(future)
     gen = torch.Generator().manual_seed(7)
     history = torch.randn(1, 5, lm.cfg.dim, generator=gen).to(device=device, dtype=dtype)
