@@ -119,7 +119,7 @@ def _lead(x: torch.Tensor, k: int, norm: Norm | None, act: str | None, lora: Lor
             raise ValueError(f"rows linear: LoRA A {tuple(a.shape)} for {M} rows of {k} ({rows} corrected)")
     bk = min(512, triton.next_power_of_2(k))
     split = max(1, min(8, k // (2 * bk)))  # each row's K in spans: one program per row is latency bound
-    t = torch.empty(split, rows, rank, dtype=torch.float32, device=x.device)
+    t = torch.empty(split, rows, rank, dtype=torch.float32, device=x.device) if lora is not None else x[None]
     row0 = 0 if pro else first
     nw, nb, eps = _norm_args(norm, x)
     lead_kernel[(M - row0, split)](x, out, a, t, x.stride(0), out.stride(0), a.stride(0), t.stride(0), t.stride(1),
