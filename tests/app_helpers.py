@@ -43,3 +43,16 @@ def keep_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def load_selected(qtbot, window, picker) -> None:
+    """Press the picker's Load and wait for the model to be ready."""
+    with qtbot.waitSignal(window.models.ready, timeout=120_000):
+        picker.action_button.click()
+
+
+def removal_dialog(window, picker, name: str):
+    """Select `name` in the picker, press Remove: the confirmation it asks."""
+    picker.select(name)
+    picker.remove_button.click()
+    return window.library.last_dialog

@@ -10,7 +10,7 @@ from app.main_window import MainWindow
 from app.model_picker import ModelPicker
 from engine import PARTIAL, REMOTE, HubClient
 from engine.paths import LM_NAME
-from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)
+from tests.app_helpers import isolated_settings, keep_torch_threads, load_selected, removal_dialog  # noqa: F401  (fixture)
 from tests.hub_fixtures import BF16, GATED, GOOD_TOKEN, hub, q8_folder  # noqa: F401  (fixtures)
 
 
@@ -81,11 +81,8 @@ def test_remove_asks_then_frees_the_files(qtbot, window):
     assert f"{BF16} is loaded: cancel or load another model first" in window.message_bar.text()
     assert window.library.last_dialog is None
     picker.select("demo")
-    with qtbot.waitSignal(window.models.ready, timeout=120_000):
-        picker.action_button.click()
-    picker.select(BF16)
-    picker.remove_button.click()
-    dialog = window.library.last_dialog
+    load_selected(qtbot, window, picker)
+    dialog = removal_dialog(window, picker, BF16)
     assert dialog.isVisible() and BF16 in dialog.text()
     dialog.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: f"Removed {BF16}" in window.message_bar.text(), timeout=30_000)

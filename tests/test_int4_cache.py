@@ -31,7 +31,7 @@ from engine.int4_copies import LEFTOVER_S, copies_folder, header_metadata, kept_
 from engine.lm.loader import load_lm
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.q8_export import export_q8
-from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)
+from tests.app_helpers import isolated_settings, keep_torch_threads, load_selected, removal_dialog  # noqa: F401  (fixture)
 from tests.hub_fixtures import BF16, Q8, hub, q8_folder  # noqa: F401  (fixtures)
 from tests.test_cli_models import cli
 
@@ -288,11 +288,8 @@ def test_the_window_says_where_the_copy_is_and_removes_it(qtbot, tmp_path, monke
     kept = f"kept: {size_text(copy.size_on_disk)} at {copy.path}"
     qtbot.waitUntil(lambda: kept in picker.about.text(), timeout=30_000)
     picker.select("demo")
-    with qtbot.waitSignal(window.models.ready, timeout=120_000):
-        picker.action_button.click()
-    picker.select(BF16)
-    picker.remove_button.click()
-    dialog = window.library.last_dialog
+    load_selected(qtbot, window, picker)
+    dialog = removal_dialog(window, picker, BF16)
     assert f"and the int4 copy kept of them ({size_text(copy.size_on_disk)}, in {copy.path.parent})" in dialog.text()
     dialog.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: f"Removed {BF16}" in window.message_bar.text(), timeout=30_000)
