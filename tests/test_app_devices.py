@@ -12,7 +12,7 @@ from app import audio_devices
 from app.app_settings import AppSettings
 from app.audio_io import AudioConfig, AudioLink
 from app.device_picker import METER_FLOOR_DB, DevicePicker
-from app.echo_cancel import EchoSettings
+from app.echo_cancel import APM_RATE, EchoSettings
 from app.main_window import MainWindow
 from tests.app_helpers import isolated_settings
 from tests.audio_fixture import (
@@ -120,6 +120,15 @@ def test_a_stream_lands_on_the_chosen_device(plugged, kind, name):
     finally:
         stream.close()
     assert name not in plugged.stream_devices("sink" if kind == "output" else "source")
+
+
+@pytest.mark.audio
+def test_server_devices_open_at_the_echo_cancellers_rate(plugged):
+    """The sound server's devices open at 48 kHz, the canceller's own rate, so it resamples
+    neither the microphone nor the played audio (PortAudio's 44.1 kHz default for the plugin
+    made it resample both)."""
+    for kind in ("input", "output"):
+        assert {d.sample_rate for d in audio_devices.list_devices(kind)} == {APM_RATE}
 
 
 @pytest.mark.audio
