@@ -17,9 +17,10 @@ print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', tr
 } 2>&1 | tee "$OUT/env.txt"
 
 # One process per module: a CUDA fault is sticky and would fail every later test in its process.
+# The kernel tests that run under Triton's interpreter on the CPU run on CUDA here.
 tests=0
 : >"$OUT/gpu_tests.log"
-for module in tests/gpu/test_*.py; do
+for module in tests/gpu/test_*.py tests/test_int4.py tests/test_rows_linear.py; do
     "$PYTHON" -m pytest "$module" -q -rA -p no:cacheprovider 2>&1 | tee -a "$OUT/gpu_tests.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || tests=1
 done
