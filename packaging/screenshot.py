@@ -3,7 +3,9 @@
 the middle of a conversation with the demo model through real audio devices: the bundled
 speech played into a virtual microphone, the reply played to a virtual speaker (a private
 PulseAudio server, the one the tests use: tests/audio_fixture.py), with a USB headset's
-speaker and microphone plugged in beside its two virtual devices.
+speaker and microphone plugged in beside its two virtual devices, and the virtual speaker
+heard by the virtual microphone 60 ms later at about -13 dB, as loudspeakers are (the echo
+canceller removes it).
 
 Runs without a display (Qt's offscreen platform) and without touching the user's settings or
 sound server; needs what `bash packaging/test.sh` installs:
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         audio.start()
         audio.add_sink("usb_headset", "USB headset")
         audio.add_source("usb_headset_mic", "USB headset microphone")
+        audio.loop_speaker_into_microphone(60, "60%")  # loudspeakers: the echo canceller has work
         q = QSettings(str(Path(scratch) / "settings.ini"), QSettings.Format.IniFormat)
         q.setValue("recording/folder", str(Path(scratch) / "recordings"))
         settings = AppSettings(q)  # a first start: the headphones tip shows

@@ -123,7 +123,7 @@ class VirtualAudio:
                           "channels=1", f"description=\"{description}\"").strip()
 
     def unload(self, module_id: str) -> None:
-        """Unplug what `add_sink` / `add_source` plugged in."""
+        """Unplug what `add_sink` / `add_source` plugged in (or stop a loop)."""
         self.pactl("unload-module", module_id)
 
     def stream_devices(self, kind: str) -> list[str]:
@@ -133,6 +133,23 @@ class VirtualAudio:
                  for line in self.pactl("list", "short", f"{kind}s").splitlines()}
         streams = self.pactl("list", "short", "sink-inputs" if kind == "sink" else "source-outputs")
         return [names.get(line.split("\t")[1], "?") for line in streams.splitlines()]
+
+    def loop_speaker_into_microphone(self, delay_ms: int, volume: str) -> str:
+        """What the speaker plays reaches the microphone `delay_ms` later at `volume` (a
+        PulseAudio volume, "60%": about -13 dB), as a laptop's loudspeakers reach its
+        microphone; returns the module id that `unload` takes."""
+        module = self.pactl("load-module", "module-loopback", f"source={SPEAKER_SINK}.monitor",
+                            f"sink={MIC_SINK}", f"latency_msec={delay_ms}").strip()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            inputs = [line.split("\t") for line in self.pactl("list", "short", "sink-inputs").splitlines()]
+            loops = [fields[0] for fields in inputs if "loopback" in fields[3]]
+            if loops:
+                self.pactl("set-sink-input-volume", loops[0], volume)
+                return module
+            time.sleep(0.1)
+        self.unload(module)
+        raise RuntimeError("the loopback's stream did not appear")
 
     def play_into_microphone(self, wav: Path) -> subprocess.Popen:
         """Play a file into the virtual microphone (real-time paced)."""

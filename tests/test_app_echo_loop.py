@@ -21,7 +21,7 @@ from app import audio_devices
 from app.audio_io import ENGINE_RATE, AudioLink, echo_batch_due
 from app.echo_cancel import APM_RATE, CHUNK, EchoCanceller, EchoSettings, ForecastStream, _Module, _module
 from engine import FRAME_SIZE, SPEECH_SAMPLE, read_audio, split_frames
-from tests.audio_fixture import MIC_SINK, SPEAKER_SINK, virtual_audio  # noqa: F401  (a fixture)
+from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
 
 LOOP_DELAY_MS, LOOP_VOLUME = 60, "60%"  # PulseAudio's cubic volume: about -13 dB
 CONVERGED_S = 2.0
@@ -33,20 +33,9 @@ NEAR_TEXT = ("Hello there. I would like to know what the weather will be like to
 @pytest.fixture(scope="module")
 def room(virtual_audio):
     """The speaker's monitor looped into the microphone, delayed and attenuated."""
-    module = virtual_audio.pactl("load-module", "module-loopback", f"source={SPEAKER_SINK}.monitor",
-                                 f"sink={MIC_SINK}", f"latency_msec={LOOP_DELAY_MS}").strip()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        inputs = [line.split("\t") for line in virtual_audio.pactl("list", "short", "sink-inputs").splitlines()]
-        loops = [fields[0] for fields in inputs if "loopback" in fields[3]]
-        if loops:
-            virtual_audio.pactl("set-sink-input-volume", loops[0], LOOP_VOLUME)
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the loopback's stream did not appear")
+    module = virtual_audio.loop_speaker_into_microphone(LOOP_DELAY_MS, LOOP_VOLUME)
     yield virtual_audio
-    virtual_audio.pactl("unload-module", module)
+    virtual_audio.unload(module)
 
 
 @pytest.fixture(scope="module")
