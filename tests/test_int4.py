@@ -3,7 +3,6 @@ the kernel's formula (and the kernel itself, under Triton's interpreter where Tr
 installed), our int4 layout written and read back, its errors, the runtime toggles, what int4
 costs in quality, and the memory plan."""
 import json
-import os
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from tests.hub_fixtures import BF16, Q8, hub, q8_folder  # noqa: F401  (fixtures
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, run
 from tests.test_cli_models import cli
+from tests.triton_device import triton_device
 
 
 @pytest.fixture(scope="module")
@@ -79,19 +79,10 @@ def test_torch_product_is_the_kernel_formula(dtype):
     torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol * expected.abs().max().item())
 
 
-def _kernel_device() -> str:
-    pytest.importorskip("triton")  # CI has no Triton: this test skips there
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA: run with TRITON_INTERPRET=1 to check the kernel under Triton's interpreter")
-    return "cpu"
-
-
 @pytest.mark.parametrize("rows,n,k", [(1, 16, 44), (3, 48, 200), (8, 20, 128)])  # 44: not whole words
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int4_kernel_matches_the_torch_product(rows, n, k, dtype):
-    device = _kernel_device()
+    device = triton_device()
     from engine.kernels import fused_linear
 
     torch.manual_seed(rows)

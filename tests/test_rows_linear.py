@@ -3,7 +3,6 @@ Triton's interpreter on the CPU (or on CUDA): float, int8 and int4 weights, each
 epilogue, LoRA rows; and a DiffuPlex-shaped wake of the demo LM through the fused layers
 against the torch layers."""
 import json
-import os
 
 import pytest
 import torch
@@ -21,16 +20,12 @@ from engine.quant import quantize_rows
 from engine.quant4 import quantize_groups
 from engine.state import FullStore
 from engine.transformer import StepPositions
+from tests.triton_device import triton_device
 
 
 @pytest.fixture(scope="module")
 def device() -> str:
-    pytest.importorskip("triton")  # CI has no Triton: these tests skip there
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA: run with TRITON_INTERPRET=1 to check the kernel under Triton's interpreter")
-    return "cpu"
+    return triton_device()
 
 
 def _weight(kind: str, n: int, k: int, dtype: torch.dtype, device: str):

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from . import MAX_ROWS
 from .gemv_dots import dot_dense, dot_int4, dot_int4_bytes, norm_stats, prologue_chunk
-from .operands import GROUP_SIZE, Int4Weight, Int8Rows, Int8Weight, Norm
+from .operands import GROUP_SIZE, Int4Weight, Int8Rows, Int8Weight, Norm, epilogue_args, norm_args
 
 Weight = torch.Tensor | Int8Weight | Int4Weight
 
@@ -183,8 +183,7 @@ def _separate_prologue(N: int, k: int, cfg: _Config, x: torch.Tensor) -> bool:
 
 def _prologue(x: torch.Tensor, k: int, norm: Norm | None, act: str | None) -> torch.Tensor:
     out = torch.empty(x.shape[0], k, dtype=x.dtype, device=x.device)
-    nw, nb, eps = (x, x, 0.0) if norm is None else (norm.weight, norm.bias if norm.bias is not None
-                                                    else norm.weight, norm.eps)
+    nw, nb, eps = norm_args(norm, x)
     _prologue_kernel[(x.shape[0],)](x, out, x.stride(0), out.stride(0), nw, nb, eps, k, K=k,
                                     NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act],
                                     BK=min(1024, triton.next_power_of_2(k)), num_warps=8)
@@ -214,30 +213,18 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
         x = _prologue(x, k, norm, act)
         norm = act = None
     dummy = x
-    nw, nb, eps = (dummy, dummy, 0.0) if norm is None else (norm.weight, norm.bias if norm.bias is not None
-                                                            else norm.weight, norm.eps)
-    res, res_scale, sr_m = (dummy, dummy, 0) if residual is None else (residual, scale if scale is not None
-                                                                       else dummy, residual.stride(0))
-    pos, kv, ring, skv, sq_m, sq_h, d_model, coef, head_dim, has_rope = (dummy, dummy, 1, (0, 0, 0, 0), 0, 0, 1,
-                                                                         0.0, 2, False)
-    if qkv is not None:
-        pos, kv, q_out, coef, head_dim = qkv
-        ring, skv = kv.shape[0], kv.stride()
-        sq_m, sq_h, d_model = q_out.stride(0), q_out.stride(1), N // 3
-        has_rope = coef is not None
-        coef = coef or 0.0
+    nw, nb, eps = norm_args(norm, dummy)
+    epilogue, flags = epilogue_args(dummy, N, residual, scale, qkv)
     tok, emb, esc, semb = (dummy, dummy, dummy, 0) if embed is None else (embed[0], *_table(embed[1]))
     grid = (triton.cdiv(N, cfg.bn) * M,)
     _gemv_kernel[grid](
         x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
         nw, nb, eps, k,
-        res, res_scale, sr_m,
-        pos, kv, ring, *skv, sq_m, sq_h, d_model, coef,
+        *epilogue,
         tok, emb, esc, semb,
         K=k, INT8=w.dtype == torch.int8, INT4=int4, WORDS=words, GROUP=group,
         NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
-        HAS_SCALE=scale is not None, EMB_INT8=embed is not None and isinstance(embed[1], Int8Rows),
-        HAS_ROPE=has_rope, HEAD_DIM=head_dim, BN=cfg.bn, BK=cfg.bk,
+        EMB_INT8=embed is not None and isinstance(embed[1], Int8Rows), **flags, BN=cfg.bn, BK=cfg.bk,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 

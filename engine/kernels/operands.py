@@ -63,3 +63,28 @@ class Int8Rows(NamedTuple):
     computed in fp32 and rounded once to the activation dtype."""
     q: torch.Tensor  # int8 [V, D]
     scale: torch.Tensor  # float32 [V]: each row's absolute maximum / 127
+
+
+def norm_args(norm: Norm | None, dummy: torch.Tensor) -> tuple:
+    """A prologue norm's (weight, bias, eps) as the kernels take them (`dummy` where none)."""
+    if norm is None:
+        return dummy, dummy, 0.0
+    return norm.weight, norm.bias if norm.bias is not None else norm.weight, norm.eps
+
+
+def epilogue_args(dummy: torch.Tensor, n: int, residual: torch.Tensor | None, scale: torch.Tensor | None,
+                  qkv: tuple | None) -> tuple[tuple, dict]:
+    """The residual and QKV epilogues' arguments, as both product kernels (fused_linear,
+    rows_kernels) take them: (RES, SCALE, sr_m, POS, KV, ring, skv_r, skv_c, skv_h, skv_d,
+    sq_m, sq_h, d_model, rope_coef) and the constexprs HAS_SCALE, HAS_ROPE, HEAD_DIM. `dummy`
+    stands for the tensors an epilogue does not read; `qkv`: (pos, kv ring, q out, RoPE
+    coefficient or None, head dim) for n = 3 * d_model outputs."""
+    res, res_scale, sr_m = (dummy, dummy, 0) if residual is None else (residual, scale if scale is not None
+                                                                       else dummy, residual.stride(0))
+    pos, kv, ring, skv, sq_m, sq_h, d_model, coef, head_dim = dummy, dummy, 1, (0, 0, 0, 0), 0, 0, 1, None, 2
+    if qkv is not None:
+        pos, kv, q_out, coef, head_dim = qkv
+        ring, skv = kv.shape[0], kv.stride()
+        sq_m, sq_h, d_model = q_out.stride(0), q_out.stride(1), n // 3
+    args = (res, res_scale, sr_m, pos, kv, ring, *skv, sq_m, sq_h, d_model, coef or 0.0)
+    return args, dict(HAS_SCALE=scale is not None, HAS_ROPE=coef is not None, HEAD_DIM=head_dim)

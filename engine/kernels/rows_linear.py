@@ -42,7 +42,7 @@ import torch
 import triton
 
 from . import MAX_WAKE_ROWS
-from .operands import Int4Weight, Int8Weight, Norm
+from .operands import Int4Weight, Int8Weight, Norm, epilogue_args, norm_args
 from .rows_kernels import lead_kernel, rows_kernel
 
 Weight = torch.Tensor | Int8Weight | Int4Weight
@@ -97,12 +97,6 @@ def _config(M: int, N: int, K: int, dtype: torch.dtype, group: int | None = None
     return _Config(16 if M <= 16 else 32, bn, bk, 4, 3, split)
 
 
-def _norm_args(norm: Norm | None, dummy: torch.Tensor) -> tuple:
-    if norm is None:
-        return dummy, dummy, 0.0
-    return norm.weight, norm.bias if norm.bias is not None else norm.weight, norm.eps
-
-
 def _lead(x: torch.Tensor, k: int, norm: Norm | None, act: str | None, lora: Lora | None):
     """(the product's input rows, the LoRA's fp32 partial products [splits, rows, rank] or
     None) in one launch, or x itself when there is neither a prologue nor a LoRA."""
@@ -121,7 +115,7 @@ def _lead(x: torch.Tensor, k: int, norm: Norm | None, act: str | None, lora: Lor
     split = max(1, min(8, k // (2 * bk)))  # each row's K in spans: one program per row is latency bound
     t = torch.empty(split, rows, rank, dtype=torch.float32, device=x.device) if lora is not None else x[None]
     row0 = 0 if pro else first
-    nw, nb, eps = _norm_args(norm, x)
+    nw, nb, eps = norm_args(norm, x)
     lead_kernel[(M - row0, split)](x, out, a, t, x.stride(0), out.stride(0), a.stride(0), t.stride(0), t.stride(1),
                                    nw, nb, eps, k, row0, first, K=k, NORM=_NORM[None if norm is None else norm.kind],
                                    ACT=_ACT[act], PRO=pro, LORA=lora is not None, RANK=rank,
@@ -146,16 +140,7 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
     x, t = _lead(x, k, norm, act, lora)
     cfg = _config(M, N, k, x.dtype, group if int4 else None)
     dummy = x
-    res, res_scale, sr_m = (dummy, dummy, 0) if residual is None else (residual, scale if scale is not None
-                                                                       else dummy, residual.stride(0))
-    pos, kv, ring, skv, sq_m, sq_h, d_model, coef, head_dim, has_rope = (dummy, dummy, 1, (0, 0, 0, 0), 0, 0, 1,
-                                                                         0.0, 2, False)
-    if qkv is not None:
-        pos, kv, q_out, coef, head_dim = qkv
-        ring, skv = kv.shape[0], kv.stride()
-        sq_m, sq_h, d_model = q_out.stride(0), q_out.stride(1), N // 3
-        has_rope = coef is not None
-        coef = coef or 0.0
+    epilogue, flags = epilogue_args(dummy, N, residual, scale, qkv)
     la, lb, lscale, slb_n, first, rank = dummy, dummy, 1.0, 0, M, 1
     if lora is not None:
         la, lb, lscale, rows = lora
@@ -164,12 +149,11 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
             raise ValueError(f"rows linear: LoRA B {tuple(lb.shape)} for {N} outputs of rank {t.shape[2]}")
     work = torch.empty(cfg.split, M, N, dtype=torch.float32, device=x.device) if cfg.split > 1 else dummy
     args = (x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
-            res, res_scale, sr_m,
-            pos, kv, ring, *skv, sq_m, sq_h, d_model, coef,
+            *epilogue,
             dummy if t is None else t, la, lb, float(lscale), *((0, 0) if t is None else t.stride()[:2]), slb_n,
             first, work, work.stride(0) if cfg.split > 1 else 0)
-    meta = dict(K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group, EPI=epi, HAS_SCALE=scale is not None,
-                HAS_ROPE=has_rope, HEAD_DIM=head_dim, LORA=lora is not None, LSCALE=lscale != 1.0, RANK=rank,
+    meta = dict(K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group, EPI=epi, **flags,
+                LORA=lora is not None, LSCALE=lscale != 1.0, RANK=rank,
                 RP=max(16, triton.next_power_of_2(rank)), LSPLIT=1 if t is None else t.shape[0],
                 PREC="ieee" if x.dtype == torch.float32 or _UPCAST else "tf32", UPCAST=_UPCAST,
                 BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, SPLIT=cfg.split, KSPAN=_span(k, cfg.split, cfg.bk),
