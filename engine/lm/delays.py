@@ -88,6 +88,16 @@ class DelayLines:
         rows = (o - self.cfg.max_delay + delays[:n]) % self.slots
         return tokens[rows, streams]
 
+    def known_targets(self, now: frozenset[int], before: frozenset[int]) -> list[bool]:
+        """Which streams' tokens in this frame's target slot are forced, as the host knows it
+        from the streams written from outside this frame (`now`) and in the frame before
+        (`before`): a token written from outside lands lead + delay slots past the input slot
+        and the target is one past it, so it was written this frame (lead + delay = 1) or the
+        one before (2). At a conversation's first frame any `before` holds: the slot two past
+        the first input slot is one no stream with lead + delay = 2 has reached (forced)."""
+        return [(self.lead + d == 1 and s in now) or (self.lead + d == 2 and s in before)
+                for s, d in enumerate(self.cfg.delays)]
+
     def known_ahead(self, ahead: int) -> list[bool]:
         """Which streams' tokens `ahead` slots past the current input slot are known before the
         model generates them: the user's codes of the current frame, which land lead + delay

@@ -27,3 +27,13 @@ def sample(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator |
     if p.greedy or p.temperature <= 0.0:
         return logits.float().argmax(dim=-1)
     return race(logits, p.top_k, p.temperature, generator)
+
+
+def draw_unused(p: SamplingParams, vocab: int, generator: torch.Generator | None, device: torch.device) -> None:
+    """Draw the random numbers `sample` would draw for one row of `vocab` logits, and use none:
+    a teacher-forced step left out leaves the generator where running it would have, so every
+    later draw is the one it would have been."""
+    if p.greedy or p.temperature <= 0.0:
+        return
+    k = min(p.top_k, vocab) if p.top_k > 0 else vocab  # as race and topk_sample draw: [rows, k]
+    torch.empty(1, k, dtype=torch.float32, device=device).exponential_(1, generator=generator)

@@ -17,6 +17,7 @@ import torch
 from ...lm.sampling import sample
 from ...runtime.stages import Stage
 from ..moshi import LMInputs, MoshiFrame, Wake, no_mark
+from ..moshi.frame import depformer_steps
 from .predictor import Predictor
 
 
@@ -90,7 +91,7 @@ class Wakes:
             self.inputs.played[:n].copy_(torch.stack([f.generated for f in frames[:-1]]))
         keys = wake_keys(n, k)
         replay = frame.started and frame.runner.may_replay(keys)
-        _, tokens = frame.run_lm(keys, lambda: self._backbone(n, predictor, k), n + 1, mark, replay)
+        _, tokens, _ = frame.run_lm(keys, lambda: self._backbone(n, predictor, k), frames, mark, replay)
         self._planned, self._planned_at = k, frame.frames
         return tokens
 
@@ -158,8 +159,10 @@ class Wakes:
         return wake
 
     def _planned_frame(self, f: int) -> tuple[torch.Tensor, torch.Tensor]:
-        plan = self.inputs.plan
-        row, first = self.frame.codebooks(plan.hidden[f], plan.text[f:f + 1], plan.target[f], plan.forced[f])
+        plan, cfg = self.inputs.plan, self.frame.cfg
+        # The codebooks known ahead (the staircase, as _masked_rows marks them forced) are not run.
+        steps = depformer_steps(self.frame.lm.lines.known_ahead(f + 2), cfg.dep_q)
+        row, first = self.frame.codebooks(plan.hidden[f], plan.text[f:f + 1], plan.target[f], plan.forced[f], steps)
         n = row.shape[0]  # tokens known already stay as they are, as a commit keeps them
         generated = torch.where(plan.forced[f, :n], plan.target[f, :n], row)
         return generated, torch.minimum(plan.text_confidence[f], torch.softmax(first.float(), dim=-1).amax())

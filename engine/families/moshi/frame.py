@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ...lm.moshi_lm import MoshiLM
-from ...lm.sampling import SamplingParams, sample
+from ...lm.sampling import SamplingParams, draw_unused, sample
 from ...mimi import Mimi
 from ...options import RuntimeOptions
 from ...runtime.stages import Stage, StageRunner
@@ -35,6 +35,13 @@ PLAY_KEY = "play"
 
 def no_mark(stage: str) -> None:
     pass
+
+
+def depformer_steps(known: list[bool], dep_q: int) -> int:
+    """The depformer steps a frame runs, given which streams' targets are forced (`known`,
+    text first): up to the last codebook not known already (step k generates stream k + 1).
+    The steps after it are teacher-forced and nothing reads what they would compute."""
+    return max((k + 1 for k in range(dep_q) if not known[k + 1]), default=0)
 
 
 def sampling_of(options: RuntimeOptions) -> tuple[SamplingParams, SamplingParams]:
@@ -54,6 +61,13 @@ class MoshiFrame:
         self.frames = 0
         """LM frames run since the reset (host side): decides when output starts."""
         self._tokens = torch.zeros(1 + self.cfg.dep_q, dtype=torch.int64, device=runner.device)  # what `play` plays
+        cfg, lines = self.cfg, lm.lines
+        self._all = frozenset(range(cfg.n_q + 1))
+        self._user = frozenset(range(1 + cfg.model_q, 1 + cfg.n_q))
+        self._before = self._all  # the streams the last LM frame took from outside (host side)
+        self.steady_steps = depformer_steps(lines.known_targets(self._user, self._user), cfg.dep_q)
+        """The depformer steps of a conversation's frames, whose user codebooks all come from
+        outside: PersonaPlex runs its 8 model codebooks and leaves out the user's 8."""
 
     @property
     def generator(self) -> torch.Generator | None:
@@ -81,6 +95,7 @@ class MoshiFrame:
         """A new conversation: state and frame count to zero (graphs stay valid)."""
         self.runner.reset()
         self.frames = 0
+        self._before = self._all
 
     @property
     def started(self) -> bool:
@@ -100,10 +115,10 @@ class MoshiFrame:
         replay = self.runner.may_replay(FRAME_KEYS)
         codes = self.mimi.encode(pcm, replay)
         mark("encode")
-        _, tokens = self._lm_frame(LMInputs(codes[0, :self.cfg.user_q, 0]), mark, replay)
+        _, tokens, replayed = self._lm_frame(LMInputs(codes[0, :self.cfg.user_q, 0]), mark, replay)
         if tokens is None:
             return None, None
-        out = self.mimi.decode("decode", self._model_codes(tokens), replay)
+        out = self.mimi.decode("decode", self._model_codes(tokens), replayed)
         mark("decode")
         return tokens, out
 
@@ -128,23 +143,46 @@ class MoshiFrame:
     def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input
         embedding or None when no wake ran, the output tokens or None during start-up)."""
-        wake, tokens = self._lm_frame(inputs, no_mark, replay=False)
+        wake, tokens, _ = self._lm_frame(inputs, no_mark, replay=False, eager=True)
         return (None if wake is None else wake.embedding), tokens
 
-    def run_lm(self, keys: tuple[Any, Any], backbone: Callable[[], Wake], frames: int,
-               mark: Callable[[str], None], replay: bool) -> tuple[Wake, torch.Tensor | None]:
-        """A wake over `frames` frames: the backbone stage (the `frame` clock ticked by as many),
-        then the depformer on its last position, which commits the frame. Returns (the wake,
-        the output tokens or None during start-up)."""
-        wake = self.runner.run(Stage(keys[0], backbone, (("frame", frames),)), replay)
+    def run_lm(self, keys: tuple[Any, Any], backbone: Callable[[], Wake], frames: list[LMInputs],
+               mark: Callable[[str], None], replay: bool, eager: bool = False
+               ) -> tuple[Wake, torch.Tensor | None, bool]:
+        """A wake over `frames`: the backbone stage (the `frame` clock ticked by as many), then
+        the depformer on the last position, which commits the frame. Its steps are the steady
+        number (one graph for every conversation frame) unless the frame needs more, or runs
+        `eager` only (prompts) and needs fewer: then under a key of their own, and eagerly.
+        Returns (the wake, the output tokens or None during start-up, whether it replayed)."""
+        steps = self._depformer_steps(frames, eager)
+        depformer_key = keys[1] if steps == self.steady_steps else (keys[1], steps)
+        replay = replay and steps == self.steady_steps
+        wake = self.runner.run(Stage(keys[0], backbone, (("frame", len(frames)),)), replay)
         mark("backbone")
-        tokens = self.runner.run(Stage(keys[1], lambda: self._depformer(wake)), replay)
+        tokens = self.runner.run(Stage(depformer_key, lambda: self._depformer(wake, steps)), replay)
         mark("depformer")
-        self.frames += frames
-        return wake, (tokens if self.started else None)
+        self.frames += len(frames)
+        return wake, (tokens if self.started else None), replay
 
-    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool
-                  ) -> tuple[Wake | None, torch.Tensor | None]:
+    def _depformer_steps(self, frames: list[LMInputs], eager: bool) -> int:
+        """The depformer steps for the last of `frames`, from the streams each took from
+        outside (the host's record of them moves past these frames)."""
+        before = self._before
+        for inputs in frames[:-1]:
+            before = self._outside(inputs)
+        now = self._before = self._outside(frames[-1])
+        steps = depformer_steps(self.lm.lines.known_targets(now, before), self.cfg.dep_q)
+        return steps if eager or steps > self.steady_steps else self.steady_steps
+
+    def _outside(self, inputs: LMInputs) -> frozenset[int]:
+        """The streams a frame's inputs write from outside (text 0, then the codebooks)."""
+        q = self.cfg.model_q
+        return frozenset((*([0] if inputs.text is not None else []),
+                          *(range(1, 1 + q) if inputs.model is not None else []),
+                          *(self._user if inputs.user is not None else [])))
+
+    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool, eager: bool = False
+                  ) -> tuple[Wake | None, torch.Tensor | None, bool]:
         if inputs.user is None and not self.cfg.predicts_user:
             raise ValueError("Moshi needs the user's codes every frame")
         if self.lm.lines.lead and self.frames == 0:
@@ -152,8 +190,8 @@ class MoshiFrame:
             # A replayed embedding is not consumed: the reference retries it on the next step.
             self.frames = 1
             if inputs.embedding is None:
-                return None, None
-        return self.run_lm(("backbone", "depformer"), lambda: self._backbone(inputs), 1, mark, replay)
+                return None, None, False
+        return self.run_lm(("backbone", "depformer"), lambda: self._backbone(inputs), [inputs], mark, replay, eager)
 
     def _model_codes(self, tokens: torch.Tensor) -> torch.Tensor:
         q = self.cfg.model_q
@@ -192,24 +230,32 @@ class MoshiFrame:
         h, text_logits = self.lm.backbone(rows[0], self.runner.store)
         return self.wake_of(rows[0], 1, h, text_logits, target, forced)
 
-    def _depformer(self, wake: Wake) -> torch.Tensor:
+    def _depformer(self, wake: Wake, steps: int) -> torch.Tensor:
         """The frame's codebooks, then commit the frame to the delay lines."""
-        generated, _ = self.codebooks(wake.hidden, wake.text_token, wake.target, wake.forced)
+        generated, _ = self.codebooks(wake.hidden, wake.text_token, wake.target, wake.forced, steps)
         return self.lm.lines.commit(self.runner.store, generated)
 
     def codebooks(self, hidden: torch.Tensor, text_token: torch.Tensor, target: torch.Tensor,
-                  forced: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  forced: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Codebook by codebook, each step fed the previous token (teacher-forced where the
-        token came from outside). Returns (text token + codebooks [1 + dep_q], the first
-        codebook's logits [1, card])."""
-        lm, store = self.lm, self.runner.store
+        token came from outside), for the first `steps` codebooks (depformer_steps: the rest
+        are forced, and take their targets). Returns (text token + codebooks [1 + dep_q], the
+        first codebook's logits [1, card], None without steps)."""
+        lm, store, dep_q = self.lm, self.runner.store, self.cfg.dep_q
         prev = torch.where(forced[:1], target[:1], text_token)
         lm.restart_depformer(store)
         generated, first = [text_token], None
-        for k in range(self.cfg.dep_q):
+        for k in range(steps):
             logits = lm.depformer_step(k, prev, hidden, store)
             first = logits if first is None else first
             token = sample(logits, self.audio_sampling, self.generator)
             generated.append(token)
             prev = torch.where(forced[k + 1:k + 2], target[k + 1:k + 2], token)
+        if steps < dep_q:
+            # What a step left out would have sampled is replaced by its target, as a commit
+            # keeps a forced token; its random numbers are drawn all the same, so the rest of
+            # the conversation draws what it would have (the reference runs every step).
+            for _ in range(steps, dep_q):
+                draw_unused(self.audio_sampling, self.cfg.card, self.generator, hidden.device)
+            generated.append(target[1 + steps:1 + dep_q])
         return torch.cat(generated), first

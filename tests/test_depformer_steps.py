@@ -1,0 +1,99 @@
+"""The depformer runs only the codebooks a frame does not know already: a step whose token came
+from outside (teacher-forced) and that no later step follows reads into nothing. PersonaPlex's
+conversation frames take the user's 8 codebooks from the microphone, so they run the model's 8
+steps of 16; its prompts force every stream and run none; a DiffuPlex plan's first frame knows
+the user's acoustic codebooks (the staircase) and runs 9. A step left out still draws the random
+numbers its sampling would draw, so the output is bit for bit what running every step gives."""
+import collections
+
+import pytest
+
+from engine.families.diffuplex.predictor import new_predictor, save_predictor
+from engine.families.moshi.frame import depformer_steps
+from engine.lm.moshi_lm import MoshiLM
+from engine.options import RuntimeOptions
+from engine.session import DuplexSession, Persona
+from tests.mimi_reference import varied_audio
+from tests.session_checks import assert_identical, demo_with, run
+
+FRAMES, K = 24, 4
+PERSONA = Persona("DEMO", "Be brief.")
+
+
+def test_steps_run_up_to_the_last_codebook_not_known():
+    assert depformer_steps([False] * 5, 4) == 4
+    assert depformer_steps([False, False, True, True, True], 4) == 1
+    assert depformer_steps([True] * 5, 4) == 0
+    assert depformer_steps([False, True, False, True, True], 4) == 2  # only a known tail is left out
+    assert depformer_steps([False, False, False, True, True, False], 4) == 2  # streams past dep_q: not the depformer's
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return demo_with(tmp_path_factory.mktemp("demo_ctx16"), {"context": 16})
+
+
+@pytest.fixture(scope="module")
+def adapter(model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("adapter") / "untrained.safetensors"
+    save_predictor(new_predictor(model.cfg, rank=2, block=K), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def audio():
+    return varied_audio(FRAMES, seed=5).reshape(FRAMES, -1)
+
+
+@pytest.fixture
+def steps_run(monkeypatch):
+    """Counts the depformer's steps as they run."""
+    counted = collections.Counter()
+    step = MoshiLM.depformer_step
+
+    def counting(self, k, *args):
+        counted[k] += 1
+        return step(self, k, *args)
+
+    monkeypatch.setattr(MoshiLM, "depformer_step", counting)
+    return counted
+
+
+def test_personaplex_runs_the_model_codebooks_only(model, audio, steps_run):
+    cfg = model.cfg
+    assert cfg.dep_q == 2 * cfg.model_q  # PersonaPlex-shaped
+    session = DuplexSession(model, RuntimeOptions(seed=1), PERSONA)
+    session.step(audio[0])  # the prompts run before the first frame
+    prompts_and_first = sum(steps_run.values())
+    steps_run.clear()
+    run(session, audio[1:])
+    assert prompts_and_first == cfg.model_q  # the prompts force every stream: no step
+    assert dict(steps_run) == {k: FRAMES - 1 for k in range(cfg.model_q)}
+
+
+def test_a_plans_first_frame_leaves_out_the_user_acoustic_codebooks(model):
+    frame = DuplexSession(model, RuntimeOptions()).conversation.frame
+    lines, dep_q = frame.lm.lines, model.cfg.dep_q
+    assert frame.steady_steps == model.cfg.model_q
+    assert depformer_steps(lines.known_ahead(2), dep_q) == model.cfg.model_q + 1  # up to the user's semantic code
+    assert depformer_steps(lines.known_ahead(3), dep_q) == dep_q
+
+
+def _every_step(monkeypatch):
+    """The depformer as it ran before: every step, whatever is known."""
+    for module in ("engine.families.moshi.frame", "engine.families.diffuplex.wake"):
+        monkeypatch.setattr(f"{module}.depformer_steps", lambda known, dep_q: dep_q)
+
+
+@pytest.mark.parametrize("policy, verify", [("ar", "semantic"), ("speak", "off"), ("speak", "semantic")])
+def test_leaving_steps_out_changes_nothing(model, adapter, audio, monkeypatch, policy, verify):
+    """Sampled, with the persona's prompts; under SPEAK an untrained predictor's frames are
+    played (tau 0, no verification) or refused after their depformer (verification)."""
+    options = RuntimeOptions(seed=7, policy=policy, block=K, tau=0.0, verify=verify)
+    fewer = run(DuplexSession(model, options, PERSONA, predictor=adapter), audio)
+    with monkeypatch.context() as patched:
+        _every_step(patched)
+        every = run(DuplexSession(model, options, PERSONA, predictor=adapter), audio)
+    assert_identical(fewer, every)
+    if policy == "speak" and verify == "off":
+        assert sum(not f.diffuplex.woke for f in fewer) > FRAMES // 2  # predicted frames were played
