@@ -1,8 +1,8 @@
 """The depformer runs only the codebooks a frame does not know already: a step whose token came
-from outside (teacher-forced) and that no later step follows reads into nothing. PersonaPlex's
+from outside (teacher-forced) and that no unknown one follows reads into nothing. PersonaPlex's
 conversation frames take the user's 8 codebooks from the microphone, so they run the model's 8
-steps of 16; its prompts force every stream and run none; a DiffuPlex plan's first frame knows
-the user's acoustic codebooks (the staircase) and runs 9. A step left out still draws the random
+steps of 16; its prompts force every stream and run none; a DiffuPlex plan's frames run up to
+the user's semantic code (9), which verification reads. A step left out still draws the random
 numbers its sampling would draw, so the output is bit for bit what running every step gives."""
 import collections
 
@@ -68,15 +68,25 @@ def test_personaplex_runs_the_model_codebooks_only(model, audio, steps_run):
     steps_run.clear()
     run(session, audio[1:])
     assert prompts_and_first == cfg.model_q  # the prompts force every stream: no step
-    assert dict(steps_run) == {k: FRAMES - 1 for k in range(cfg.model_q)}
+    assert dict(steps_run) == dict.fromkeys(range(cfg.model_q), FRAMES - 1)
 
 
-def test_a_plans_first_frame_leaves_out_the_user_acoustic_codebooks(model):
-    frame = DuplexSession(model, RuntimeOptions()).conversation.frame
-    lines, dep_q = frame.lm.lines, model.cfg.dep_q
-    assert frame.steady_steps == model.cfg.model_q
-    assert depformer_steps(lines.known_ahead(2), dep_q) == model.cfg.model_q + 1  # up to the user's semantic code
-    assert depformer_steps(lines.known_ahead(3), dep_q) == dep_q
+def test_planned_frames_run_up_to_the_users_semantic_code(model, adapter, audio, steps_run):
+    """Verification reads the predicted user semantic code; the user's other codebooks trail it
+    by a frame, so a played frame has the microphone's (as the AR path outputs them)."""
+    cfg = model.cfg
+    options = RuntimeOptions(seed=7, policy="speak", block=K, tau=0.0, verify="off")
+    session = DuplexSession(model, options, PERSONA, predictor=adapter)
+    assert session.diffuplex.wakes._planned_steps[:K] == [cfg.model_q + 1] * K
+    out = run(session, audio)
+    played, steps = sum(not f.diffuplex.woke for f in out), sum(steps_run.values())
+    assert played > FRAMES // 2
+    assert steps == (FRAMES - played) * cfg.model_q + played * (cfg.model_q + 1)
+    ar = run(DuplexSession(model, RuntimeOptions(seed=7), PERSONA), audio)
+    acoustic = slice(2 + cfg.model_q, None)
+    for i, (x, y) in enumerate(zip(out, ar)):
+        if y.tokens is not None:
+            assert (x.tokens[acoustic] == y.tokens[acoustic]).all(), i
 
 
 def _every_step(monkeypatch):

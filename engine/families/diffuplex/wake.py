@@ -73,6 +73,13 @@ class Wakes:
         self._staircases: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # by K: slots ahead, known
         self._bound: Predictor | None = None  # the predictor captured wake graphs read
         self._planned = 0  # rows of the plan that hold a prediction
+        cfg, lines = frame.cfg, frame.lm.lines
+        # A planned frame runs the depformer up to the user's semantic code (verification reads
+        # it): the user codebooks that trail it by a frame are the microphone's when the frame
+        # plays (DiffuPlexLoop._play puts them in), and nothing reads what the steps would give.
+        trailing = [s > cfg.model_q and d > 0 for s, d in enumerate(cfg.delays)]
+        self._planned_steps = [depformer_steps([a or b for a, b in zip(lines.known_ahead(f + 2), trailing)], cfg.dep_q)
+                               for f in range(self.reach)]
         self._planned_at = -1  # the frame count the plan was made at: any later LM frame voids it
 
     def wake(self, frames: list[LMInputs], predictor: Predictor | None = None, k: int = 0,
@@ -159,10 +166,9 @@ class Wakes:
         return wake
 
     def _planned_frame(self, f: int) -> tuple[torch.Tensor, torch.Tensor]:
-        plan, cfg = self.inputs.plan, self.frame.cfg
-        # The codebooks known ahead (the staircase, as _masked_rows marks them forced) are not run.
-        steps = depformer_steps(self.frame.lm.lines.known_ahead(f + 2), cfg.dep_q)
-        row, first = self.frame.codebooks(plan.hidden[f], plan.text[f:f + 1], plan.target[f], plan.forced[f], steps)
+        plan = self.inputs.plan
+        row, first = self.frame.codebooks(plan.hidden[f], plan.text[f:f + 1], plan.target[f], plan.forced[f],
+                                          self._planned_steps[f])
         n = row.shape[0]  # tokens known already stay as they are, as a commit keeps them
         generated = torch.where(plan.forced[f, :n], plan.target[f, :n], row)
         return generated, torch.minimum(plan.text_confidence[f], torch.softmax(first.float(), dim=-1).amax())
