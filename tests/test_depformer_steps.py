@@ -8,15 +8,15 @@ import collections
 
 import pytest
 
-from engine.families.diffuplex.predictor import new_predictor, save_predictor
 from engine.families.moshi.frame import depformer_steps
 from engine.lm.moshi_lm import MoshiLM
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession, Persona
 from tests.mimi_reference import varied_audio
-from tests.session_checks import assert_identical, demo_with, run
+from tests.session_checks import assert_identical, run
+from tests.test_diffuplex_session import K, adapter, model  # noqa: F401  (fixtures: the demo, 16-frame context)
 
-FRAMES, K = 24, 4
+FRAMES = 24
 PERSONA = Persona("DEMO", "Be brief.")
 
 
@@ -26,18 +26,6 @@ def test_steps_run_up_to_the_last_codebook_not_known():
     assert depformer_steps([True] * 5, 4) == 0
     assert depformer_steps([False, True, False, True, True], 4) == 2  # only a known tail is left out
     assert depformer_steps([False, False, False, True, True, False], 4) == 2  # streams past dep_q: not the depformer's
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return demo_with(tmp_path_factory.mktemp("demo_ctx16"), {"context": 16})
-
-
-@pytest.fixture(scope="module")
-def adapter(model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("adapter") / "untrained.safetensors"
-    save_predictor(new_predictor(model.cfg, rank=2, block=K), path)
-    return path
 
 
 @pytest.fixture(scope="module")
