@@ -95,3 +95,11 @@ def test_leaving_steps_out_changes_nothing(model, adapter, audio, monkeypatch, p
     assert_identical(fewer, every)
     if policy == "speak" and verify == "off":
         assert sum(not f.diffuplex.woke for f in fewer) > FRAMES // 2  # predicted frames were played
+
+
+def test_the_bench_compares_every_step_with_fewer_on_the_demo():
+    """bench.depformer_steps (its speed figures are the bench's, not asserted here)."""
+    from bench.depformer_steps import measure
+
+    result = measure("demo", 16)
+    assert result["bit_identical"] and result["every_step"]["prompt_s"] > 0
