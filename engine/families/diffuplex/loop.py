@@ -51,7 +51,8 @@ class DiffuPlexLoop:
         self._text = torch.zeros(predictor.spec.block, dtype=torch.int64, pin_memory=pinned)
         self._text_confidence = torch.zeros(predictor.spec.block, dtype=torch.float32, pin_memory=pinned)
         self._undelayed = torch.tensor([d == 0 for d in cfg.delays[:1 + cfg.dep_q]], device=device)
-        self._user_trailing = torch.tensor([d > 0 for d in cfg.delays[1 + cfg.model_q:]], device=device)
+        lead = frame.lm.lines.lead
+        self._user_trailing = torch.tensor([lead + d == 2 for d in cfg.delays[1 + cfg.model_q:]], device=device)
         self._user_first = 1 + cfg.model_q
         self.reset()
 
@@ -102,9 +103,9 @@ class DiffuPlexLoop:
         without delay from the previous frame's generated tokens, delayed ones from this one's."""
         generated = generated.clone()  # graph outputs: the next replay overwrites them
         if self._consumed:
-            # The user's codebooks that trail by a frame are the last frame's, as the microphone
-            # gave them (the plan's first frame had them as known targets; the depformer does
-            # not predict them: Wakes._planned_steps).
+            # The user's codebooks whose target is the frame before's codes are the last played
+            # frame's, as the microphone gave them (the plan's first frame had them as known
+            # targets; the depformer does not predict them: Wakes._planned_steps).
             codes = generated[self._user_first:]
             codes.copy_(torch.where(self._user_trailing, self._consumed[-1].user, codes))
         self._next += 1

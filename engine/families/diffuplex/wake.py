@@ -75,9 +75,10 @@ class Wakes:
         self._planned = 0  # rows of the plan that hold a prediction
         cfg, lines = frame.cfg, frame.lm.lines
         # A planned frame runs the depformer up to the user's semantic code (verification reads
-        # it): the user codebooks that trail it by a frame are the microphone's when the frame
-        # plays (DiffuPlexLoop._play puts them in), and nothing reads what the steps would give.
-        trailing = [s > cfg.model_q and d > 0 for s, d in enumerate(cfg.delays)]
+        # it): the user codebooks whose target is the frame before's codes (lead + delay = 2)
+        # are the microphone's when the frame plays (DiffuPlexLoop._play puts them in), and
+        # nothing reads what the steps would give.
+        trailing = [s > cfg.model_q and lines.lead + d == 2 for s, d in enumerate(cfg.delays)]
         self._planned_steps = [depformer_steps([a or b for a, b in zip(lines.known_ahead(f + 2), trailing)], cfg.dep_q)
                                for f in range(self.reach)]
         self._planned_at = -1  # the frame count the plan was made at: any later LM frame voids it
