@@ -29,12 +29,24 @@ from ..mimi_stages import MimiStages
 from .inputs import LMInputs, Wake
 
 FRAME_KEYS = ("encode", "backbone", "depformer", "decode")
+LM_KEYS = FRAME_KEYS[1:3]
 PLAY_KEY = "play"
 """The decode of a frame whose tokens come from elsewhere (a played prediction)."""
 
 
 def no_mark(stage: str) -> None:
     pass
+
+
+def prompt_keys(inputs: LMInputs) -> tuple[tuple, tuple]:
+    """The keys of a prompt frame's two stages: one pair for each kind of prompt frame, by
+    which inputs it has (a voice frame's embedding, a role frame's tokens)."""
+    kind = tuple(x is not None for x in (inputs.user, inputs.model, inputs.text, inputs.embedding))
+    return ("prompt", "backbone", kind), ("prompt", "depformer", kind)
+
+
+def is_prompt_key(key: Any) -> bool:
+    return isinstance(key, tuple) and key[0] == "prompt"
 
 
 def depformer_steps(known: list[bool], dep_q: int) -> int:
@@ -65,6 +77,7 @@ class MoshiFrame:
         self._all = frozenset(range(cfg.n_q + 1))
         self._user = frozenset(range(1 + cfg.model_q, 1 + cfg.n_q))
         self._before = self._all  # the streams the last LM frame took from outside (host side)
+        self._prompt_inputs: LMInputs | None = None  # fixed buffers a prompt frame's graphs read
         self.steady_steps = depformer_steps(lines.known_targets(self._user, self._user), cfg.dep_q)
         """The depformer steps of a conversation's frames, whose user codebooks all come from
         outside: PersonaPlex runs its 8 model codebooks and leaves out the user's 8."""
@@ -115,7 +128,7 @@ class MoshiFrame:
         replay = self.runner.may_replay(FRAME_KEYS)
         codes = self.mimi.encode(pcm, replay)
         mark("encode")
-        _, tokens, replayed = self._lm_frame(LMInputs(codes[0, :self.cfg.user_q, 0]), mark, replay)
+        _, tokens, replayed = self._lm_frame(LMInputs(codes[0, :self.cfg.user_q, 0]), mark, LM_KEYS, replay, True)
         if tokens is None:
             return None, None
         out = self.mimi.decode("decode", self._model_codes(tokens), replayed)
@@ -143,20 +156,40 @@ class MoshiFrame:
     def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input
         embedding or None when no wake ran, the output tokens or None during start-up)."""
-        wake, tokens, _ = self._lm_frame(inputs, no_mark, replay=False, eager=True)
+        wake, tokens, _ = self._lm_frame(inputs, no_mark, LM_KEYS, replay=False, steady=False)
         return (None if wake is None else wake.embedding), tokens
 
+    def prompt_frame(self, inputs: LMInputs) -> None:
+        """One frame of a prompt (engine.families.moshi.prompts), as lm_frame runs one, but with
+        its inputs copied to buffers at fixed addresses and its stages keyed by its kind
+        (prompt_keys), so that with graph replay a prompt's frames replay once one of their kind
+        has run."""
+        if self._prompt_inputs is None:
+            cfg, device = self.cfg, self.runner.device
+            self._prompt_inputs = LMInputs(*(torch.zeros(n, dtype=torch.int64, device=device)
+                                             for n in (cfg.user_q, cfg.model_q, 1)),
+                                           embedding=torch.zeros(1, 1, cfg.dim, dtype=self.lm.dtype, device=device))
+        fixed = {}
+        for field in ("user", "model", "text", "embedding"):
+            given, buffer = getattr(inputs, field), getattr(self._prompt_inputs, field)
+            fixed[field] = None if given is None else buffer.copy_(given.view(buffer.shape))
+        self._lm_frame(LMInputs(**fixed), no_mark, prompt_keys(inputs), self.runner.replay, steady=False)
+
     def run_lm(self, keys: tuple[Any, Any], backbone: Callable[[], Wake], frames: list[LMInputs],
-               mark: Callable[[str], None], replay: bool, eager: bool = False
+               mark: Callable[[str], None], replay: bool, steady: bool = True
                ) -> tuple[Wake, torch.Tensor | None, bool]:
         """A wake over `frames`: the backbone stage (the `frame` clock ticked by as many), then
-        the depformer on the last position, which commits the frame. Its steps are the steady
-        number (one graph for every conversation frame) unless the frame needs more, or runs
-        `eager` only (prompts) and needs fewer: then under a key of their own, and eagerly.
-        Returns (the wake, the output tokens or None during start-up, whether it replayed)."""
-        steps = self._depformer_steps(frames, eager)
-        depformer_key = keys[1] if steps == self.steady_steps else (keys[1], steps)
-        replay = replay and steps == self.steady_steps
+        the depformer on the last position, which commits the frame. Its steps are those the
+        frame needs, under a depformer key with their number; with `steady` (a conversation's
+        frames and wakes, whose graphs read one another's outputs) the steady number instead,
+        under keys[1], and a frame that needs more runs eagerly. Returns (the wake, the output
+        tokens or None during start-up, whether it replayed)."""
+        steps = self._depformer_steps(frames)
+        if steady and steps <= self.steady_steps:
+            steps, depformer_key = self.steady_steps, keys[1]
+        else:
+            depformer_key = (*keys[1], steps) if isinstance(keys[1], tuple) else (keys[1], steps)
+            replay = replay and not steady
         wake = self.runner.run(Stage(keys[0], backbone, (("frame", len(frames)),)), replay)
         mark("backbone")
         tokens = self.runner.run(Stage(depformer_key, lambda: self._depformer(wake, steps)), replay)
@@ -164,15 +197,14 @@ class MoshiFrame:
         self.frames += len(frames)
         return wake, (tokens if self.started else None), replay
 
-    def _depformer_steps(self, frames: list[LMInputs], eager: bool) -> int:
+    def _depformer_steps(self, frames: list[LMInputs]) -> int:
         """The depformer steps for the last of `frames`, from the streams each took from
         outside (the host's record of them moves past these frames)."""
         before = self._before
         for inputs in frames[:-1]:
             before = self._outside(inputs)
         now = self._before = self._outside(frames[-1])
-        steps = depformer_steps(self.lm.lines.known_targets(now, before), self.cfg.dep_q)
-        return steps if eager or steps > self.steady_steps else self.steady_steps
+        return depformer_steps(self.lm.lines.known_targets(now, before), self.cfg.dep_q)
 
     def _outside(self, inputs: LMInputs) -> frozenset[int]:
         """The streams a frame's inputs write from outside (text 0, then the codebooks)."""
@@ -181,8 +213,8 @@ class MoshiFrame:
                           *(range(1, 1 + q) if inputs.model is not None else []),
                           *(self._user if inputs.user is not None else [])))
 
-    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], replay: bool, eager: bool = False
-                  ) -> tuple[Wake | None, torch.Tensor | None, bool]:
+    def _lm_frame(self, inputs: LMInputs, mark: Callable[[str], None], keys: tuple[Any, Any], replay: bool,
+                  steady: bool) -> tuple[Wake | None, torch.Tensor | None, bool]:
         if inputs.user is None and not self.cfg.predicts_user:
             raise ValueError("Moshi needs the user's codes every frame")
         if self.lm.lines.lead and self.frames == 0:
@@ -191,7 +223,7 @@ class MoshiFrame:
             self.frames = 1
             if inputs.embedding is None:
                 return None, None, False
-        return self.run_lm(("backbone", "depformer"), lambda: self._backbone(inputs), [inputs], mark, replay, eager)
+        return self.run_lm(keys, lambda: self._backbone(inputs), [inputs], mark, replay, steady)
 
     def _model_codes(self, tokens: torch.Tensor) -> torch.Tensor:
         q = self.cfg.model_q

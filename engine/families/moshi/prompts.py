@@ -34,11 +34,11 @@ def replay_prompts(frame: MoshiFrame, voice: VoicePrompt | None, role_tokens: li
         for embedding in voice.embeddings:
             if cancelled():
                 return False
-            frame.lm_frame(LMInputs(start, model=start, text=pad, embedding=embedding))
+            frame.prompt_frame(LMInputs(start, model=start, text=pad, embedding=embedding))
         lm.lines.load_cache(frame.runner.store, voice.cache)
     sine, silence = codes(cfg.sine_tokens), codes(cfg.silence_tokens)
     for token in [None] * SILENCE_FRAMES + list(role_tokens) + [None] * SILENCE_FRAMES:
         if cancelled():
             return False
-        frame.lm_frame(LMInputs(sine, model=silence, text=pad if token is None else codes([token])))
+        frame.prompt_frame(LMInputs(sine, model=silence, text=pad if token is None else codes([token])))
     return True
