@@ -135,7 +135,7 @@ def test_a_step_that_never_runs_a_key_stops_with_an_error():
 @pytest.mark.parametrize("policy,verify", POLICIES)
 def test_after_prepare_the_first_frames_only_replay(audio, policy, verify):
     """The first DiffuPlex wakes replay: no stage runs eagerly and no graph is captured in the
-    first frames of a prepared conversation (the prompts, in reset(), run eagerly as always)."""
+    first frames of a prepared conversation (the prompts run before them, in reset())."""
     model = load_model("demo", device="cuda")
     options = _options(policy, verify)
     expected = run(DuplexSession(model, options, PERSONA, predictor=model.predictor_file), audio)

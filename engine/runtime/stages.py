@@ -86,11 +86,10 @@ class StageRunner:
         Stages that read one another's outputs ask for all of them at once (all replay or none)."""
         return self.replay and self._ran.issuperset(keys)
 
-    @property
-    def stale(self) -> bool:
-        """Some key once captured has no graph now (dropped while replay was off): turning
-        replay on needs a regeneration first."""
-        return not self.captured.issuperset(self._works)
+    def stale(self, skip: Callable[[Any], bool] = lambda key: False) -> bool:
+        """Some key once captured (but those `skip` names: see regenerate) has no graph now
+        (dropped while replay was off): turning replay on needs a regeneration first."""
+        return not self.captured.issuperset(key for key in self._works if not skip(key))
 
     def prepared(self, keys: Iterable[Any]) -> bool:
         """Whether stages with these keys would neither run eagerly for the first time nor be
@@ -187,11 +186,13 @@ class StageRunner:
     # --- generations -------------------------------------------------------------------------
 
     def regenerate(self, configured: Callable[[], AbstractContextManager] = contextlib.nullcontext,
-                   store: Store | None = None) -> Regeneration:
-        """A new generation of every graph captured so far, recorded under `configured()` (the
-        family's new settings, e.g. sampling, in force only while it records) and, given
-        `store`, into that store (another placement of the same regions)."""
-        return Regeneration(self, configured, store)
+                   store: Store | None = None, skip: Callable[[Any], bool] = lambda key: False) -> Regeneration:
+        """A new generation of every graph captured so far but those whose key `skip`s (work
+        the family runs only outside a conversation: they are captured again at their next
+        use), recorded under `configured()` (the family's new settings, e.g. sampling, in force
+        only while it records) and, given `store`, into that store (another placement of the
+        same regions)."""
+        return Regeneration(self, configured, store, skip)
 
     def _take(self, graphs: Graphs, store: Store | None) -> None:
         """The regenerated graphs (and their store, the live state copied in) take over."""
@@ -214,10 +215,11 @@ class Regeneration:
     without running anything, so until `finish` the conversation goes on exactly as it was,
     replaying the graphs in use (or eagerly, with replay off)."""
 
-    def __init__(self, runner: StageRunner, configured: Callable[[], AbstractContextManager], store: Store | None):
+    def __init__(self, runner: StageRunner, configured: Callable[[], AbstractContextManager], store: Store | None,
+                 skip: Callable[[Any], bool]):
         self.runner, self.configured, self.store = runner, configured, store
         self.graphs = Graphs(runner.device, runner.generator)
-        self.todo = list(runner._works)
+        self.todo = [key for key in runner._works if not skip(key)]
         self.total = len(self.todo)
         self._spent = 0.0  # seconds its captures took
         self._idle = 0  # steps in a row that recorded nothing

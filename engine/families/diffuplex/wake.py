@@ -113,7 +113,9 @@ class Wakes:
     def planned(self, f: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The f-th frame after the last wake's current one, as that wake predicted it: the
         depformer on the position's hidden state, run now (a position never played costs no
-        depformer). Returns (its text token and codebooks [1 + dep_q], model's then user's;
+        depformer) up to the user's semantic code: past the plan's first frame the user
+        codebooks that trail it are stale targets, which the loop replaces with the
+        microphone's. Returns (its text token and codebooks [1 + dep_q], model's then user's;
         its confidence: the lower of the text token's and the first codebook's top
         probability). The outputs are a graph's when replayed: copy what must be kept."""
         planned = self._current()

@@ -25,7 +25,7 @@ from ..diffuplex.loop import DiffuPlexLoop, prepare_switches, prepare_wakes
 from ..diffuplex.predictor import Predictor, load_predictor
 from ..diffuplex.stats import WakeReport
 from ..diffuplex.wake import Wakes
-from .frame import FRAME_KEYS, MoshiFrame, sampling_of
+from .frame import FRAME_KEYS, MoshiFrame, is_prompt_key, sampling_of
 from .prompts import replay_prompts
 
 log = logging.getLogger(__name__)
@@ -122,9 +122,10 @@ class MoshiConversation:
         replay on needs graphs dropped while it was off."""
         replay = new.graph_replay and self.runner.can_replay
         if not replay or not (store is not None or sampling_of(old) != sampling_of(new)
-                              or (not old.graph_replay and self.runner.stale)):
+                              or (not old.graph_replay and self.runner.stale(is_prompt_key))):
             return None
-        return self.runner.regenerate(lambda: self.frame.sampling_as(new), store)
+        # The prompts' graphs are not recorded mid-conversation: their next use captures them.
+        return self.runner.regenerate(lambda: self.frame.sampling_as(new), store, skip=is_prompt_key)
 
     def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool]) -> tuple[RuntimeOptions, bool]:
         """A new conversation under `options`: the state sized for the predictor's wakes, zeroed,
