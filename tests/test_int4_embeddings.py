@@ -14,7 +14,7 @@ from engine.errors import CheckpointError
 from engine.kernels.operands import Int8Rows
 from engine.lm.loader import load_lm
 from engine.memory_plan import plan_memory
-from engine.ops.linear import ZERO_TOKEN, embedding, linear, linear_embed
+from engine.ops.linear import ZERO_TOKEN, embedding, embedding_rows, linear, linear_embed
 from engine.paths import MIMI_NAME
 from engine.q8_export import export_int4
 from engine.quant4 import FORMAT, LM_INT4_NAME, ROW_SCALE, is_table, quantize_groups, quantize_table, table_of
@@ -74,6 +74,21 @@ def test_a_looked_up_row_is_q_times_scale_rounded_once_and_the_zero_token_a_zero
         got = linear_embed(x, w, table, token)
         assert torch.equal(got, linear(x, w) + embedding(table, token, dtype).view(1, 1, -1))
         assert torch.equal(got, linear_embed(x, w, _rows(table, dtype), token))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_many_streams_rows_at_once_are_each_streams_rows(dtype):
+    """embedding_rows (a frame's input streams in one call) against `embedding` stream by
+    stream: float and int8 tables mixed, the zero token among them."""
+    torch.manual_seed(3)
+    tables = [torch.randn(30, 64).to(dtype), quantize_table(torch.randn(40, 64)), torch.randn(20, 64).to(dtype)]
+    tokens = torch.tensor([[3, ZERO_TOKEN, 19], [ZERO_TOKEN, 39, 0], [29, 7, ZERO_TOKEN]])
+    got = embedding_rows(tables, tokens, dtype)
+    assert got.shape == (3, 3, 64)
+    for s, table in enumerate(tables):
+        assert torch.equal(got[s], embedding(table, tokens[:, s], dtype)), s
+    with pytest.raises(ValueError, match="table for"):
+        embedding_rows([torch.randn(30, 64)], tokens[:, :1], torch.bfloat16)
 
 
 def test_the_int4_export_writes_int8_tables_and_loading_reads_them(int4_demo, demo):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config.lm import LMConfig
-from ..ops.linear import embedding, linear, linear_embed
+from ..ops.linear import embedding_rows, linear, linear_embed
 from ..quant import weight_of
 from ..quant4 import table_of
 from ..state import Region, Store
@@ -24,10 +24,13 @@ def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return linear(x, weight_of(module))
 
 
-def embed(table: nn.Embedding, tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The rows of `table` for tokens (engine.ops.linear.ZERO_TOKEN: a zero row), in `dtype`
-    (an int8 table's rows are rounded to it from fp32)."""
-    return embedding(table_of(table), tokens, dtype)
+def _summed(rows: torch.Tensor) -> torch.Tensor:
+    """rows [S, R, dim] -> [1, R, dim]: added one after another, each sum rounded as the
+    reference's chain of additions rounds it."""
+    x = rows[0]
+    for row in rows[1:]:
+        x = x + row
+    return x.unsqueeze(0)
 
 
 class MoshiLM(nn.Module):
@@ -64,27 +67,23 @@ class MoshiLM(nn.Module):
         return self.transformer.regions(wake) + self.depformer.regions() + self.lines.regions()
 
     def embed_streams(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [n_q + 1] (text first) -> [1, 1, dim]. Summed in the reference's order
-        (audio streams in turn, then text) so float rounding matches it bit for bit."""
-        dtype = self.dtype
-        x = embed(self.emb[0], tokens[1:2], dtype)
-        for i in range(1, self.cfg.n_q):
-            x = x + embed(self.emb[i], tokens[i + 1:i + 2], dtype)
-        return (x + embed(self.text_emb, tokens[:1], dtype)).view(1, 1, -1)
+        """tokens [n_q + 1] (text first), or [R, n_q + 1] for R positions -> [1, R, dim].
+        Summed in the reference's order (audio streams in turn, then text) so float rounding
+        matches it bit for bit."""
+        return _summed(self._stream_rows(tokens.view(-1, self.cfg.n_q + 1)))
 
     def embed_known(self, tokens: torch.Tensor, known: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Future positions' inputs: tokens [R, n_q + 1], known [R, n_q + 1] bool -> [1, R, dim]:
         as embed_streams row by row, with mask[i] [dim] in place of the embedding of each
-        stream i a row does not know. One pass per stream over every row."""
-        mask = mask.to(self.dtype)
+        stream i a row does not know."""
+        masks = mask.to(self.dtype).roll(-1, 0).unsqueeze(1)  # in the streams' order, as their rows
+        return _summed(torch.where(known.roll(-1, 1).T.unsqueeze(-1), self._stream_rows(tokens), masks))
 
-        def part(i: int, table: nn.Embedding) -> torch.Tensor:
-            return torch.where(known[:, i:i + 1], embed(table, tokens[:, i], mask.dtype), mask[i])
-
-        x = part(1, self.emb[0])
-        for i in range(2, self.cfg.n_q + 1):
-            x = x + part(i, self.emb[i - 1])
-        return (x + part(0, self.text_emb)).unsqueeze(0)
+    def _stream_rows(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [R, n_q + 1] (text first) -> each stream's rows [n_q + 1, R, dim] in the order
+        they are summed: the audio streams in turn, then text."""
+        tables = [table_of(table) for table in (*self.emb, self.text_emb)]
+        return embedding_rows(tables, tokens.roll(-1, 1), self.dtype)
 
     def backbone(self, x: torch.Tensor, store: Store, adapter: Adapter | None = None,
                  future: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -119,7 +119,7 @@ def loss(model: DuplexModel, predictor: Predictor, inputs: torch.Tensor, targets
     the mean cross-entropy of the text token and every codebook at the K future positions."""
     lm, cfg = model.lm, model.cfg
     k = targets.shape[0]
-    rows = [lm.embed_streams(inputs[i]) for i in range(inputs.shape[0] - k)]
+    rows = [lm.embed_streams(inputs[:inputs.shape[0] - k])]
     rows.append(lm.embed_known(inputs[-k:], known.to(inputs.device), predictor.mask_embeddings))
     x = torch.cat(rows, dim=1)
     h = lm.out_norm(lm.transformer(x, None, adapter=predictor.at_last(k)))[:, -k:]

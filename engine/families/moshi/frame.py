@@ -232,11 +232,12 @@ class MoshiFrame:
     # --- the LM's pieces -------------------------------------------------------------------
 
     def frame_rows(self, frames: list[LMInputs]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """Outside tokens into the delay lines and each frame's input embedding [1, 1, dim];
-        frames before the last are committed as they were generated. Returns (the rows, and the
-        last frame's target tokens and which of them came from outside)."""
+        """Outside tokens into the delay lines and the frames' input embeddings (one [1, N, dim]
+        row per frame, or all frames' in one when none brings its own embedding); frames
+        before the last are committed as they were generated. Returns (the rows, and the last
+        frame's target tokens and which of them came from outside)."""
         lm, store, lines = self.lm, self.runner.store, self.lm.lines
-        rows = []
+        rows, inputs_tokens = [], []
         for i, inputs in enumerate(frames):
             if inputs.user is not None:
                 lines.force(store, 1 + self.cfg.model_q, inputs.user)
@@ -245,10 +246,14 @@ class MoshiFrame:
             if inputs.text is not None:
                 lines.force(store, 0, inputs.text)
             tokens, target, forced = lines.begin_frame(store)
-            rows.append(lm.embed_streams(tokens) if inputs.embedding is None else inputs.embedding)
+            inputs_tokens.append(tokens)  # a copy: later commits leave it as it is
+            rows.append(inputs.embedding)
             if i < len(frames) - 1:
                 lines.commit(store, inputs.generated)
-        return rows, target, forced
+        if all(row is None for row in rows):  # every frame's streams embedded at once
+            tokens = torch.stack(inputs_tokens) if len(inputs_tokens) > 1 else inputs_tokens[0]
+            return [lm.embed_streams(tokens)], target, forced
+        return [lm.embed_streams(t) if row is None else row for row, t in zip(rows, inputs_tokens)], target, forced
 
     def wake_of(self, x: torch.Tensor, frames: int, h: torch.Tensor, text_logits: torch.Tensor,
                 target: torch.Tensor, forced: torch.Tensor) -> Wake:
