@@ -17,10 +17,24 @@ nothing here synchronizes with the host.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ..config.lm import LMConfig
 from ..state import Region, Store
+
+
+class _Constants(NamedTuple):
+    """A device's constant index tensors, made once: a frame's few dozen small kernels would
+    otherwise include one more for each of them, every frame."""
+    delays: torch.Tensor  # [S] each stream's delay
+    initial: torch.Tensor  # [S] each stream's start token
+    landing: torch.Tensor  # [S] lead + delay: how far past the input slot an outside token lands
+    trail: torch.Tensor  # [S] delay - max_delay: where a committed frame's output lies from the new slot
+    streams: torch.Tensor  # [S] 0 .. S - 1
+    ones: torch.Tensor  # [S] bool, True
+    two: torch.Tensor  # [2] 0, 1: the input slot and the target slot
 
 
 class DelayLines:
@@ -30,7 +44,7 @@ class DelayLines:
         self.slots = cfg.max_delay + 2 + self.lead
         self.tokens_region, self.forced_region, self.slot_region = (
             f"{name}.tokens", f"{name}.forced", f"{name}.slot")
-        self._consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._consts: dict[torch.device, _Constants] = {}
 
     def regions(self) -> list[Region]:
         # Declared whole ("fixed"), not as frame-clocked rings: outside tokens land up to
@@ -40,43 +54,46 @@ class DelayLines:
                 Region(self.forced_region, shape, torch.bool),
                 Region(self.slot_region, (1,), torch.int64)]
 
-    def _delays_initial(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _constants(self, device: torch.device) -> _Constants:
         if device not in self._consts:
             c = self.cfg
-            delays = torch.tensor(c.delays, dtype=torch.int64, device=device)
-            initial = torch.tensor([c.text_card] + [c.card] * c.n_q, dtype=torch.int64, device=device)
-            self._consts[device] = (delays, initial)
+
+            def ints(values: list[int]) -> torch.Tensor:
+                return torch.tensor(values, dtype=torch.int64, device=device)
+
+            self._consts[device] = _Constants(
+                ints(list(c.delays)), ints([c.text_card] + [c.card] * c.n_q), ints([self.lead + d for d in c.delays]),
+                ints([d - c.max_delay for d in c.delays]), ints(list(range(c.n_q + 1))),
+                torch.ones(c.n_q + 1, dtype=torch.bool, device=device), ints([0, 1]))
         return self._consts[device]
 
     def force(self, store: Store, first: int, codes: torch.Tensor) -> None:
         """Write outside tokens for streams first.. (codes [n] on the device), each at
         slot o + lead + its delay."""
-        delays, _ = self._delays_initial(codes.device)
-        streams = torch.arange(first, first + codes.shape[0], device=codes.device)
-        rows = (store[self.slot_region] + self.lead + delays[streams]) % self.slots
-        store[self.tokens_region].index_put_((rows, streams), codes)
+        c, streams = self._constants(codes.device), slice(first, first + codes.shape[0])
+        rows = (store[self.slot_region] + c.landing[streams]) % self.slots
+        store[self.tokens_region].index_put_((rows, c.streams[streams]), codes)
         # A device-side True: a Python scalar here would be a synchronizing host copy.
-        store[self.forced_region].index_put_((rows, streams), torch.ones_like(codes, dtype=torch.bool))
+        store[self.forced_region].index_put_((rows, c.streams[streams]), c.ones[streams])
 
     def begin_frame(self, store: Store) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Fill not-yet-reached slots with initial tokens; return (input tokens [n_q + 1],
         target tokens, target forced mask) for this frame."""
         tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
-        delays, initial = self._delays_initial(tokens.device)
-        for s in (o, o + 1):
-            row = s % self.slots
-            unreached = s <= delays
-            tokens.index_copy_(0, row, torch.where(unreached, initial, tokens.index_select(0, row)))
-            forced.index_copy_(0, row, forced.index_select(0, row) | unreached)
-        target_row = (o + 1) % self.slots
-        return (tokens.index_select(0, o % self.slots)[0], tokens.index_select(0, target_row)[0],
-                forced.index_select(0, target_row)[0])
+        c = self._constants(tokens.device)
+        s = o + c.two  # the input and the target slot (two rows: the ring has at least two)
+        rows, unreached = s % self.slots, s.unsqueeze(1) <= c.delays
+        now = torch.where(unreached, c.initial, tokens.index_select(0, rows))
+        now_forced = forced.index_select(0, rows) | unreached
+        tokens.index_copy_(0, rows, now)
+        forced.index_copy_(0, rows, now_forced)
+        return now[0], now[1], now_forced[1]
 
     def commit(self, store: Store, generated: torch.Tensor) -> torch.Tensor:
         """Store the generated tokens (text + dep_q codebooks) where not forced, advance the
         slot, and return the output tokens [dep_q + 1] of the frame max_delay frames back."""
         tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
-        delays, _ = self._delays_initial(tokens.device)
+        c = self._constants(tokens.device)
         n = generated.shape[0]
         target_row = (o + 1) % self.slots
         old = tokens.index_select(0, target_row)[0, :n]
@@ -84,9 +101,7 @@ class DelayLines:
         tokens[target_row, :n] = torch.where(keep, old, generated)
         forced.index_fill_(0, o % self.slots, False)
         o.add_(1)
-        streams = torch.arange(n, device=tokens.device)
-        rows = (o - self.cfg.max_delay + delays[:n]) % self.slots
-        return tokens[rows, streams]
+        return tokens[(o + c.trail[:n]) % self.slots, c.streams[:n]]
 
     def known_targets(self, now: frozenset[int], before: frozenset[int]) -> list[bool]:
         """Which streams' tokens in this frame's target slot are forced, as the host knows it
