@@ -154,7 +154,8 @@ class MoshiFrame:
         return store[lines.tokens_region].index_select(0, row)[0, :1 + self.cfg.dep_q]
 
     def lm_frame(self, inputs: LMInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """One frame of the LM alone, eagerly (prompts; LM-only use). Returns (the wake's input
+        """One frame of the LM alone, eagerly, from any inputs (LM-only use, reference tests;
+        a prompt's frames run through prompt_frame). Returns (the wake's input
         embedding or None when no wake ran, the output tokens or None during start-up)."""
         wake, tokens, _ = self._lm_frame(inputs, no_mark, LM_KEYS, replay=False, steady=False)
         return (None if wake is None else wake.embedding), tokens
