@@ -37,7 +37,17 @@ import triton.language as tl
 
 from . import MAX_ROWS
 from .gemv_dots import dot_dense, dot_int4, dot_int4_bytes, norm_stats, prologue_chunk
-from .operands import GROUP_SIZE, Int4Weight, Int8Rows, Int8Weight, Norm, epilogue_args, norm_args
+from .operands import (
+    GROUP_SIZE,
+    Int4Weight,
+    Int8Rows,
+    Int8Weight,
+    Norm,
+    epilogue_args,
+    norm_args,
+    product_operands,
+    rows_input,
+)
 
 Weight = torch.Tensor | Int8Weight | Int4Weight
 
@@ -190,12 +200,6 @@ def _prologue(x: torch.Tensor, k: int, norm: Norm | None, act: str | None) -> to
     return out
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    if x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError(f"fused linear: input must be [rows, K] with unit column stride, got {tuple(x.shape)}")
-    return x
-
-
 def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = None, epi: int = _EPI_STORE,
             residual=None, scale=None, qkv=None, embed=None):
     ws, group, ss_n = x, 1, 0  # placeholders where the weights are not quantized
@@ -233,11 +237,7 @@ def linear(x: torch.Tensor, w: Weight, *, norm: Norm | None = None, act: str | N
            residual: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (or [M, 2K] for act="silu_gate": the gate's two halves) @ w[N, K].T -> [M, N],
     with `norm` or `act` applied to x first and `residual` (+ scale * product) added after."""
-    x = _rows(x)
-    k = x.shape[1] // 2 if act == "silu_gate" else x.shape[1]
-    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
-    if residual is not None and (residual.shape != out.shape or residual.stride(1) != 1):
-        raise ValueError(f"fused linear: residual {tuple(residual.shape)} for output {tuple(out.shape)}")
+    x, k, out = product_operands(x, w, act, residual, "fused linear")
     return _launch(x, w, out, k=k, norm=norm, act=act, epi=_EPI_STORE if residual is None else _EPI_RESIDUAL,
                    residual=residual, scale=scale)
 
@@ -252,7 +252,7 @@ def _table(table: torch.Tensor | Int8Rows) -> tuple:
 def linear_embed(x: torch.Tensor, w: Weight, table: torch.Tensor | Int8Rows,
                  token: torch.Tensor) -> torch.Tensor:
     """x @ w.T plus the embedding row of `token` ([1] int64 on the device; -1: a zero row)."""
-    x = _rows(x)
+    x = rows_input(x, "fused linear")
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
     return _launch(x, w, out, k=x.shape[1], epi=_EPI_EMBED, embed=(token, table))
 
@@ -263,7 +263,7 @@ def qkv_into_ring(x: torch.Tensor, w: Weight, norm: Norm | None, pos: torch.Tens
     on q and k at positions pos + row (pair i turning at frequency exp(i * rope_coef); None: no
     RoPE), k and v written into the ring `kv` [ring, 2, H, D] at slots (pos + row) % ring.
     Returns q as [1, H, M, D]."""
-    x = _rows(x)
+    x = rows_input(x, "fused linear")
     M, D = x.shape[0], kv.shape[-1]
     q = torch.empty(M, heads, D, dtype=x.dtype, device=x.device)
     if kv.shape[1:] != (2, heads, D) or w.shape[0] != 3 * heads * D:

@@ -65,6 +65,25 @@ class Int8Rows(NamedTuple):
     scale: torch.Tensor  # float32 [V]: each row's absolute maximum / 127
 
 
+def rows_input(x: torch.Tensor, kernel: str) -> torch.Tensor:
+    """x as both product kernels read it: [rows, K] with unit column stride."""
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"{kernel}: input must be [rows, K] with unit column stride, got {tuple(x.shape)}")
+    return x
+
+
+def product_operands(x: torch.Tensor, w, act: str | None, residual: torch.Tensor | None, kernel: str
+                     ) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """(x checked, K, the output [M, N]) of x @ w.T, the residual checked against the output;
+    for act="silu_gate" x holds the gate's two halves, so K is half its width."""
+    x = rows_input(x, kernel)
+    k = x.shape[1] // 2 if act == "silu_gate" else x.shape[1]
+    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
+    if residual is not None and (residual.shape != out.shape or residual.stride(1) != 1):
+        raise ValueError(f"{kernel}: residual {tuple(residual.shape)} for output {tuple(out.shape)}")
+    return x, k, out
+
+
 def norm_args(norm: Norm | None, dummy: torch.Tensor) -> tuple:
     """A prologue norm's (weight, bias, eps) as the kernels take them (`dummy` where none)."""
     if norm is None:

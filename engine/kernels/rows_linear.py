@@ -42,7 +42,7 @@ import torch
 import triton
 
 from . import MAX_WAKE_ROWS
-from .operands import Int4Weight, Int8Weight, Norm, epilogue_args, norm_args
+from .operands import Int4Weight, Int8Weight, Norm, epilogue_args, norm_args, product_operands, rows_input
 from .rows_kernels import lead_kernel, rows_kernel
 
 Weight = torch.Tensor | Int8Weight | Int4Weight
@@ -165,22 +165,12 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
     return out
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    if x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError(f"rows linear: input must be [rows, K] with unit column stride, got {tuple(x.shape)}")
-    return x
-
-
 def linear(x: torch.Tensor, w: Weight, *, norm: Norm | None = None, act: str | None = None,
            residual: torch.Tensor | None = None, scale: torch.Tensor | None = None,
            lora: Lora | None = None) -> torch.Tensor:
     """x [M, K] (or [M, 2K] for act="silu_gate") @ w[N, K].T -> [M, N]: `norm` or `act`
     applied to x first, the LoRA's rows corrected, `residual` (+ scale * product) added after."""
-    x = _rows(x)
-    k = x.shape[1] // 2 if act == "silu_gate" else x.shape[1]
-    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
-    if residual is not None and (residual.shape != out.shape or residual.stride(1) != 1):
-        raise ValueError(f"rows linear: residual {tuple(residual.shape)} for output {tuple(out.shape)}")
+    x, k, out = product_operands(x, w, act, residual, "rows linear")
     return _launch(x, w, out, k=k, norm=norm, act=act, epi=_EPI_STORE if residual is None else _EPI_RESIDUAL,
                    residual=residual, scale=scale, lora=lora)
 
@@ -189,7 +179,7 @@ def qkv_into_ring(x: torch.Tensor, w: Weight, norm: Norm | None, pos: torch.Tens
                   heads: int, rope_coef: float | None, lora: Lora | None = None) -> torch.Tensor:
     """fused_linear.qkv_into_ring for a wake's rows, the LoRA's rows corrected before RoPE:
     q as [1, H, M, D], k and v written into the ring kv [ring, 2, H, D] at (pos + row) % ring."""
-    x = _rows(x)
+    x = rows_input(x, "rows linear")
     M, D = x.shape[0], kv.shape[-1]
     q = torch.empty(M, heads, D, dtype=x.dtype, device=x.device)
     if kv.shape[1:] != (2, heads, D) or w.shape[0] != 3 * heads * D:
