@@ -2,8 +2,10 @@
 # Everything that needs the GPU, in one run: the GPU test suite (runtime primitives and
 # session bit-identity) and the benchmarks against the stock runtimes (and, for personaplex,
 # DiffuPlex against our AR path; then Step-Audio2's token2wav). Results go to $OUT. GPU_CHECK=0 runs the benchmarks alone (the
-# device tool allows 10 minutes a call: the suite with moshiko in one, personaplex in another).
-# On the device machine (torch 2.11, no network) the missing wheels travel in .whl:
+# device tool allows 10 minutes a call: the suite in one, each shape's bench in its own). Output
+# is printed line by line, so a call cut off at its limit still returns what ran.
+# On the device machine (torch 2.11, no network) the missing wheels travel in .whl
+# (packaging/gpu_wheels.sh fetches them):
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
 #   PYTHONPATH=/tmp/site:. OUT=... bash packaging/gpu_run.sh [moshiko personaplex]
 set -uo pipefail
@@ -19,18 +21,18 @@ if [ "${GPU_CHECK:-1}" != 0 ]; then
     grep -E "passed|failed|error" "$OUT/gpu_check.log"
 fi
 for shape in "${@:-moshiko}"; do
-    "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep -v -i warn | tail -40
+    "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep --line-buffered -v -i warn
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     if [ "$shape" = personaplex ]; then
         "$PYTHON" -m app.cli bench --model personaplex --diffuplex --output "$OUT/bench_diffuplex_personaplex.json" \
-            2>&1 | tee "$OUT/bench_diffuplex_personaplex.log" | tail -16
+            2>&1 | tee "$OUT/bench_diffuplex_personaplex.log" | grep --line-buffered -v -i warn
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     fi
 done
 # Step-Audio2's token2wav against the stock minicpmo-utils 1.0.7 (its wheel travels in .whl too).
 if [ "${TAIL:-1}" != 0 ]; then
     "$PYTHON" -m app.cli bench --tail step-audio2 --output "$OUT/bench_token2wav.json" 2>&1 \
-        | tee "$OUT/bench_token2wav.log" | grep -v -i warn | tail -18
+        | tee "$OUT/bench_token2wav.log" | grep --line-buffered -v -i warn
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status
