@@ -38,7 +38,9 @@ def every_step():
         yield
 
 
-def _model(shape: str, folder: Path):
+def model(shape: str, folder: Path):
+    """(the model, its voice prompt's name or None): the demo, or full-size random weights of
+    a bench shape (bench.run.SHAPES) in bf16 on CUDA, with a voice for the personaplex shape."""
     from engine import load_model
 
     if shape == "demo":
@@ -47,29 +49,33 @@ def _model(shape: str, folder: Path):
     from bench.stock import write_stock_checkpoint
 
     write_stock_checkpoint(folder, SHAPES[shape], seed=0)
-    write_voice(folder, shape)
-    return load_model(folder, device="cuda", dtype=torch.bfloat16), VOICE_NAME
+    if shape == "personaplex":
+        write_voice(folder, shape)
+    return load_model(folder, device="cuda", dtype=torch.bfloat16), VOICE_NAME if shape == "personaplex" else None
 
 
-def _run(model, voice: str, frames: np.ndarray) -> tuple[dict, list]:
+def run(model, voice: str | None, frames: np.ndarray, stages=("depformer",)) -> tuple[dict, list]:
+    """One conversation over `frames` (prepared first on CUDA): its prompts' seconds, the
+    frame's p50 wall time and the p50 of each of `stages`, and its FrameOutputs."""
     from engine import DuplexSession, Persona, RuntimeOptions
     from engine.lm.personaplex import DEFAULT_ROLE
 
     session = DuplexSession(model, RuntimeOptions(seed=3), Persona(None, ""))
     if session.device.type == "cuda":
         session.prepare()
-    session.reset(Persona(voice, DEFAULT_ROLE))
+    session.reset(Persona(voice, DEFAULT_ROLE) if voice else Persona(None, ""))
     prompt_s = session.prompt_s
     out = [session.step(frame) for frame in frames]
     session.close()
     steady = out[WARMUP:]
-    return ({"prompt_s": round(prompt_s, 4),
-             "frame_p50_ms": round(1000 * statistics.median(f.timings["total"] for f in steady), 3),
-             "depformer_p50_ms": round(1000 * statistics.median(f.timings["depformer"] for f in steady), 3)},
-            out)
+    figures = {"prompt_s": round(prompt_s, 4),
+               "frame_p50_ms": round(1000 * statistics.median(f.timings["total"] for f in steady), 3)}
+    for stage in stages:
+        figures[f"{stage}_p50_ms"] = round(1000 * statistics.median(f.timings[stage] for f in steady), 3)
+    return figures, out
 
 
-def _identical(a: list, b: list) -> bool:
+def identical(a: list, b: list) -> bool:
     """Tokens and PCM equal, frame by frame."""
     return all(np.array_equal(x.pcm, y.pcm) and (x.tokens is None) == (y.tokens is None)
                and (x.tokens is None or np.array_equal(x.tokens, y.tokens)) for x, y in zip(a, b, strict=True))
@@ -77,13 +83,13 @@ def _identical(a: list, b: list) -> bool:
 
 def measure(shape: str, frames: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        model, voice = _model(shape, Path(folder))
+        lm, voice = model(shape, Path(folder))
         audio = input_frames(frames)
         with every_step():
-            every, every_out = _run(model, voice, audio)
-        fewer, fewer_out = _run(model, voice, audio)
-    return {"shape": shape, "frames": frames, "device": str(model.device), "every_step": every,
-            "known_steps_left_out": fewer, "bit_identical": _identical(fewer_out, every_out),
+            every, every_out = run(lm, voice, audio)
+        fewer, fewer_out = run(lm, voice, audio)
+    return {"shape": shape, "frames": frames, "device": str(lm.device), "every_step": every,
+            "known_steps_left_out": fewer, "bit_identical": identical(fewer_out, every_out),
             "ratios": {k: round(every[k] / fewer[k], 3) for k in every if fewer[k] > 0}}
 
 

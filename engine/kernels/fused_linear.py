@@ -35,8 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import MAX_ROWS
-from .gemv_dots import dot_dense, dot_int4, dot_int4_bytes, norm_stats, prologue_chunk
+from . import MAX_ROWS, overlap
+from .gemv_dots import dot_dense, dot_int4, dot_int4_bytes, first_tile, norm_stats, prologue_chunk
 from .operands import (
     GROUP_SIZE,
     Int4Weight,
@@ -65,13 +65,18 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                  K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, WORDS: tl.constexpr, GROUP: tl.constexpr,
                  NORM: tl.constexpr, ACT: tl.constexpr, EPI: tl.constexpr,
                  HAS_SCALE: tl.constexpr, EMB_INT8: tl.constexpr,
-                 HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                 HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 PDL: tl.constexpr):
+    overlap.begin(PDL)
     pid = tl.program_id(0)
     m = pid % M
     offs_n = (pid // M) * BN + tl.arange(0, BN)
     n_ok = offs_n < N
     x_row = X + m * sx_m
     dt = X.dtype.element_ty
+    if not INT4:
+        w_first = first_tile(W, offs_n, n_ok, sw_n, K, BK)
+    overlap.wait(PDL)
 
     mean, rstd = norm_stats(x_row, eps, K, NORM, BK)
     if INT4 and WORDS:
@@ -81,7 +86,7 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
         y = dot_int4_bytes(x_row, W, WS, offs_n, n_ok, sw_n, ss_n, NW, NB, mean, rstd, gate_off,
                            K, GROUP, NORM, ACT, BN, BK)
     else:
-        y = dot_dense(x_row, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off, K, NORM, ACT, BN, BK)
+        y = dot_dense(x_row, w_first, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off, K, NORM, ACT, BN, BK)
     if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
         y = y * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)
     y = y.to(dt).to(tl.float32)  # the product, rounded as torch's is
@@ -127,9 +132,12 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
 
 @triton.jit
 def _prologue_kernel(X, OUT, sx_m, so_m, NW, NB, eps, gate_off,
-                     K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, BK: tl.constexpr):
+                     K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, BK: tl.constexpr,
+                     PDL: tl.constexpr):
     """The products' prologue alone, one program per row: for products with many programs,
     where computing it in each of them costs more than a launch."""
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     m = tl.program_id(0)
     x_row = X + m * sx_m
     dt = X.dtype.element_ty
@@ -196,7 +204,7 @@ def _prologue(x: torch.Tensor, k: int, norm: Norm | None, act: str | None) -> to
     nw, nb, eps = norm_args(norm, x)
     _prologue_kernel[(x.shape[0],)](x, out, x.stride(0), out.stride(0), nw, nb, eps, k, K=k,
                                     NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act],
-                                    BK=min(1024, triton.next_power_of_2(k)), num_warps=8)
+                                    BK=min(1024, triton.next_power_of_2(k)), num_warps=8, **overlap.launch(x.device))
     return out
 
 
@@ -229,7 +237,7 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
         K=k, INT8=w.dtype == torch.int8, INT4=int4, WORDS=words, GROUP=group,
         NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
         EMB_INT8=embed is not None and isinstance(embed[1], Int8Rows), **flags, BN=cfg.bn, BK=cfg.bk,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap.launch(x.device))
     return out
 
 

@@ -59,12 +59,24 @@ def prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM: tl.const
 
 
 @triton.jit
-def dot_dense(x_row, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off,
+def first_tile(W, offs_n, n_ok, sw_n, K: tl.constexpr, BK: tl.constexpr):
+    """The first [BN, BK] tile of float or int8 weights, as dot_dense takes it: loaded before
+    a kernel waits for the one before it (weights are never written by a kernel)."""
+    ks = tl.arange(0, BK)
+    return tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & (ks < K)[None, :], other=0.0)
+
+
+@triton.jit
+def dot_dense(x_row, w_first, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off,
                K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """The fp32 sums of BN output rows of float or int8 weights against the prologue's row.
-    A [BN, BK] accumulator, reduced once at the end."""
+    """The fp32 sums of BN output rows of float or int8 weights against the prologue's row,
+    the first chunk's weights given (first_tile). A [BN, BK] accumulator, reduced once at the
+    end; the first chunk is added as the loop adds the others."""
     acc = tl.zeros([BN, BK], tl.float32)
-    for k0 in range(0, K, BK):
+    ks = tl.arange(0, BK)
+    x = prologue_chunk(x_row, ks, ks < K, NW, NB, mean, rstd, gate_off, NORM, ACT)
+    acc += w_first.to(tl.float32) * x[None, :]
+    for k0 in range(BK, K, BK):
         ks = k0 + tl.arange(0, BK)
         k_ok = ks < K
         x = prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)

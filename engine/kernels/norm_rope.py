@@ -12,9 +12,13 @@ import torch
 import triton
 import triton.language as tl
 
+from . import overlap
+
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, alpha_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr):
+def _rms_norm_kernel(x_ptr, alpha_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < dim
@@ -30,12 +34,15 @@ def rms_norm(x: torch.Tensor, alpha: torch.Tensor, eps: float) -> torch.Tensor:
     x = x.contiguous()
     dim = x.shape[-1]
     out = torch.empty_like(x)
-    _rms_norm_kernel[(x.numel() // dim,)](x, alpha, out, dim, eps, BLOCK=triton.next_power_of_2(dim))
+    _rms_norm_kernel[(x.numel() // dim,)](x, alpha, out, dim, eps, BLOCK=triton.next_power_of_2(dim),
+                                        **overlap.launch(x.device))
     return out
 
 
 @triton.jit
-def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, T, H, s_h, s_t, HALF: tl.constexpr):
+def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, T, H, s_h, s_t, HALF: tl.constexpr, PDL: tl.constexpr):
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     pid = tl.program_id(0)  # one program per (head, step)
     h, t = pid // T, pid % T
     i = tl.arange(0, HALF)
@@ -57,5 +64,5 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
     out = torch.empty((1, H, T, D), dtype=x.dtype, device=x.device)
     _rope_kernel[(H * T,)](x, cos.contiguous(), sin.contiguous(), out, T, H, x.stride(1), x.stride(2),
-                           HALF=D // 2)
+                           HALF=D // 2, **overlap.launch(x.device))
     return out

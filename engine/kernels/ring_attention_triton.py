@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import overlap
+
 # Tuning, from tests/gpu/bench_ring_attention.py's sweep on an H200 (Moshi temporal scale,
 # 32 layers x 32 heads x 128 dims, bf16): small programs, many of them, keep the most loads
 # in flight (3000 live keys: 0.82 ms for all layers; 8 waves of 4-warp programs: 1.30 ms).
@@ -32,7 +34,9 @@ def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
                   sq_h, sq_t, sq_d, skv_r, skv_c, skv_h, skv_d, so_h, so_t, so_d,
                   T, ring, context, sm_scale,
                   HAS_CONTEXT: tl.constexpr, SPLITS: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr):
+                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     h = tl.program_id(0)
     s = tl.program_id(1)
     t = tl.program_id(2)
@@ -78,7 +82,10 @@ def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
 
 @triton.jit
 def _merge_kernel(PACC, PM, PL, OUT, T, so_h, so_t, so_d,
-                  SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr):
+                  SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+                  PDL: tl.constexpr):
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     h = tl.program_id(0)
     t = tl.program_id(1)
     s = tl.arange(0, SPLITS_P2)
@@ -129,10 +136,10 @@ def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
         out.stride(1), out.stride(2), out.stride(3),
         T, ring, context or 0, 1.0 / math.sqrt(D),
         HAS_CONTEXT=context is not None, SPLITS=splits, BLOCK_N=block_n, BLOCK_D=block_d, D=D,
-        num_warps=num_warps)
+        num_warps=num_warps, **overlap.launch(q.device))
     if splits == 1:
         return out
     _merge_kernel[(H, T)](pacc, pm, pl, out, T, out.stride(1), out.stride(2), out.stride(3),
                           SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
-                          BLOCK_D=block_d, D=D, num_warps=1)
+                          BLOCK_D=block_d, D=D, num_warps=1, **overlap.launch(q.device))
     return out

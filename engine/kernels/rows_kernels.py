@@ -17,6 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import overlap
 from .gemv_dots import norm_stats, prologue_chunk
 
 
@@ -32,9 +33,11 @@ def _op(v, dt: tl.constexpr, UPCAST: tl.constexpr):
 def lead_kernel(X, OUT, A, T, sx_m, so_m, sa_r, st_s, st_m, NW, NB, eps, gate_off, row0, lora_first,
                 K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, PRO: tl.constexpr,
                 LORA: tl.constexpr, RANK: tl.constexpr, RP: tl.constexpr, BK: tl.constexpr,
-                KSPAN: tl.constexpr):
+                KSPAN: tl.constexpr, PDL: tl.constexpr):
     """Row row0 + program_id(0), inputs from program_id(1) * KSPAN: the prologue's chunk
     (stored when PRO) and, for the LoRA rows, the fp32 partial product with A (into T)."""
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     m = row0 + tl.program_id(0)
     k_first = tl.program_id(1) * KSPAN
     x_row = X + m * sx_m
@@ -104,7 +107,9 @@ def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                 LORA: tl.constexpr, LSCALE: tl.constexpr, RANK: tl.constexpr, RP: tl.constexpr,
                 LSPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, BM: tl.constexpr,
                 BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, KSPAN: tl.constexpr,
-                PHASE: tl.constexpr):
+                PHASE: tl.constexpr, PDL: tl.constexpr):
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     offs_n = tl.program_id(0) * BN + tl.arange(0, BN)
     n_ok = offs_n < N
     rows = tl.arange(0, BM)

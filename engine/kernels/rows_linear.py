@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from . import MAX_WAKE_ROWS
+from . import MAX_WAKE_ROWS, overlap
 from .operands import Int4Weight, Int8Weight, Norm, epilogue_args, norm_args, product_operands, rows_input
 from .rows_kernels import lead_kernel, rows_kernel
 
@@ -120,7 +120,7 @@ def _lead(x: torch.Tensor, k: int, norm: Norm | None, act: str | None, lora: Lor
                                    nw, nb, eps, k, row0, first, K=k, NORM=_NORM[None if norm is None else norm.kind],
                                    ACT=_ACT[act], PRO=pro, LORA=lora is not None, RANK=rank,
                                    RP=max(16, triton.next_power_of_2(rank)), BK=bk, KSPAN=_span(k, split, bk),
-                                   num_warps=8)  # the [RP, BK] fp32 sum in registers
+                                   num_warps=8, **overlap.launch(x.device))  # the [RP, BK] fp32 sum in registers
     return out, (t if lora is not None else None)
 
 
@@ -157,7 +157,7 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
                 RP=max(16, triton.next_power_of_2(rank)), LSPLIT=1 if t is None else t.shape[0],
                 PREC="ieee" if x.dtype == torch.float32 or _UPCAST else "tf32", UPCAST=_UPCAST,
                 BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, SPLIT=cfg.split, KSPAN=_span(k, cfg.split, cfg.bk),
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap.launch(x.device))
     tiles = triton.cdiv(N, cfg.bn)
     rows_kernel[(tiles, cfg.split)](*args, PHASE=0, **meta)
     if cfg.split > 1:

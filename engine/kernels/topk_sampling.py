@@ -14,11 +14,13 @@ import torch
 import triton
 import triton.language as tl
 
-from . import MAX_VOCAB
+from . import MAX_VOCAB, overlap
 
 
 @triton.jit(do_not_specialize=["top_k"])  # one kernel for every top-k: a change mid-conversation compiles nothing
-def _topk_race_kernel(LOGITS, EXPO, OUT, V, top_k, temperature, sl, se, BV: tl.constexpr):
+def _topk_race_kernel(LOGITS, EXPO, OUT, V, top_k, temperature, sl, se, BV: tl.constexpr, PDL: tl.constexpr):
+    overlap.begin(PDL)
+    overlap.wait(PDL)
     row = tl.program_id(0)
     idx = tl.arange(0, BV)
     ok = idx < V
@@ -46,5 +48,5 @@ def topk_sample(logits: torch.Tensor, top_k: int, temperature: float,
     draws = torch.empty(R, top_k, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
     out = torch.empty(R, dtype=torch.int64, device=logits.device)
     _topk_race_kernel[(R,)](logits, draws, out, V, top_k, temperature, logits.stride(0), draws.stride(0),
-                            BV=triton.next_power_of_2(V), num_warps=8)
+                            BV=triton.next_power_of_2(V), num_warps=8, **overlap.launch(logits.device))
     return out

@@ -51,6 +51,20 @@ def test_toggle_combinations_bit_identical(model, audio, baseline, graph_replay,
     session.close()
 
 
+def test_overlapped_launches_change_no_bit(model, audio, baseline, monkeypatch):
+    """Our kernels launched overlapped (programmatic dependent launch, where the GPU has it: the
+    baseline ran so) or one after another, graph-replayed: the same output."""
+    from engine.kernels import overlap
+
+    hopper = torch.cuda.get_device_capability() >= (9, 0)
+    assert overlap.launch(torch.device("cuda")).get("launch_pdl", False) == hopper
+    monkeypatch.setattr(overlap, "ENABLED", False)
+    assert overlap.launch(torch.device("cuda")) == {"PDL": False}
+    session = DuplexSession(model, RuntimeOptions(seed=9), PERSONA)
+    assert_identical(run(session, audio), baseline)
+    session.close()
+
+
 def test_switching_mid_conversation_bit_identical(model, audio, baseline):
     on = RuntimeOptions(seed=9)
     graphs_only = on.replace(demand_sized_state=False)
