@@ -30,7 +30,7 @@ def measure(shape: str, weights: str, frames: int, rounds: int) -> dict:
 
     audio = input_frames(frames)
     runs: dict[str, list[dict]] = {"on": [], "off": []}
-    same, first = True, None
+    same, first, enabled = True, None, overlap.ENABLED
     with tempfile.TemporaryDirectory() as folder:
         lm, voice = model(shape, Path(folder))
         if weights == "int8":
@@ -48,7 +48,7 @@ def measure(shape: str, weights: str, frames: int, rounds: int) -> dict:
                     else:
                         same = same and identical(out, first)
         finally:
-            overlap.ENABLED = True
+            overlap.ENABLED = enabled
     medians = {s: {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]} for s, rs in runs.items()}
     return {"shape": shape, "weights": weights, "frames": frames, "rounds": rounds,
             "device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": runs, "median": medians,

@@ -15,8 +15,11 @@ The protocol, in every kernel launched with `launch()`'s options:
   returns once the previous kernel has finished and its writes are visible (that kernel
   waited for its own predecessor the same way, so everything earlier is finished too).
 
-Only where the device supports it and not under Triton's interpreter; `ENABLED` off turns it
-off for a comparison (bench.overlap), which needs new graphs: a captured graph keeps the
+Only where the device supports it (compute capability 9.0 and later) and not under Triton's
+interpreter, and only while `ENABLED`: off until bench.overlap has timed it on a GPU and
+tests/gpu has run it (this was written on a machine without one). `OVERLAP_ENV`=1 turns it on
+for a whole process (the GPU suite under it: `packaging/gpu_check.sh`); bench.overlap and the
+GPU test switch it between sessions. A change needs new graphs: a captured graph keeps the
 launches it recorded.
 """
 from __future__ import annotations
@@ -29,7 +32,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-ENABLED = True
+OVERLAP_ENV = "DUPLEXCADENCE_OVERLAPPED_LAUNCHES"
+ENABLED = os.environ.get(OVERLAP_ENV) == "1"
 
 
 @triton.jit
