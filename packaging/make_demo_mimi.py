@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from engine.config.mimi_json import parse_config  # noqa: E402
 from engine.mimi.codec import Mimi  # noqa: E402
 from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
+from engine.ops.codebooks import nearest_codes  # noqa: E402
 
 SEED = 20240917
 # Official structure, narrower: the file stays under 4 MB and a 10 s clip codes in well
@@ -78,7 +79,8 @@ def _fit_codebooks(model: Mimi, latent: torch.Tensor, gen: torch.Generator) -> N
             book.embedding_sum.copy_(centroids * usage[:, None])
             book.cluster_usage.copy_(usage)
             book._initialized.fill_(1.0)
-            residual = residual - book.decode(book.encode(residual))
+            table = book.centroids()
+            residual = residual - table[nearest_codes(residual, table[None])[0]]
 
 
 @torch.no_grad()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..config.mimi import QuantizerConfig
+from ..ops.codebooks import nearest_codes, summed_centroids
 
 _USAGE_EPS = 1e-5
 
@@ -22,24 +22,13 @@ class Codebook(nn.Module):
         self.register_buffer("_initialized", torch.zeros(1))
         self.register_buffer("cluster_usage", torch.ones(bins))
         self.register_buffer("embedding_sum", torch.zeros(bins, dim))
-        self._centroids: torch.Tensor | None = None
-        self._centroids_of: tuple | None = None
 
     def centroids(self) -> torch.Tensor:
-        # Cached, and rebuilt whenever the buffers are replaced or written (load, .to()),
-        # so no per-frame division and no derived tensor that could go stale.
-        key = tuple((b.data_ptr(), b._version, b.dtype) for b in (self.embedding_sum, self.cluster_usage))
-        if key != self._centroids_of:
-            self._centroids = self.embedding_sum / self.cluster_usage.clamp(min=_USAGE_EPS)[:, None]
-            self._centroids_of = key
-        return self._centroids
+        return self.embedding_sum / self.cluster_usage.clamp(min=_USAGE_EPS)[:, None]
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """x [N, dim] -> index of the nearest centroid [N]."""
-        return torch.cdist(x[None], self.centroids()[None], p=2)[0].argmin(dim=-1)
-
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        return F.embedding(codes, self.centroids())
+    def key(self) -> tuple:
+        """Changes whenever the buffers are replaced or written (load, .to())."""
+        return tuple((b.data_ptr(), b._version, b.dtype) for b in (self.embedding_sum, self.cluster_usage))
 
 
 class _CodebookHolder(nn.Module):
@@ -62,28 +51,32 @@ class ResidualVQ(nn.Module):
         self.input_proj = nn.Conv1d(cfg.input_dimension, cfg.dimension, 1, bias=False)
         self.output_proj = nn.Conv1d(cfg.dimension, cfg.output_dimension, 1, bias=False)
         self.vq = _Layers(n_q, cfg.dimension, cfg.bins)
+        self._centroids: dict[int, tuple[tuple, torch.Tensor]] = {}  # n: (the codebooks' keys, centroids)
 
     def codebooks(self, n: int) -> list[Codebook]:
         return [holder._codebook for holder in self.vq.layers[:n]]
+
+    def centroids(self, n: int) -> torch.Tensor:
+        """The first n codebooks' centroids [n, bins, dim]. Kept (for each n asked: encoding and
+        decoding ask the same), and made again whenever a codebook's buffers change, so no frame
+        divides and nothing derived goes stale."""
+        books = self.codebooks(n)
+        key = tuple(book.key() for book in books)
+        if self._centroids.get(n, (None,))[0] != key:
+            self._centroids[n] = key, torch.stack([book.centroids() for book in books])
+        return self._centroids[n][1]
 
     def encode(self, latent: torch.Tensor, n: int) -> torch.Tensor:
         """latent [B, C, T] -> codes [B, n, T]."""
         B, _, T = latent.shape
         residual = self.input_proj(latent).transpose(1, 2).reshape(B * T, -1)
-        codes = []
-        for book in self.codebooks(n):
-            idx = book.encode(residual)
-            residual = residual - book.decode(idx)
-            codes.append(idx.view(B, T))
-        return torch.stack(codes, dim=1)
+        return nearest_codes(residual, self.centroids(n)).view(n, B, T).transpose(0, 1)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, K, T] -> latent [B, C, T]."""
-        total = None
-        for book, idx in zip(self.codebooks(codes.shape[1]), codes.unbind(1)):
-            q = book.decode(idx)
-            total = q if total is None else total + q
-        return self.output_proj(total.transpose(1, 2))
+        B, K, T = codes.shape
+        total = summed_centroids(codes.transpose(0, 1).reshape(K, B * T), self.centroids(K))
+        return self.output_proj(total.view(B, T, -1).transpose(1, 2))
 
 
 class SplitResidualVQ(nn.Module):
