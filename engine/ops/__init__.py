@@ -12,7 +12,8 @@ graph replay and demand-sized state always run the same kernels.
 - norm.py: rms_norm; rope.py: the RoPE tables and rotation;
 - attention.py: attention over a ring KV cache;
 - fused.py: the fused transformer layer's decision and its products;
-- sampling.py: the top-k / temperature exponential race.
+- sampling.py: the top-k / temperature exponential race;
+- codebooks.py: Mimi's quantizer (each codebook's nearest centroid, the sum of the chosen ones).
 
 This package's __init__ imports none of them (its modules import `dispatch` through it).
 """
