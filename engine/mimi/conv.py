@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..ops.conv import streaming_conv
 from ..state import Region, Store
 
 
@@ -53,10 +54,17 @@ class StreamingConv1d(nn.Module):
             regions.append(Region(f"{self.name}.started", (1,), torch.bool))
         return regions
 
-    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
-        """x [B, C, T] with T a multiple of the stride (B must be 1 when streaming)."""
+    def forward(self, x: torch.Tensor, store: Store | None = None, elu: float | None = None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, C, T] with T a multiple of the stride (B must be 1 when streaming); `elu`: the
+        alpha of an ELU applied to x first; `residual` is added to the output."""
         if x.shape[-1] % self.stride:
             raise ValueError(f"{self.name}: length {x.shape[-1]} is not a multiple of stride {self.stride}")
+        if store is not None and (self.pad_mode == "constant" or self.tail_len <= 0):
+            tail = store[f"{self.name}.tail"] if self.tail_len > 0 else None
+            return streaming_conv(x, tail, self.layer, elu, residual)
+        if elu is not None:
+            x = F.elu(x, elu)
         if self.tail_len > 0:
             if store is None:
                 if self.pad_mode == "replicate":
@@ -65,13 +73,13 @@ class StreamingConv1d(nn.Module):
                     x = F.pad(x, (self.tail_len, 0))
             else:
                 tail = store[f"{self.name}.tail"]
-                if self.pad_mode == "replicate":
-                    started = store[f"{self.name}.started"]
-                    tail.copy_(torch.where(started, tail, x[..., :1]))
-                    started.fill_(True)
+                started = store[f"{self.name}.started"]
+                tail.copy_(torch.where(started, tail, x[..., :1]))
+                started.fill_(True)
                 x = torch.cat([tail, x], dim=-1)
                 tail.copy_(x[..., -self.tail_len:])
-        return self.layer(x)
+        y = self.layer(x)
+        return y if residual is None else residual + y
 
 
 class StreamingConvTranspose1d(nn.Module):
@@ -93,8 +101,9 @@ class StreamingConvTranspose1d(nn.Module):
         shape = (1, self.layer.out_channels, self.overlap)
         return [Region(f"{self.name}.partial", shape, self.layer.weight.dtype)]
 
-    def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
-        y = self.layer(x)
+    def forward(self, x: torch.Tensor, store: Store | None = None, elu: float | None = None) -> torch.Tensor:
+        """`elu`: the alpha of an ELU applied to x first."""
+        y = self.layer(x if elu is None else F.elu(x, elu))
         if self.overlap <= 0:
             return y
         if store is None:

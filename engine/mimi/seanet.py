@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..config.mimi import SeanetConfig
 from ..state import Region, Store
@@ -14,9 +15,18 @@ from .conv import StreamingConv1d, StreamingConvTranspose1d
 
 
 def run_layers(layers: nn.ModuleList, x: torch.Tensor, store: Store | None) -> torch.Tensor:
+    """The layers in order, each ELU handed to the convolution after it (which can apply it as
+    it reads its input: engine.ops.conv)."""
+    elu = None
     for layer in layers:
-        x = layer(x) if isinstance(layer, nn.ELU) else layer(x, store)
-    return x
+        if elu is not None and not isinstance(layer, (StreamingConv1d, StreamingConvTranspose1d)):
+            x, elu = F.elu(x, elu), None
+        if isinstance(layer, nn.ELU):
+            elu = layer.alpha
+        else:
+            x = layer(x, store) if elu is None else layer(x, store, elu=elu)
+            elu = None
+    return x if elu is None else F.elu(x, elu)
 
 
 def layer_regions(layers) -> list[Region]:
@@ -42,8 +52,11 @@ class ResnetBlock(nn.Module):
         return skip + layer_regions(self.block)
 
     def forward(self, x: torch.Tensor, store: Store | None = None) -> torch.Tensor:
+        """skip(x) + conv(ELU(conv(ELU(x)))), the skip added by the last convolution."""
         skip = x if isinstance(self.shortcut, nn.Identity) else self.shortcut(x, store)
-        return skip + run_layers(self.block, x, store)
+        elu1, conv1, elu2, conv2 = self.block
+        h = conv1(x, store, elu=elu1.alpha)
+        return conv2(h, store, elu=elu2.alpha, residual=skip)
 
 
 class _LayerStack(nn.Module):

@@ -1,0 +1,114 @@
+"""A streaming causal convolution of one chunk (batch 1, fp32) in one kernel, and the update of
+its kept input tail in a second.
+
+SEANet's residual blocks are ELU, a convolution over the previous chunk's tail and this chunk,
+ELU, a 1x1 convolution and the skip's addition: in torch seven to eleven kernels (the ELUs, the
+concatenation with the tail, the tail's copy, cuDNN's layout conversions, the addition). Here the
+convolution reads the tail and the new input in place (no concatenation), applies the ELU to the
+new input as it loads it (the tail holds the convolution's input, already activated), and adds
+the bias and the residual in its epilogue: out[o, t] = bias[o] + sum over (i, j) of
+w[o, i, j] * in[i, t * stride + j * dilation], `in` the tail followed by the chunk. A product of
+[C_out, C_in * kernel] weights with the input gathered on the fly, on `tl.dot` in fp32
+("ieee": no TF32). The tail is updated after, by the second kernel: the programs of the first
+still read the old one.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import overlap
+
+
+@triton.jit
+def _elu(v, alpha):
+    return tl.where(v > 0, v, alpha * (tl.exp(v) - 1.0))
+
+
+@triton.jit
+def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, c_out, t_in, t_out, tail_len, stride, dilation, alpha,
+                 sx_c, st_c, sw_o, sr_c, so_c,
+                 KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+    """Grid (output-channel tiles, time tiles). KK = C_in * KSIZE, the product's depth."""
+    overlap.begin(PDL)
+    overlap.wait(PDL)
+    o = tl.program_id(0) * BM + tl.arange(0, BM)
+    t = tl.program_id(1) * BN + tl.arange(0, BN)
+    o_ok = o < c_out
+    t_ok = t < t_out
+    acc = tl.zeros([BM, BN], tl.float32)
+    for k0 in range(0, KK, BK):
+        kk = k0 + tl.arange(0, BK)
+        k_ok = kk < KK
+        i = kk // KSIZE
+        p = t[None, :] * stride + (kk % KSIZE)[:, None] * dilation  # [BK, BN]: position in tail + chunk
+        ok = k_ok[:, None] & t_ok[None, :]
+        old = tl.load(TAIL + i[:, None] * st_c + p, mask=ok & (p < tail_len), other=0.0)
+        new = tl.load(X + i[:, None] * sx_c + (p - tail_len), mask=ok & (p >= tail_len), other=0.0)
+        if ELU:
+            new = _elu(new, alpha)
+        w = tl.load(W + o[:, None] * sw_o + kk[None, :], mask=o_ok[:, None] & k_ok[None, :], other=0.0)
+        acc = tl.dot(w, tl.where(p < tail_len, old, new), acc, input_precision="ieee")
+    if HAS_BIAS:
+        acc += tl.load(BIAS + o, mask=o_ok, other=0.0)[:, None]
+    out_ok = o_ok[:, None] & t_ok[None, :]
+    if HAS_RES:
+        acc = tl.load(RES + o[:, None] * sr_c + t[None, :], mask=out_ok, other=0.0) + acc
+    tl.store(OUT + o[:, None] * so_c + t[None, :], acc, mask=out_ok)
+
+
+@triton.jit
+def _tail_kernel(X, TAIL, t_in, tail_len, alpha, sx_c, st_c, ELU: tl.constexpr, BT: tl.constexpr,
+                 PDL: tl.constexpr):
+    """Channel program_id(0)'s new tail: the last tail_len samples of its tail + chunk."""
+    overlap.begin(PDL)
+    overlap.wait(PDL)
+    c = tl.program_id(0)
+    n = tl.arange(0, BT)
+    q = t_in + n  # position in tail + chunk
+    ok = n < tail_len
+    old = tl.load(TAIL + c * st_c + q, mask=ok & (q < tail_len), other=0.0)
+    new = tl.load(X + c * sx_c + (q - tail_len), mask=ok & (q >= tail_len), other=0.0)
+    if ELU:
+        new = _elu(new, alpha)
+    v = tl.where(q < tail_len, old, new)
+    tl.debug_barrier()  # every read of the old tail before any write (a short chunk shifts it)
+    tl.store(TAIL + c * st_c + n, v, mask=ok)
+
+
+def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
+                stride: int, dilation: int, elu: float | None, residual: torch.Tensor | None) -> torch.Tensor:
+    """x [1, C_in, T] (the chunk, before the ELU when `elu` is its alpha), tail [1, C_in, L] (the
+    convolution's input kept from before; None when L = 0), weight [C_out, C_in, K] ->
+    [1, C_out, T_out] (+ residual [1, C_out, T_out]); the tail then holds the last L samples of
+    tail + chunk."""
+    c_out, c_in, ksize = weight.shape
+    t_in = x.shape[-1]
+    tail_len = 0 if tail is None else tail.shape[-1]
+    t_out = (tail_len + t_in - (ksize - 1) * dilation - 1) // stride + 1
+    if x.shape[:2] != (1, c_in) or x.dtype != weight.dtype or (
+            tail is not None and (tail.shape[:2] != (1, c_in) or tail.stride(-1) != 1)):
+        raise ValueError(f"stream conv: chunk {tuple(x.shape)} and tail {None if tail is None else tuple(tail.shape)}"
+                         f" against weight {tuple(weight.shape)}")
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    weight = weight.reshape(c_out, c_in * ksize)  # contiguous as a parameter is
+    out = torch.empty(1, c_out, t_out, dtype=x.dtype, device=x.device)
+    dummy = x
+    res = dummy if residual is None else residual
+    if residual is not None and (residual.shape != out.shape or residual.stride(-1) != 1):
+        raise ValueError(f"stream conv: residual {tuple(residual.shape)} against output {tuple(out.shape)}")
+    bm = 16 if c_out <= 16 else 32
+    bn = max(16, min(64, triton.next_power_of_2(t_out)))
+    launch = overlap.launch(x.device)
+    _conv_kernel[(triton.cdiv(c_out, bm), triton.cdiv(t_out, bn))](
+        x, dummy if tail is None else tail, weight, dummy if bias is None else bias, res, out,
+        c_out, t_in, t_out, tail_len, stride, dilation, 0.0 if elu is None else elu,
+        x.stride(1), 0 if tail is None else tail.stride(1), weight.stride(0), res.stride(1), out.stride(1),
+        KK=c_in * ksize, KSIZE=ksize, ELU=elu is not None, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
+        BM=bm, BN=bn, BK=32, num_warps=4, **launch)
+    if tail is not None:
+        _tail_kernel[(c_in,)](x, tail, t_in, tail_len, 0.0 if elu is None else elu, x.stride(1), tail.stride(1),
+                              ELU=elu is not None, BT=triton.next_power_of_2(tail_len), num_warps=1, **launch)
+    return out

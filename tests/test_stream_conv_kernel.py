@@ -1,0 +1,86 @@
+"""The streaming convolution kernel (engine.kernels.stream_conv) against the torch formula of
+engine.ops.conv, under Triton's interpreter on the CPU (or on CUDA): chunk after chunk, with the
+ELU on the input, the residual, strides, dilations and chunks shorter than the tail; then the demo
+Mimi's SEANet encoder and decoder streamed through it."""
+import types
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from engine.ops import conv as conv_ops
+from engine.state import FullStore
+from tests.triton_device import triton_device
+
+
+@pytest.fixture(scope="module")
+def device() -> str:
+    return triton_device()
+
+
+def _stream(conv: nn.Conv1d, chunks, tail_len: int, elu, residuals, kernel: bool):
+    tail = torch.zeros(1, conv.in_channels, tail_len, device=conv.weight.device) if tail_len else None
+    outs = []
+    for x, r in zip(chunks, residuals):
+        if kernel:
+            from engine.kernels.stream_conv import stream_conv
+
+            y = stream_conv(x, tail, conv.weight, conv.bias, conv.stride[0], conv.dilation[0], elu, r)
+        else:
+            y = conv_ops.streaming_conv(x.cpu(), None if tail is None else tail.cpu(), conv.cpu(), elu,
+                                        None if r is None else r.cpu())
+        outs.append(y.cpu())
+    return outs, None if tail is None else tail.cpu()
+
+
+@pytest.mark.parametrize("c_in,c_out,k,stride,dil,t,elu,res", [
+    (64, 32, 3, 1, 1, 40, 1.0, False),   # a residual block's first convolution
+    (32, 64, 1, 1, 1, 40, 1.0, True),    # its second, with the skip
+    (16, 24, 8, 4, 1, 32, 1.0, False),   # downsampling
+    (24, 20, 7, 1, 1, 2, None, False),   # a chunk shorter than the tail (the decoder's first)
+    (8, 16, 3, 1, 2, 10, 0.5, True),     # dilated
+    (1, 16, 7, 1, 1, 48, None, False),   # the encoder's first
+])
+def test_chunks_stream_as_the_torch_formula(device, c_in, c_out, k, stride, dil, t, elu, res):
+    torch.manual_seed(k * 100 + c_in)
+    conv = nn.Conv1d(c_in, c_out, k, stride, dilation=dil)
+    tail_len = (k - 1) * dil + 1 - stride
+    chunks = [torch.randn(1, c_in, t) for _ in range(3)]
+    t_out = (tail_len + t - (k - 1) * dil - 1) // stride + 1
+    residuals = [torch.randn(1, c_out, t_out) if res else None for _ in chunks]
+    want, want_tail = _stream(conv, [c.clone() for c in chunks], tail_len, elu, residuals, kernel=False)
+    on = conv.to(device)
+    got, got_tail = _stream(on, [c.to(device) for c in chunks], tail_len, elu,
+                            [None if r is None else r.to(device) for r in residuals], kernel=True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    if tail_len:
+        torch.testing.assert_close(got_tail, want_tail, rtol=0, atol=1e-6)  # ELU: exp - 1 against expm1
+
+
+def test_the_demo_seanet_streams_as_the_torch_formula(device, monkeypatch):
+    """The demo Mimi's SEANet encoder and decoder, three chunks each, with the convolutions the
+    kernel takes on the kernel (the dispatch's machine test forced true for this seam alone)."""
+    from engine.mimi import load_mimi
+    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+
+    mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME, device=device)
+    gen = np.random.default_rng(3)
+    pcm = [torch.from_numpy(gen.standard_normal((1, 1, mimi.frame_size)).astype(np.float32) * 0.1)
+           for _ in range(3)]
+
+    def run(kernel: bool):
+        if kernel:
+            monkeypatch.setattr(conv_ops, "dispatch", types.SimpleNamespace(use_triton=lambda x: True))
+        else:
+            monkeypatch.setattr(conv_ops, "dispatch", types.SimpleNamespace(use_triton=lambda x: False))
+        enc, dec = FullStore(mimi.encoder.regions(), device), FullStore(mimi.decoder.regions(), device)
+        latents = [mimi.encoder(p.to(device), enc) for p in pcm]
+        return latents, [mimi.decoder(z, dec) for z in latents]
+
+    with torch.no_grad():
+        want_latent, want_pcm = run(kernel=False)
+        got_latent, got_pcm = run(kernel=True)
+    for g, w in zip(got_latent + got_pcm, want_latent + want_pcm):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
