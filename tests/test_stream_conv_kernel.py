@@ -84,3 +84,14 @@ def test_the_demo_seanet_streams_as_the_torch_formula(device, monkeypatch):
         got_latent, got_pcm = run(kernel=True)
     for g, w in zip(got_latent + got_pcm, want_latent + want_pcm):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_kernels_take_fewer_launches_than_torchs_operations(device):
+    """bench.mimi_ops: SEANet and the quantizer, one frame of the demo codec (its counts are the
+    bench's; here only that each piece needs fewer)."""
+    if device != "cpu":
+        pytest.skip("the count runs the kernels under the interpreter")
+    from bench.mimi_ops import count
+
+    for piece, (torch_ops, kernel_ops) in count().items():
+        assert kernel_ops < torch_ops, piece
