@@ -21,7 +21,7 @@ print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', tr
 tests=0
 : >"$OUT/gpu_tests.log"
 for module in tests/gpu/test_*.py tests/test_int4.py tests/test_rows_linear.py tests/test_codebook_kernels.py \
-        tests/test_stream_conv_kernel.py; do
+        tests/test_stream_conv_kernel.py tests/test_stream_embeddings_kernel.py; do
     "$PYTHON" -m pytest "$module" -q -rA -p no:cacheprovider 2>&1 | tee -a "$OUT/gpu_tests.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || tests=1
 done

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config.lm import LMConfig
-from ..ops.linear import embedding_rows, linear, linear_embed
+from ..ops.linear import chained_sum, embedding_rows, linear, linear_embed, summed_embeddings
 from ..quant import weight_of
 from ..quant4 import table_of
 from ..state import Region, Store
@@ -22,15 +22,6 @@ from .delays import DelayLines
 def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """module(x) for x [..., in] (bf16 or int8 weights; engine.ops.linear chooses the kernel)."""
     return linear(x, weight_of(module))
-
-
-def _summed(rows: torch.Tensor) -> torch.Tensor:
-    """rows [S, R, dim] -> [1, R, dim]: added one after another, each sum rounded as the
-    reference's chain of additions rounds it."""
-    x = rows[0]
-    for row in rows[1:]:
-        x = x + row
-    return x.unsqueeze(0)
 
 
 class MoshiLM(nn.Module):
@@ -70,20 +61,24 @@ class MoshiLM(nn.Module):
         """tokens [n_q + 1] (text first), or [R, n_q + 1] for R positions -> [1, R, dim].
         Summed in the reference's order (audio streams in turn, then text) so float rounding
         matches it bit for bit."""
-        return _summed(self._stream_rows(tokens.view(-1, self.cfg.n_q + 1)))
+        return summed_embeddings(self._tables(), tokens.view(-1, self.cfg.n_q + 1).roll(-1, 1), self.dtype)
 
     def embed_known(self, tokens: torch.Tensor, known: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Future positions' inputs: tokens [R, n_q + 1], known [R, n_q + 1] bool -> [1, R, dim]:
         as embed_streams row by row, with mask[i] [dim] in place of the embedding of each
         stream i a row does not know."""
         masks = mask.to(self.dtype).roll(-1, 0).unsqueeze(1)  # in the streams' order, as their rows
-        return _summed(torch.where(known.roll(-1, 1).T.unsqueeze(-1), self._stream_rows(tokens), masks))
+        return chained_sum(torch.where(known.roll(-1, 1).T.unsqueeze(-1), self._stream_rows(tokens), masks))
+
+    def _tables(self) -> list:
+        """The streams' embedding tables in the order they are summed: the audio streams in
+        turn, then text."""
+        return [table_of(table) for table in (*self.emb, self.text_emb)]
 
     def _stream_rows(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [R, n_q + 1] (text first) -> each stream's rows [n_q + 1, R, dim] in the order
-        they are summed: the audio streams in turn, then text."""
-        tables = [table_of(table) for table in (*self.emb, self.text_emb)]
-        return embedding_rows(tables, tokens.roll(-1, 1), self.dtype)
+        they are summed."""
+        return embedding_rows(self._tables(), tokens.roll(-1, 1), self.dtype)
 
     def backbone(self, x: torch.Tensor, store: Store, adapter: Adapter | None = None,
                  future: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

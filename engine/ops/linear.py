@@ -11,8 +11,8 @@ from ..kernels import MAX_ROWS
 from ..kernels.operands import LEVELS, Int4Weight, Int8Rows, Int8Weight
 from . import dispatch
 
-__all__ = ["LEVELS", "ZERO_TOKEN", "Int4Weight", "Int8Rows", "Int8Weight", "Table", "Weight", "dequantized",
-           "embedding", "embedding_rows", "linear", "linear_embed", "matmul"]
+__all__ = ["LEVELS", "ZERO_TOKEN", "Int4Weight", "Int8Rows", "Int8Weight", "Table", "Weight", "chained_sum",
+           "dequantized", "embedding", "embedding_rows", "linear", "linear_embed", "matmul", "summed_embeddings"]
 Weight = torch.Tensor | Int8Weight | Int4Weight
 Table = torch.Tensor | Int8Rows
 ZERO_TOKEN = -1
@@ -77,6 +77,25 @@ def embedding_rows(tables: list[Table], tokens: torch.Tensor, dtype: torch.dtype
         else:
             torch.index_select(table, 0, safe[:, s], out=out[s])
     return out.masked_fill_((tokens == ZERO_TOKEN).T.unsqueeze(-1), 0)
+
+
+def chained_sum(rows: torch.Tensor) -> torch.Tensor:
+    """rows [S, R, d] -> [1, R, d]: added one after another, each sum rounded as the
+    reference's chain of additions rounds it."""
+    x = rows[0]
+    for row in rows[1:]:
+        x = x + row
+    return x.unsqueeze(0)
+
+
+def summed_embeddings(tables: list[Table], tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """chained_sum(embedding_rows(tables, tokens, dtype)): [1, R, d]. On CUDA one kernel
+    (engine.kernels.stream_embeddings) for tables all float or all Int8Rows, the same bits."""
+    if dispatch.use_triton(tokens) and len({isinstance(t, Int8Rows) for t in tables}) == 1:
+        from ..kernels.stream_embeddings import summed_rows
+
+        return summed_rows(tables, tokens.contiguous(), dtype).unsqueeze(0)
+    return chained_sum(embedding_rows(tables, tokens, dtype))
 
 
 def linear_embed(x: torch.Tensor, w: Weight, table: Table, token: torch.Tensor) -> torch.Tensor:
