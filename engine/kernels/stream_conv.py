@@ -95,10 +95,10 @@ def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor
     x = x if x.stride(-1) == 1 else x.contiguous()
     weight = weight.reshape(c_out, c_in * ksize)  # contiguous as a parameter is
     out = torch.empty(1, c_out, t_out, dtype=x.dtype, device=x.device)
-    dummy = x
-    res = dummy if residual is None else residual
-    if residual is not None and (residual.shape != out.shape or residual.stride(-1) != 1):
+    if residual is not None and residual.shape != out.shape:
         raise ValueError(f"stream conv: residual {tuple(residual.shape)} against output {tuple(out.shape)}")
+    dummy = x
+    res = dummy if residual is None else residual if residual.stride(-1) == 1 else residual.contiguous()
     bm = 16 if c_out <= 16 else 32
     bn = max(16, min(64, triton.next_power_of_2(t_out)))
     launch = overlap.launch(x.device)
