@@ -29,8 +29,7 @@ _INDEX = 0xFFFFFFFF
 def _nearest_kernel(X, RES, CENT, KEYS, book, rows, bins, dim, s_res_b, s_res_r, s_cent_b, s_cent_n,
                     BB: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr):
     """Codebook `book`, grid (centroid tiles, rows)."""
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     tile = tl.program_id(0)
     row = tl.program_id(1)
     d = tl.arange(0, BD)
@@ -76,8 +75,7 @@ def nearest(x: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def _sum_kernel(CODES, CENT, OUT, rows, n, dim, s_codes, s_cent_b, s_cent_n,
                 BD: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     row = tl.program_id(0)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     d_ok = d < dim

@@ -136,8 +136,7 @@ def _prologue_kernel(X, OUT, sx_m, so_m, NW, NB, eps, gate_off,
                      PDL: tl.constexpr):
     """The products' prologue alone, one program per row: for products with many programs,
     where computing it in each of them costs more than a launch."""
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     m = tl.program_id(0)
     x_row = X + m * sx_m
     dt = X.dtype.element_ty

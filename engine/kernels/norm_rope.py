@@ -17,8 +17,7 @@ from . import overlap
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, alpha_ptr, out_ptr, dim, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < dim
@@ -41,8 +40,7 @@ def rms_norm(x: torch.Tensor, alpha: torch.Tensor, eps: float) -> torch.Tensor:
 
 @triton.jit
 def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, T, H, s_h, s_t, HALF: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     pid = tl.program_id(0)  # one program per (head, step)
     h, t = pid // T, pid % T
     i = tl.arange(0, HALF)

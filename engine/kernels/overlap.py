@@ -13,7 +13,8 @@ The protocol, in every kernel launched with `launch()`'s options:
   started (it then waits in its turn);
 - nothing produced on the device is read, and nothing is written, before `wait(PDL)`, which
   returns once the previous kernel has finished and its writes are visible (that kernel
-  waited for its own predecessor the same way, so everything earlier is finished too).
+  waited for its own predecessor the same way, so everything earlier is finished too);
+  `enter(PDL)` is the two at once, for a kernel with nothing to load before it waits.
 
 Only where the device supports it (compute capability 9.0 and later) and not under Triton's
 interpreter, and only while `ENABLED`: off until bench.overlap has timed it on a GPU and
@@ -48,6 +49,13 @@ def wait(PDL: tl.constexpr):
     """Returns once the previous kernel in the stream has finished, its writes visible."""
     if PDL:
         gdc_wait()
+
+
+@triton.jit
+def enter(PDL: tl.constexpr):
+    """begin then wait: a kernel with nothing to do before the previous kernel has finished."""
+    begin(PDL)
+    wait(PDL)
 
 
 @functools.cache

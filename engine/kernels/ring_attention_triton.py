@@ -35,8 +35,7 @@ def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
                   T, ring, context, sm_scale,
                   HAS_CONTEXT: tl.constexpr, SPLITS: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     h = tl.program_id(0)
     s = tl.program_id(1)
     t = tl.program_id(2)
@@ -84,8 +83,7 @@ def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
 def _merge_kernel(PACC, PM, PL, OUT, T, so_h, so_t, so_d,
                   SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
                   PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     h = tl.program_id(0)
     t = tl.program_id(1)
     s = tl.arange(0, SPLITS_P2)

@@ -36,8 +36,7 @@ def lead_kernel(X, OUT, A, T, sx_m, so_m, sa_r, st_s, st_m, NW, NB, eps, gate_of
                 KSPAN: tl.constexpr, PDL: tl.constexpr):
     """Row row0 + program_id(0), inputs from program_id(1) * KSPAN: the prologue's chunk
     (stored when PRO) and, for the LoRA rows, the fp32 partial product with A (into T)."""
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     m = row0 + tl.program_id(0)
     k_first = tl.program_id(1) * KSPAN
     x_row = X + m * sx_m
@@ -108,8 +107,7 @@ def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                 LSPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, BM: tl.constexpr,
                 BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, KSPAN: tl.constexpr,
                 PHASE: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     offs_n = tl.program_id(0) * BN + tl.arange(0, BN)
     n_ok = offs_n < N
     rows = tl.arange(0, BM)

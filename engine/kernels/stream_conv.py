@@ -32,8 +32,7 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, c_out, t_in, t_out, tail_len, strid
                  KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, HAS_BIAS: tl.constexpr,
                  HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
     """Grid (output-channel tiles, time tiles). KK = C_in * KSIZE, the product's depth."""
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     o = tl.program_id(0) * BM + tl.arange(0, BM)
     t = tl.program_id(1) * BN + tl.arange(0, BN)
     o_ok = o < c_out
@@ -63,8 +62,7 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, c_out, t_in, t_out, tail_len, strid
 def _tail_kernel(X, TAIL, t_in, tail_len, alpha, sx_c, st_c, ELU: tl.constexpr, BT: tl.constexpr,
                  PDL: tl.constexpr):
     """Channel program_id(0)'s new tail: the last tail_len samples of its tail + chunk."""
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     c = tl.program_id(0)
     n = tl.arange(0, BT)
     q = t_in + n  # position in tail + chunk

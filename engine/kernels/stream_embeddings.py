@@ -38,8 +38,7 @@ def _row(TABLES, SCALES, TOK, s, d, d_ok, width, dt: tl.constexpr, INT8: tl.cons
 @triton.jit
 def _sum_kernel(TABLES, SCALES, TOKENS, OUT, width, s_tok, s_out, S: tl.constexpr, INT8: tl.constexpr,
                 BD: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     r = tl.program_id(0)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     d_ok = d < width

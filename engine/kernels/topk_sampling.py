@@ -19,8 +19,7 @@ from . import MAX_VOCAB, overlap
 
 @triton.jit(do_not_specialize=["top_k"])  # one kernel for every top-k: a change mid-conversation compiles nothing
 def _topk_race_kernel(LOGITS, EXPO, OUT, V, top_k, temperature, sl, se, BV: tl.constexpr, PDL: tl.constexpr):
-    overlap.begin(PDL)
-    overlap.wait(PDL)
+    overlap.enter(PDL)
     row = tl.program_id(0)
     idx = tl.arange(0, BV)
     ok = idx < V
