@@ -165,7 +165,10 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
     tokenizer = _read_tokenizer(tokenizer_file, cfg)
     if device.type == "cuda":
         # Loading (and quantizing on load) leaves freed transients in torch's cache; on a
-        # small card that is memory the conversation's state needs.
+        # small card that is memory the conversation's state needs. And the weights are final
+        # before a kernel launched overlapped may read them ahead of its wait
+        # (engine.kernels.overlap).
+        torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
     return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.variant == "personaplex" else {},
                        notice)

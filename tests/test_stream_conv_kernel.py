@@ -61,9 +61,13 @@ def test_chunks_stream_as_the_torch_formula(device, c_in, c_out, k, stride, dil,
 
 def test_the_demo_seanet_streams_as_the_torch_formula(device, monkeypatch):
     """The demo Mimi's SEANet encoder and decoder, three chunks each, with the convolutions the
-    kernel takes on the kernel (the dispatch's machine test forced true for this seam alone)."""
+    kernel takes on the kernel (the dispatch's machine test forced true for this seam alone).
+    On CUDA the torch side's convolutions are cuDNN's, in full fp32 here (TF32 off) as the
+    kernel's are."""
     from engine.mimi import load_mimi
     from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
 
     mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME, device=device)
     gen = np.random.default_rng(3)

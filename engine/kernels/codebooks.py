@@ -28,10 +28,10 @@ _INDEX = 0xFFFFFFFF
 @triton.jit
 def _nearest_kernel(X, RES, CENT, KEYS, book, rows, bins, dim, s_res_b, s_res_r, s_cent_b, s_cent_n,
                     BB: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr):
-    """Codebook `book`, grid (centroid tiles, rows)."""
+    """Codebook `book`, grid (rows, centroid tiles): rows on the axis without the 65535 limit."""
     overlap.enter(PDL)
-    tile = tl.program_id(0)
-    row = tl.program_id(1)
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
     d = tl.arange(0, BD)
     d_ok = d < dim
     if book == 0:
@@ -66,7 +66,7 @@ def nearest(x: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
     bd = triton.next_power_of_2(dim)
     bb = max(1, min(triton.next_power_of_2(bins), 4096 // bd))  # a [BB, BD] tile of 4096 values
     for book in range(n):  # each codebook waits for the one before it: one launch each
-        _nearest_kernel[(triton.cdiv(bins, bb), rows)](
+        _nearest_kernel[(rows, triton.cdiv(bins, bb))](
             x, residual, centroids, keys, book, rows, bins, dim, residual.stride(0), residual.stride(1),
             centroids.stride(0), centroids.stride(1), BB=bb, BD=bd, num_warps=4, **overlap.launch(x.device))
     return keys & _INDEX

@@ -10,8 +10,6 @@ sum rounded to the activations' dtype as torch's addition rounds it: the same bi
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -50,11 +48,19 @@ def _sum_kernel(TABLES, SCALES, TOKENS, OUT, width, s_tok, s_out, S: tl.constexp
     tl.store(OUT + r * s_out + d, x, mask=d_ok)
 
 
-@functools.lru_cache(maxsize=16)
+_ADDRESSES: dict[tuple, torch.Tensor] = {}
+"""The tables' addresses on the device, made once for each set of tables and kept for the
+process's life (a few bytes a model): a captured graph reads them where they were when it was
+captured, so they are never freed, and none is made during a capture."""
+
+
 def _addresses(pointers: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """The tables' addresses on the device, made once: the kernel reads them there, so a
-    captured graph keeps reading the same (weights never move after loading)."""
-    return torch.tensor(pointers, dtype=torch.int64, device=device)
+    key = (pointers, device)
+    if key not in _ADDRESSES:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("input embedding: tables first met during a graph capture (run it eagerly first)")
+        _ADDRESSES[key] = torch.tensor(pointers, dtype=torch.int64, device=device)
+    return _ADDRESSES[key]
 
 
 def summed_rows(tables: list[torch.Tensor | Int8Rows], tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -73,5 +79,5 @@ def summed_rows(tables: list[torch.Tensor | Int8Rows], tokens: torch.Tensor, dty
     bd = min(1024, triton.next_power_of_2(width))
     _sum_kernel[(tokens.shape[0], triton.cdiv(width, bd))](
         addresses, scales, tokens, out, width, tokens.stride(0), out.stride(0), S=len(tables), INT8=int8, BD=bd,
-        num_warps=4, **overlap.launch(device))
+        num_warps=4, enable_fp_fusion=False, **overlap.launch(device))  # fp32 rows: q * scale rounded, then added
     return out

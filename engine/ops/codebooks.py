@@ -14,7 +14,7 @@ from . import dispatch
 
 def nearest_codes(x: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
     """x [rows, dim], centroids [n, bins, dim] -> codes [n, rows] (int64)."""
-    if dispatch.use_triton(x):
+    if dispatch.use_triton(x) and x.dtype == centroids.dtype == torch.float32:  # Mimi's, as loaded
         from ..kernels.codebooks import nearest
 
         return nearest(x, centroids)
