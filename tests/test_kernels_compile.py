@@ -48,6 +48,7 @@ PRODUCT = dict(K=1024, INT8=False, INT4=False, WORDS=False, GROUP=1, NORM=1, ACT
 ROWS = dict(K=4096, INT8=False, INT4=False, GROUP=64, EPI=1, HAS_SCALE=False, HAS_ROPE=False, HEAD_DIM=128,
             LORA=True, LSCALE=True, RANK=16, RP=16, LSPLIT=1, PREC="tf32", UPCAST=False, BM=16, BN=32, BK=128,
             SPLIT=4, KSPAN=1024)
+EMBEDDING = {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "KNOWN": "*i8", "MASKS": BF, "OUT": BF}
 KERNELS = {
     "product": (fused_linear._gemv_kernel, {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "EMB", "ESC",
                                                   "NW", "NB"), "POS": I64, "TOK": I64}, PRODUCT),
@@ -80,10 +81,9 @@ KERNELS = {
     "stream conv": (stream_conv._conv_kernel, _of(F32, "X", "TAIL", "W", "BIAS", "RES", "OUT"),
                     dict(KK=192, KSIZE=3, ELU=True, HAS_BIAS=True, HAS_RES=True, BM=32, BN=64, BK=32)),
     "conv tail": (stream_conv._tail_kernel, {"X": F32, "TAIL": F32}, dict(ELU=True, BT=8)),
-    "input embedding": (stream_embeddings._sum_kernel, {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "OUT": BF},
-                        dict(S=17, INT8=False, BD=1024)),
-    "input embedding int8": (stream_embeddings._sum_kernel,
-                             {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "OUT": BF}, dict(S=17, INT8=True, BD=1024)),
+    "input embedding": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=False, MASKED=False, BD=1024)),
+    "input embedding int8": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=True, MASKED=False, BD=1024)),
+    "input embedding masked": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=False, MASKED=True, BD=1024)),
 }
 
 

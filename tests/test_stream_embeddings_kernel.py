@@ -29,16 +29,27 @@ def _tables(streams: int, width: int, dtype, int8: bool, exact: bool, gen):
     return [(torch.randn(v, width, generator=gen) * 3).to(dtype) for v in vocab]
 
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("dtype,int8,width,rows", [(torch.bfloat16, False, 4096, 1), (torch.float32, False, 96, 3),
                                                     (torch.bfloat16, True, 130, 2)])
-def test_the_sum_of_the_streams_rows_is_the_torch_formulas(device, dtype, int8, width, rows):
+def test_the_sum_of_the_streams_rows_is_the_torch_formulas(device, dtype, int8, width, rows, masked):
+    """masked: a DiffuPlex wake's future rows, each stream's MASK row where the row does not
+    know the stream's token (engine.ops.linear.summed_embeddings' torch formula)."""
     from engine.kernels.stream_embeddings import summed_rows
+    from engine.ops.linear import summed_embeddings
 
     gen = torch.Generator().manual_seed(width)
     tables = _tables(17, width, dtype, int8, device == "cpu", gen)
     tokens = torch.randint(0, 30, (rows, 17), generator=gen)
     tokens[0, 3] = tokens[-1, 16] = ZERO_TOKEN
-    want = chained_sum(embedding_rows(tables, tokens, dtype))[0]
+    known = masks = None
+    if masked:
+        known = torch.rand(rows, 17, generator=gen) < 0.5
+        masks = (torch.randint(-8, 9, (17, width), generator=gen) / 4).to(dtype)
+    want = summed_embeddings(tables, tokens, dtype, known, masks)[0]
+    if not masked:
+        assert torch.equal(want, chained_sum(embedding_rows(tables, tokens, dtype))[0])
     on = [Int8Rows(t.q.to(device), t.scale.to(device)) if int8 else t.to(device) for t in tables]
-    got = summed_rows(on, tokens.to(device), dtype).cpu()
+    got = summed_rows(on, tokens.to(device), dtype, None if known is None else known.to(device),
+                      None if masks is None else masks.to(device)).cpu()
     assert got.dtype == dtype and torch.equal(got, want)

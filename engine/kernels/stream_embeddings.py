@@ -7,6 +7,8 @@ span of the width) reads each stream's row where its table is (the tables' addre
 an array, since every stream has a table of its own) and adds them in the same order, each
 sum rounded to the activations' dtype as torch's addition rounds it: the same bits. Int8 tables
 (the int4 layout's Int8Rows) give q * scale in fp32, rounded once, as engine.ops.linear does.
+A DiffuPlex wake's future positions take a stream's MASK embedding where the row does not know
+the stream's token (`known`, `masks`), as the torch formula's `where` does.
 """
 from __future__ import annotations
 
@@ -34,17 +36,29 @@ def _row(TABLES, SCALES, TOK, s, d, d_ok, width, dt: tl.constexpr, INT8: tl.cons
 
 
 @triton.jit
-def _sum_kernel(TABLES, SCALES, TOKENS, OUT, width, s_tok, s_out, S: tl.constexpr, INT8: tl.constexpr,
-                BD: tl.constexpr, PDL: tl.constexpr):
+def _known_row(TABLES, SCALES, tok, known, MASKS, s, d, d_ok, width, dt: tl.constexpr, INT8: tl.constexpr,
+               MASKED: tl.constexpr):
+    """_row, or (MASKED, where the row does not know stream s) the stream's mask row."""
+    e = _row(TABLES, SCALES, tok, s, d, d_ok, width, dt, INT8)
+    if MASKED:
+        mask = tl.load(MASKS + s * width + d, mask=d_ok, other=0.0).to(tl.float32)
+        e = tl.where(tl.load(known + s) != 0, e, mask)
+    return e
+
+
+@triton.jit
+def _sum_kernel(TABLES, SCALES, TOKENS, KNOWN, MASKS, OUT, width, s_tok, s_known, s_out, S: tl.constexpr,
+                INT8: tl.constexpr, MASKED: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr):
     overlap.enter(PDL)
     r = tl.program_id(0)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     d_ok = d < width
     dt = OUT.dtype.element_ty
     tok = TOKENS + r * s_tok
-    x = _row(TABLES, SCALES, tok, 0, d, d_ok, width, dt, INT8).to(dt)
+    x = _known_row(TABLES, SCALES, tok, KNOWN + r * s_known, MASKS, 0, d, d_ok, width, dt, INT8, MASKED).to(dt)
     for s in tl.static_range(1, S):
-        x = (x.to(tl.float32) + _row(TABLES, SCALES, tok, s, d, d_ok, width, dt, INT8)).to(dt)
+        e = _known_row(TABLES, SCALES, tok, KNOWN + r * s_known, MASKS, s, d, d_ok, width, dt, INT8, MASKED)
+        x = (x.to(tl.float32) + e).to(dt)
     tl.store(OUT + r * s_out + d, x, mask=d_ok)
 
 
@@ -63,8 +77,10 @@ def _addresses(pointers: tuple[int, ...], device: torch.device) -> torch.Tensor:
     return _ADDRESSES[key]
 
 
-def summed_rows(tables: list[torch.Tensor | Int8Rows], tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """tables[s]'s row for tokens[r, s] (-1: the zero row), summed over s in order: [R, d]."""
+def summed_rows(tables: list[torch.Tensor | Int8Rows], tokens: torch.Tensor, dtype: torch.dtype,
+                known: torch.Tensor | None = None, masks: torch.Tensor | None = None) -> torch.Tensor:
+    """tables[s]'s row for tokens[r, s] (-1: the zero row), summed over s in order: [R, d];
+    with known [R, S] (bool) and masks [S, d] in dtype, masks[s] where known[r, s] is False."""
     int8 = isinstance(tables[0], Int8Rows)
     weights = [t.q if int8 else t for t in tables]
     width = weights[0].shape[1]
@@ -75,9 +91,16 @@ def summed_rows(tables: list[torch.Tensor | Int8Rows], tokens: torch.Tensor, dty
     device = tokens.device
     addresses = _addresses(tuple(w.data_ptr() for w in weights), device)
     scales = _addresses(tuple(t.scale.data_ptr() for t in tables), device) if int8 else addresses
+    if known is not None and (known.shape != tokens.shape or masks.shape != (len(tables), width)
+                              or masks.dtype != dtype):
+        raise ValueError(f"summed rows: known {tuple(known.shape)} and masks {tuple(masks.shape)} {masks.dtype} "
+                         f"for tokens {tuple(tokens.shape)} of width {width} in {dtype}")
+    known_bytes = tokens if known is None else known.to(torch.int8).contiguous()
+    masks = tokens if masks is None else masks.contiguous()
     out = torch.empty(tokens.shape[0], width, dtype=dtype, device=device)
     bd = min(1024, triton.next_power_of_2(width))
     _sum_kernel[(tokens.shape[0], triton.cdiv(width, bd))](
-        addresses, scales, tokens, out, width, tokens.stride(0), out.stride(0), S=len(tables), INT8=int8, BD=bd,
-        num_warps=4, enable_fp_fusion=False, **overlap.launch(device))  # fp32 rows: q * scale rounded, then added
+        addresses, scales, tokens, known_bytes, masks, out, width, tokens.stride(0), known_bytes.stride(0),
+        out.stride(0), S=len(tables), INT8=int8, MASKED=known is not None, BD=bd, num_warps=4,
+        enable_fp_fusion=False, **overlap.launch(device))  # fp32 rows: q * scale rounded, then added
     return out

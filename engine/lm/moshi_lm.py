@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config.lm import LMConfig
-from ..ops.linear import chained_sum, embedding_rows, linear, linear_embed, summed_embeddings
+from ..ops.linear import linear, linear_embed, summed_embeddings
 from ..quant import weight_of
 from ..quant4 import table_of
 from ..state import Region, Store
@@ -67,18 +67,13 @@ class MoshiLM(nn.Module):
         """Future positions' inputs: tokens [R, n_q + 1], known [R, n_q + 1] bool -> [1, R, dim]:
         as embed_streams row by row, with mask[i] [dim] in place of the embedding of each
         stream i a row does not know."""
-        masks = mask.to(self.dtype).roll(-1, 0).unsqueeze(1)  # in the streams' order, as their rows
-        return chained_sum(torch.where(known.roll(-1, 1).T.unsqueeze(-1), self._stream_rows(tokens), masks))
+        masks = mask.to(self.dtype).roll(-1, 0)  # in the streams' order, as their rows
+        return summed_embeddings(self._tables(), tokens.roll(-1, 1), self.dtype, known.roll(-1, 1), masks)
 
     def _tables(self) -> list:
         """The streams' embedding tables in the order they are summed: the audio streams in
         turn, then text."""
         return [table_of(table) for table in (*self.emb, self.text_emb)]
-
-    def _stream_rows(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [R, n_q + 1] (text first) -> each stream's rows [n_q + 1, R, dim] in the order
-        they are summed."""
-        return embedding_rows(self._tables(), tokens.roll(-1, 1), self.dtype)
 
     def backbone(self, x: torch.Tensor, store: Store, adapter: Adapter | None = None,
                  future: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -88,14 +88,20 @@ def chained_sum(rows: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(0)
 
 
-def summed_embeddings(tables: list[Table], tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """chained_sum(embedding_rows(tables, tokens, dtype)): [1, R, d]. On CUDA one kernel
-    (engine.kernels.stream_embeddings) for tables all float or all Int8Rows, the same bits."""
-    if dispatch.use_triton(tokens) and len({isinstance(t, Int8Rows) for t in tables}) == 1:
+def summed_embeddings(tables: list[Table], tokens: torch.Tensor, dtype: torch.dtype,
+                      known: torch.Tensor | None = None, masks: torch.Tensor | None = None) -> torch.Tensor:
+    """chained_sum(embedding_rows(tables, tokens, dtype)): [1, R, d]; with known [R, S] (bool)
+    and masks [S, d], masks[s] in place of stream s's row where a row does not know it. On CUDA
+    one kernel (engine.kernels.stream_embeddings) for tables all float or all Int8Rows, the
+    same bits, unless autograd needs the result (training the masks)."""
+    trained = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (*tables, masks))
+    if dispatch.use_triton(tokens) and len({isinstance(t, Int8Rows) for t in tables}) == 1 and not trained:
         from ..kernels.stream_embeddings import summed_rows
 
-        return summed_rows(tables, tokens.contiguous(), dtype).unsqueeze(0)
-    return chained_sum(embedding_rows(tables, tokens, dtype))
+        return summed_rows(tables, tokens.contiguous(), dtype, known, masks).unsqueeze(0)
+    rows = embedding_rows(tables, tokens, dtype)
+    return chained_sum(rows if known is None else torch.where(known.T.unsqueeze(-1), rows, masks.unsqueeze(1)))
 
 
 def linear_embed(x: torch.Tensor, w: Weight, table: Table, token: torch.Tensor) -> torch.Tensor:
