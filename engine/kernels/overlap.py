@@ -35,6 +35,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 OVERLAP_ENV = "DUPLEXCADENCE_OVERLAPPED_LAUNCHES"
 ENABLED = os.environ.get(OVERLAP_ENV) == "1"
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # read once: launch() runs for every kernel
 
 
 @triton.jit
@@ -65,7 +66,7 @@ def _supported(index: int) -> bool:
 
 def launch(device: torch.device) -> dict:
     """The keywords a launch of ours passes: the kernels' PDL flag and Triton's launch option."""
-    if (ENABLED and device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    if (ENABLED and device.type == "cuda" and not _INTERPRETED
             and _supported(device.index if device.index is not None else torch.cuda.current_device())):
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}
