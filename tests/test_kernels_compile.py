@@ -16,6 +16,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from engine.kernels import (  # noqa: E402
     codebooks,
+    delay_lines,
     fused_linear,
     norm_rope,
     ring_attention_triton,
@@ -84,6 +85,13 @@ KERNELS = {
     "input embedding": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=False, MASKED=False, BD=1024)),
     "input embedding int8": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=True, MASKED=False, BD=1024)),
     "input embedding masked": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=False, MASKED=True, BD=1024)),
+    "delay lines force": (delay_lines._force_kernel, _of(I64, "TOKENS", "O", "LANDING", "CODES") | {"FORCED": "*i1"},
+                          dict(S=17, BS=32)),
+    "delay lines begin": (delay_lines._begin_kernel,
+                          _of(I64, "TOKENS", "O", "DELAYS", "INITIAL", "NOW", "TARGET")
+                          | {"FORCED": "*i1", "TARGET_FORCED": "*i1"}, dict(S=17, BS=32)),
+    "delay lines commit": (delay_lines._commit_kernel, _of(I64, "TOKENS", "O", "TRAIL", "GENERATED", "OUT")
+                           | {"FORCED": "*i1"}, dict(S=17, BS=32)),
 }
 
 

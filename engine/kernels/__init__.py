@@ -1,9 +1,9 @@
 """Triton kernels for CUDA: attention over a ring KV cache that reads its valid length from
 device memory, fused norm/RoPE, matrix-vector products with the layer's elementwise work
-fused in, one-kernel top-k sampling, the LM's summed input embedding, Mimi's quantizer and
-SEANet's streaming convolutions; each launched overlapped where the GPU allows it and it is
-turned on (overlap.py). Compiled on first use and cached by Triton on disk (~/.triton/cache,
-or TRITON_CACHE_DIR).
+fused in, one-kernel top-k sampling, the LM's summed input embedding and delay lines, Mimi's
+quantizer and SEANet's streaming convolutions; each launched overlapped where the GPU allows
+it and it is turned on (overlap.py). Compiled on first use and cached by Triton on disk
+(~/.triton/cache, or TRITON_CACHE_DIR).
 
 This package imports nothing from the rest of the engine (only torch, Triton, the standard
 library and its own modules): the types its kernels take are in `operands.py`. Whether a

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from ..config.lm import LMConfig
+from ..ops import delays
 from ..state import Region, Store
 
 
@@ -70,38 +71,24 @@ class DelayLines:
     def force(self, store: Store, first: int, codes: torch.Tensor) -> None:
         """Write outside tokens for streams first.. (codes [n] on the device), each at
         slot o + lead + its delay."""
-        c, streams = self._constants(codes.device), slice(first, first + codes.shape[0])
-        rows = (store[self.slot_region] + c.landing[streams]) % self.slots
-        store[self.tokens_region].index_put_((rows, c.streams[streams]), codes)
-        # A device-side True: a Python scalar here would be a synchronizing host copy.
-        store[self.forced_region].index_put_((rows, c.streams[streams]), c.ones[streams])
+        c = self._constants(codes.device)
+        delays.force(store[self.tokens_region], store[self.forced_region], store[self.slot_region], c.landing,
+                     c.streams, c.ones, codes, first)
 
     def begin_frame(self, store: Store) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Fill not-yet-reached slots with initial tokens; return (input tokens [n_q + 1],
         target tokens, target forced mask) for this frame."""
-        tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
+        tokens = store[self.tokens_region]
         c = self._constants(tokens.device)
-        s = o + c.two  # the input and the target slot (two rows: the ring has at least two)
-        rows, unreached = s % self.slots, s.unsqueeze(1) <= c.delays
-        now = torch.where(unreached, c.initial, tokens.index_select(0, rows))
-        now_forced = forced.index_select(0, rows) | unreached
-        tokens.index_copy_(0, rows, now)
-        forced.index_copy_(0, rows, now_forced)
-        return now[0], now[1], now_forced[1]
+        return delays.begin(tokens, store[self.forced_region], store[self.slot_region], c.delays, c.initial, c.two)
 
     def commit(self, store: Store, generated: torch.Tensor) -> torch.Tensor:
         """Store the generated tokens (text + dep_q codebooks) where not forced, advance the
         slot, and return the output tokens [dep_q + 1] of the frame max_delay frames back."""
-        tokens, forced, o = store[self.tokens_region], store[self.forced_region], store[self.slot_region]
+        tokens = store[self.tokens_region]
         c = self._constants(tokens.device)
-        n = generated.shape[0]
-        target_row = (o + 1) % self.slots
-        old = tokens.index_select(0, target_row)[0, :n]
-        keep = forced.index_select(0, target_row)[0, :n]
-        tokens[target_row, :n] = torch.where(keep, old, generated)
-        forced.index_fill_(0, o % self.slots, False)
-        o.add_(1)
-        return tokens[(o + c.trail[:n]) % self.slots, c.streams[:n]]
+        return delays.commit(tokens, store[self.forced_region], store[self.slot_region], c.trail, c.streams,
+                             generated)
 
     def known_targets(self, now: frozenset[int], before: frozenset[int]) -> list[bool]:
         """Which streams' tokens in this frame's target slot are forced, as the host knows it

@@ -14,7 +14,8 @@ graph replay and demand-sized state always run the same kernels.
 - fused.py: the fused transformer layer's decision and its products;
 - sampling.py: the top-k / temperature exponential race;
 - codebooks.py: Mimi's quantizer (each codebook's nearest centroid, the sum of the chosen ones);
-- conv.py: one chunk of a streaming convolution (SEANet), ELU and residual fused.
+- conv.py: one chunk of a streaming convolution (SEANet), ELU and residual fused;
+- delays.py: the token delay lines' per-frame steps.
 
 This package's __init__ imports none of them (its modules import `dispatch` through it).
 """
