@@ -4,7 +4,8 @@ While profiling, the frame timer's marks synchronize and drop a named marker int
 (the bench wraps the timer's `mark` for the profiled frames), so every kernel (graph-replayed
 ones included: CUPTI records each node) runs between the marker before its stage and the
 marker that ends it. Kernels between a `mark(None)` and the next stage belong to no stage
-("other"). Busy time is the union of the kernels', copies' and memsets' intervals. The
+("other"). Busy time is the union of the kernels', copies' and memsets' intervals; each stage
+also names the work its time goes to (the heaviest names, their launches and summed time). The
 synchronizations make these frames slower: they are profiled apart from the timed frames.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from engine.frame import STAGES
 from engine.runtime.timing import FrameTimer
 
 PROFILED_FRAMES = 20
+HEAVIEST = 6
 _PREFIX = "duplexcadence.stage:"
 _OTHER = "other"
 
@@ -64,11 +66,11 @@ def attribute(events: list[dict], frames: int) -> dict:
     """Chrome-trace events -> {stage: {"kernels": per frame, "busy_ms": per frame}}."""
     markers = sorted((e["ts"], e["name"][len(_PREFIX):]) for e in events
                      if e.get("ph") == "X" and e.get("name", "").startswith(_PREFIX))
-    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e.get("cat") == "kernel") for e in events
+    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e.get("cat") == "kernel", e.get("name", "?")) for e in events
                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
-    stages = {s: {"kernels": 0, "intervals": []} for s in (*STAGES, _OTHER)}
+    stages = {s: {"kernels": 0, "intervals": [], "names": {}} for s in (*STAGES, _OTHER)}
     i = 0
-    for start, end, is_kernel in work:
+    for start, end, is_kernel, name in work:
         while i < len(markers) and markers[i][0] < start:
             i += 1
         if i == len(markers):  # after the last marker: the frame's tail (its host copy)
@@ -77,11 +79,22 @@ def attribute(events: list[dict], frames: int) -> dict:
             label = markers[i][1]
         stages[label]["kernels"] += is_kernel
         stages[label]["intervals"].append((start, end))
-    out = {s: {"kernels": v["kernels"] / frames, "busy_ms": _union(v["intervals"]) / 1000 / frames}
+        count, total = stages[label]["names"].get(name, (0, 0.0))
+        stages[label]["names"][name] = (count + 1, total + end - start)
+    out = {s: {"kernels": v["kernels"] / frames, "busy_ms": _union(v["intervals"]) / 1000 / frames,
+               "heaviest": _heaviest(v["names"], frames)}
            for s, v in stages.items()}
     out["frame"] = {"kernels": sum(v["kernels"] for v in out.values()),
                     "busy_ms": sum(v["busy_ms"] for v in out.values())}
     return out
+
+
+def _heaviest(names: dict[str, tuple[int, float]], frames: int) -> list[list]:
+    """The HEAVIEST names by summed duration: [name (shortened), launches per frame, ms per
+    frame], what a stage's time goes to."""
+    ranked = sorted(names.items(), key=lambda item: -item[1][1])[:HEAVIEST]
+    return [[name if len(name) <= 80 else name[:77] + "...", count / frames, total / 1000 / frames]
+            for name, (count, total) in ranked]
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:

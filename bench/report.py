@@ -144,6 +144,13 @@ def _kernel_table(runs: list[dict]) -> list[str]:
         if k:
             lines.append(f"| {r['name']} | " + " | ".join(f"{k[c]['kernels']:.0f} / {k[c]['busy_ms']:.2f}"
                                                        for c in columns) + " |")
+    ours = next((r for r in runs if r["name"].startswith("ours") and r.get("kernels")), None)
+    if ours is not None:  # where the first of ours spends each stage's time (the stock runtime's is its own)
+        lines.append(f"heaviest kernels of {ours['name']}, per stage (launches / ms per frame):")
+        for stage in columns[:-1]:
+            heaviest = ours["kernels"][stage].get("heaviest", [])
+            if heaviest:
+                lines.append(f"- {stage}: " + "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in heaviest))
     return lines
 
 

@@ -72,3 +72,40 @@ def test_the_diffuplex_table_shows_prepare_prompts_and_first_frames():
     assert "prepare() at load (the plain frame and the wakes of K = 1): 7.50 s" in table
     assert "| 1.00 | 1.00 | 3.25 | 9.50 |" in table  # AR's row: ratios over itself, prompts, first frame
     assert table.count("| 3.25 | 11.50 |") == 2
+
+
+def test_the_profile_names_where_each_stage_spends_its_time():
+    """bench.kernels.attribute on a chrome trace shaped like torch.profiler's: each kernel goes
+    to the stage whose marker follows it, and each stage names its heaviest kernels; the
+    table prints them for the first of ours."""
+    from bench.kernels import HEAVIEST, attribute
+
+    def marker(ts, stage):
+        return {"ph": "X", "name": f"duplexcadence.stage:{stage}", "ts": ts, "dur": 1}
+
+    def kernel(ts, dur, name, cat="kernel"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+    events = []
+    for frame in range(2):  # a frame: two convs and a copy (encode), a gemv twice (backbone)
+        t = frame * 1000
+        events += [kernel(t, 30, "conv"), kernel(t + 40, 10, "conv"), kernel(t + 60, 5, "copy", "gpu_memcpy"),
+                   marker(t + 100, "encode"), kernel(t + 110, 200, "gemv"), kernel(t + 320, 200, "gemv"),
+                   marker(t + 600, "backbone")]
+    stages = attribute(events, frames=2)
+    assert stages["encode"]["kernels"] == 2 and stages["backbone"]["kernels"] == 2
+    assert stages["encode"]["heaviest"] == [["conv", 2.0, 0.04], ["copy", 1.0, 0.005]]
+    assert stages["backbone"]["heaviest"] == [["gemv", 2.0, 0.4]]
+    assert stages["encode"]["busy_ms"] == 0.045 and stages["frame"]["kernels"] == 4
+    many = [kernel(i * 10, i + 1, f"k{i}") for i in range(HEAVIEST + 3)] + [marker(10_000, "decode")]
+    assert [n for n, _, _ in attribute(many, frames=1)["decode"]["heaviest"]] == \
+        [f"k{i}" for i in range(HEAVIEST + 2, 2, -1)]
+
+    ours = _run("ours", 8.0, 15.0)
+    ours.kernels = stages
+    report = {"shape": "moshiko", "gpu": "test", "frames": 50, "torch": "x", "runs": [ours.as_dict()],
+              "floor": {"ms_per_frame": 3.0, "lm_bytes": 15e9, "copy_bandwidth_bytes_per_s": 4e12},
+              "ratios": {"speedup_p50_vs_stock": 2.125}}
+    table = format_table(report)
+    assert "heaviest kernels of ours, per stage" in table
+    assert "- backbone: gemv 2 / 0.400" in table and "- encode: conv 2 / 0.040; copy 1 / 0.005" in table
