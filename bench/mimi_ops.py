@@ -49,7 +49,12 @@ def _counted_launches(stack: contextlib.ExitStack, counter: collections.Counter)
                 return run(*args, **kwargs)
         stack.enter_context(mock.patch.object(module, name, counted))
 
-    wrap(stream_conv, "stream_conv", lambda x, tail, *rest: 1 + (tail is not None))
+    def conv_launches(x, tail, weight, bias, stride, dilation, *rest):  # the product, the partials' sum
+        c_out, c_in, k = weight.shape                                     # where split, the tail's update
+        t_out = ((0 if tail is None else tail.shape[-1]) + x.shape[-1] - (k - 1) * dilation - 1) // stride + 1
+        return 1 + (stream_conv.tiles(c_out, t_out, c_in * k)[2] > 1) + (tail is not None)
+
+    wrap(stream_conv, "stream_conv", conv_launches)
     wrap(codebooks, "nearest", lambda x, centroids: centroids.shape[0] + 2)  # the keys' fill and mask
     wrap(codebooks, "summed", lambda codes, centroids: 1)
 

@@ -49,6 +49,7 @@ PRODUCT = dict(K=1024, INT8=False, INT4=False, WORDS=False, GROUP=1, NORM=1, ACT
 ROWS = dict(K=4096, INT8=False, INT4=False, GROUP=64, EPI=1, HAS_SCALE=False, HAS_ROPE=False, HEAD_DIM=128,
             LORA=True, LSCALE=True, RANK=16, RP=16, LSPLIT=1, PREC="tf32", UPCAST=False, BM=16, BN=32, BK=128,
             SPLIT=4, KSPAN=1024)
+CONV = dict(KK=192, KSIZE=3, ELU=True, HAS_BIAS=True, HAS_RES=True, BM=32, BN=64, BK=32, SPLIT=1, KSPAN=192, PHASE=0)
 EMBEDDING = {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "KNOWN": "*i8", "MASKS": BF, "OUT": BF}
 KERNELS = {
     "product": (fused_linear._gemv_kernel, {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "EMB", "ESC",
@@ -79,8 +80,12 @@ KERNELS = {
     "sampling": (topk_sampling._topk_race_kernel, {"LOGITS": BF, "EXPO": F32, "OUT": I64}, dict(BV=2048)),
     "nearest codes": (codebooks._nearest_kernel, {"X": F32, "RES": F32, "CENT": F32, "KEYS": I64}, dict(BB=16, BD=256)),
     "summed codes": (codebooks._sum_kernel, {"CODES": I64, "CENT": F32, "OUT": F32}, dict(BD=256)),
-    "stream conv": (stream_conv._conv_kernel, _of(F32, "X", "TAIL", "W", "BIAS", "RES", "OUT"),
-                    dict(KK=192, KSIZE=3, ELU=True, HAS_BIAS=True, HAS_RES=True, BM=32, BN=64, BK=32)),
+    "stream conv": (stream_conv._conv_kernel, _of(F32, "X", "TAIL", "W", "BIAS", "RES", "OUT", "WORK"), CONV),
+    "stream conv, split depth": (stream_conv._conv_kernel, _of(F32, "X", "TAIL", "W", "BIAS", "RES", "OUT", "WORK"),
+                                 {**CONV, "KK": 1536, "BN": 16, "SPLIT": 4, "KSPAN": 384}),
+    "stream conv, partials added": (stream_conv._conv_kernel,
+                                    _of(F32, "X", "TAIL", "W", "BIAS", "RES", "OUT", "WORK"),
+                                    {**CONV, "KK": 1536, "BN": 16, "SPLIT": 4, "KSPAN": 384, "PHASE": 1}),
     "conv tail": (stream_conv._tail_kernel, {"X": F32, "TAIL": F32}, dict(ELU=True, BT=8)),
     "input embedding": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=False, MASKED=False, BD=1024)),
     "input embedding int8": (stream_embeddings._sum_kernel, EMBEDDING, dict(S=17, INT8=True, MASKED=False, BD=1024)),

@@ -41,6 +41,8 @@ def _stream(conv: nn.Conv1d, chunks, tail_len: int, elu, residuals, kernel: bool
     (24, 20, 7, 1, 1, 2, None, False),   # a chunk shorter than the tail (the decoder's first)
     (8, 16, 3, 1, 2, 10, 0.5, True),     # dilated
     (1, 16, 7, 1, 1, 48, None, False),   # the encoder's first
+    (256, 128, 3, 1, 1, 16, 1.0, False),  # a deep stage's block: its depth split over programs
+    (128, 96, 10, 5, 1, 40, 1.0, True),   # a deep downsampling, split, with a residual
 ])
 def test_chunks_stream_as_the_torch_formula(device, c_in, c_out, k, stride, dil, t, elu, res):
     torch.manual_seed(k * 100 + c_in)
@@ -57,6 +59,27 @@ def test_chunks_stream_as_the_torch_formula(device, c_in, c_out, k, stride, dil,
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
     if tail_len:
         torch.testing.assert_close(got_tail, want_tail, rtol=0, atol=1e-6)  # ELU: exp - 1 against expm1
+
+
+def test_the_split_is_a_function_of_the_shape_and_adds_up_the_same_bits(device, monkeypatch):
+    """A deep, short layer splits its depth (over at most MAX_SPLIT programs, each at least four
+    chunks deep) and a wide, long one does not; the split output is the same every call, and
+    within fp32 rounding of the unsplit kernel's (MAX_SPLIT = 1)."""
+    from engine.kernels import stream_conv as kernel
+
+    assert kernel.tiles(256, 16, 512 * 3)[2:] == (kernel.MAX_SPLIT, 192)
+    assert kernel.tiles(64, 1920, 64 * 3)[2] == 1 and kernel.tiles(32, 1920, 64 * 3)[2] == 1
+    assert kernel.tiles(16, 16, 300)[2:] == (2, 160)  # spans of whole chunks; the last one shorter
+    torch.manual_seed(0)
+    conv = nn.Conv1d(256, 128, 3).to(device)
+    x, tail = torch.randn(1, 256, 16, device=device), torch.randn(1, 256, 2, device=device)
+
+    def once():
+        return kernel.stream_conv(x, tail.clone(), conv.weight, conv.bias, 1, 1, 1.0, None)
+    split = once()
+    assert torch.equal(split, once())
+    monkeypatch.setattr(kernel, "MAX_SPLIT", 1)
+    torch.testing.assert_close(split, once(), rtol=1e-5, atol=1e-5)
 
 
 def test_the_demo_seanet_streams_as_the_torch_formula(device, monkeypatch):
@@ -99,3 +122,18 @@ def test_the_kernels_take_fewer_launches_than_torchs_operations(device):
 
     for piece, (torch_ops, kernel_ops) in count().items():
         assert kernel_ops < torch_ops, piece
+
+
+def test_the_convolutions_bench_finds_every_streaming_convolution_of_a_frame():
+    """bench.seanet_convs times each of a frame's SEANet convolutions on CUDA; which ones and
+    with what inputs it records on any device (the demo codec here, on the CPU)."""
+    from bench.seanet_convs import _layers
+    from engine.mimi import load_mimi
+    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+
+    mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME)
+    calls = _layers(mimi, "cpu")
+    convs = [m for m in (*mimi.encoder.modules(), *mimi.decoder.modules()) if type(m) is nn.Conv1d]
+    assert len(calls) == len(convs) and {id(c["layer"]) for c in calls} == {id(m) for m in convs}
+    assert all(c["x"].shape[1] == c["layer"].in_channels for c in calls)
+    assert any(c["residual"] is not None for c in calls) and any(c["elu"] is not None for c in calls)

@@ -11,6 +11,13 @@ w[o, i, j] * in[i, t * stride + j * dilation], `in` the tail followed by the chu
 [C_out, C_in * kernel] weights with the input gathered on the fly, on `tl.dot` in fp32
 ("ieee": no TF32). The tail is updated after, by the second kernel: the programs of the first
 still read the old one.
+
+A layer with a deep product and few output tiles (the residual blocks and downsamplings of the
+deeper, shorter stages: a few hundred time steps or fewer) would leave most multiprocessors
+idle, each program walking its whole depth; there the depth is split over programs, which
+store fp32 partial sums, and a second launch of the same kernel adds them in split order (the
+same bits every time) before the bias and the residual. The split is a function of the
+layer's shape alone.
 """
 from __future__ import annotations
 
@@ -27,18 +34,45 @@ def _elu(v, alpha):
 
 
 @triton.jit
-def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, c_out, t_in, t_out, tail_len, stride, dilation, alpha,
-                 sx_c, st_c, sw_o, sr_c, so_c,
+def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len, stride, dilation, alpha,
+                 sx_c, st_c, sw_o, sr_c, so_c, sw_s,
                  KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
-    """Grid (output-channel tiles, time tiles). KK = C_in * KSIZE, the product's depth."""
+                 HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 SPLIT: tl.constexpr, KSPAN: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
+    """Grid (output-channel tiles, time tiles, splits). KK = C_in * KSIZE, the product's depth,
+    split in spans of KSPAN. PHASE 0 multiplies (storing a partial sum [c_out, t_out] per split
+    in WORK when SPLIT > 1); PHASE 1, grid (tiles, tiles), adds the partials up and finishes."""
     overlap.enter(PDL)
     o = tl.program_id(0) * BM + tl.arange(0, BM)
     t = tl.program_id(1) * BN + tl.arange(0, BN)
     o_ok = o < c_out
     t_ok = t < t_out
+    out_ok = o_ok[:, None] & t_ok[None, :]
+    work = WORK + o[:, None] * t_out + t[None, :]
+    if PHASE == 0:
+        acc = _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o,
+                       tl.program_id(2) * KSPAN, KK, KSIZE, ELU, BM, BN, BK, KSPAN)
+    else:
+        acc = tl.zeros([BM, BN], tl.float32)
+        for s in tl.static_range(SPLIT):  # in split order: the same bits every time
+            acc += tl.load(work + s * sw_s, mask=out_ok, other=0.0)
+    if PHASE == 0 and SPLIT > 1:
+        tl.store(work + tl.program_id(2) * sw_s, acc, mask=out_ok)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(BIAS + o, mask=o_ok, other=0.0)[:, None]
+        if HAS_RES:
+            acc = tl.load(RES + o[:, None] * sr_c + t[None, :], mask=out_ok, other=0.0) + acc
+        tl.store(OUT + o[:, None] * so_c + t[None, :], acc, mask=out_ok)
+
+
+@triton.jit
+def _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o, k_first,
+             KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr, KSPAN: tl.constexpr):
+    """The [BM, BN] fp32 sum over the depth span [k_first, k_first + KSPAN) of KK."""
     acc = tl.zeros([BM, BN], tl.float32)
-    for k0 in range(0, KK, BK):
+    for k0 in range(k_first, k_first + KSPAN, BK):
         kk = k0 + tl.arange(0, BK)
         k_ok = kk < KK
         i = kk // KSIZE
@@ -50,12 +84,7 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, c_out, t_in, t_out, tail_len, strid
             new = _elu(new, alpha)
         w = tl.load(W + o[:, None] * sw_o + kk[None, :], mask=o_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(w, tl.where(p < tail_len, old, new), acc, input_precision="ieee")
-    if HAS_BIAS:
-        acc += tl.load(BIAS + o, mask=o_ok, other=0.0)[:, None]
-    out_ok = o_ok[:, None] & t_ok[None, :]
-    if HAS_RES:
-        acc = tl.load(RES + o[:, None] * sr_c + t[None, :], mask=out_ok, other=0.0) + acc
-    tl.store(OUT + o[:, None] * so_c + t[None, :], acc, mask=out_ok)
+    return acc
 
 
 @triton.jit
@@ -74,6 +103,24 @@ def _tail_kernel(X, TAIL, t_in, tail_len, alpha, sx_c, st_c, ELU: tl.constexpr, 
     v = tl.where(q < tail_len, old, new)
     tl.debug_barrier()  # every read of the old tail before any write (a short chunk shifts it)
     tl.store(TAIL + c * st_c + n, v, mask=ok)
+
+
+BK = 32
+MAX_SPLIT = 8
+"""At most this many programs share one output tile's depth (1: never split)."""
+_BUSY = 128  # programs that keep an H100/H200's 132 multiprocessors busy
+_MIN_SPAN = 4 * BK  # a program's share of the depth: at least four chunks
+
+
+def tiles(c_out: int, t_out: int, depth: int) -> tuple[int, int, int, int]:
+    """(BM, BN, split, KSPAN) for a layer: a function of its shape only, so a convolution sums in
+    the same order eagerly and graph-replayed."""
+    bm = 16 if c_out <= 16 else 32
+    bn = max(16, min(64, triton.next_power_of_2(t_out)))
+    programs = triton.cdiv(c_out, bm) * triton.cdiv(t_out, bn)
+    split = max(1, min(MAX_SPLIT, _BUSY // programs, depth // _MIN_SPAN))
+    span = triton.cdiv(triton.cdiv(depth, split), BK) * BK
+    return bm, bn, triton.cdiv(depth, span), span
 
 
 def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -97,15 +144,19 @@ def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor
         raise ValueError(f"stream conv: residual {tuple(residual.shape)} against output {tuple(out.shape)}")
     dummy = x
     res = dummy if residual is None else residual if residual.stride(-1) == 1 else residual.contiguous()
-    bm = 16 if c_out <= 16 else 32
-    bn = max(16, min(64, triton.next_power_of_2(t_out)))
+    bm, bn, split, span = tiles(c_out, t_out, c_in * ksize)
+    work = torch.empty(split, c_out, t_out, dtype=torch.float32, device=x.device) if split > 1 else dummy
     launch = overlap.launch(x.device)
-    _conv_kernel[(triton.cdiv(c_out, bm), triton.cdiv(t_out, bn))](
-        x, dummy if tail is None else tail, weight, dummy if bias is None else bias, res, out,
-        c_out, t_in, t_out, tail_len, stride, dilation, 0.0 if elu is None else elu,
-        x.stride(1), 0 if tail is None else tail.stride(1), weight.stride(0), res.stride(1), out.stride(1),
-        KK=c_in * ksize, KSIZE=ksize, ELU=elu is not None, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        BM=bm, BN=bn, BK=32, num_warps=4, **launch)
+    grid = (triton.cdiv(c_out, bm), triton.cdiv(t_out, bn))
+    args = (x, dummy if tail is None else tail, weight, dummy if bias is None else bias, res, out, work,
+            c_out, t_in, t_out, tail_len, stride, dilation, 0.0 if elu is None else elu,
+            x.stride(1), 0 if tail is None else tail.stride(1), weight.stride(0), res.stride(1), out.stride(1),
+            work.stride(0) if split > 1 else 0)
+    meta = dict(KK=c_in * ksize, KSIZE=ksize, ELU=elu is not None, HAS_BIAS=bias is not None,
+                HAS_RES=residual is not None, BM=bm, BN=bn, BK=BK, SPLIT=split, KSPAN=span, num_warps=4, **launch)
+    _conv_kernel[(*grid, split)](*args, PHASE=0, **meta)
+    if split > 1:
+        _conv_kernel[grid](*args, PHASE=1, **meta)
     if tail is not None:
         _tail_kernel[(c_in,)](x, tail, t_in, tail_len, 0.0 if elu is None else elu, x.stride(1), tail.stride(1),
                               ELU=elu is not None, BT=triton.next_power_of_2(tail_len), num_warps=1, **launch)
