@@ -8,14 +8,13 @@ moving that line.
 
     python3 -m bench.seanet_convs OUT.json [--calls 20] [--replays 20]
 
-Prints a table (µs per call, median of the replays) and writes it as JSON.
+Prints a table (µs per call, the mean over the replays) and writes it as JSON.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-import statistics
 import types
 from pathlib import Path
 from unittest import mock
@@ -65,29 +64,14 @@ def _time(call: dict, calls: int, replays: int) -> float:
     """µs per call: `calls` calls captured in one graph, replayed."""
     from engine.ops.conv import streaming_conv
 
+    from .graph_timing import replay_ms
+
     tail = None if call["tail"] is None else call["tail"].clone()
 
-    def once():
-        return streaming_conv(call["x"], tail, call["layer"], call["elu"], call["residual"])
-
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        for _ in range(3):  # compiled and warm before the capture
-            once()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def work():
         for _ in range(calls):
-            once()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return statistics.median(times[2:])
+            streaming_conv(call["x"], tail, call["layer"], call["elu"], call["residual"])
+    return replay_ms(work, replays, warmup=2) * 1000 / calls
 
 
 def measure(calls: int, replays: int) -> dict:

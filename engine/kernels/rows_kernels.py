@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import overlap
+from . import overlap, split_sums
 from .gemv_dots import norm_stats, prologue_chunk
 
 
@@ -119,9 +119,7 @@ def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
         acc = _product(X, W, WS, sx_m, sw_n, ss_n, offs_n, n_ok, rows, m_ok, tl.program_id(1) * KSPAN,
                        K, INT4, GROUP, PREC, UPCAST, BM, BN, BK, KSPAN)
     else:
-        acc = tl.zeros([BM, BN], tl.float32)
-        for s in tl.static_range(SPLIT):  # in split order: the same bits every time
-            acc += tl.load(work + s * sw_s, mask=tile, other=0.0)
+        acc = split_sums.added(work, sw_s, tile, BM, BN, SPLIT)
     if PHASE == 0 and SPLIT > 1:
         tl.store(work + tl.program_id(1) * sw_s, acc, mask=tile)
     else:

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import overlap
+from . import overlap, split_sums
 
 
 @triton.jit
@@ -53,9 +53,7 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len,
         acc = _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o,
                        tl.program_id(2) * KSPAN, KK, KSIZE, ELU, BM, BN, BK, KSPAN)
     else:
-        acc = tl.zeros([BM, BN], tl.float32)
-        for s in tl.static_range(SPLIT):  # in split order: the same bits every time
-            acc += tl.load(work + s * sw_s, mask=out_ok, other=0.0)
+        acc = split_sums.added(work, sw_s, out_ok, BM, BN, SPLIT)
     if PHASE == 0 and SPLIT > 1:
         tl.store(work + tl.program_id(2) * sw_s, acc, mask=out_ok)
     else:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from bench.graph_timing import replay_ms
 from engine.config.lm import CONFIGS
 from engine.kernels import fused_linear
 from engine.state import FullStore
 from engine.transformer import StreamingTransformer
-from tests.gpu.graph_timing import replay_ms
 
 THRESHOLDS = {"all in the product": 1 << 62, "own kernel above 16 MiB of reads": 16 << 20,
               "own kernel always": 0}

@@ -18,8 +18,8 @@ import sys
 import torch
 from torch.nn import functional as F
 
+from bench.graph_timing import replay_ms
 from engine.kernels import fused_linear
-from tests.gpu.graph_timing import replay_ms
 
 SHAPES = {  # name: (N, K, dtype)
     "temporal qkv": (12288, 4096, torch.bfloat16),

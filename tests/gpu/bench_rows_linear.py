@@ -23,9 +23,9 @@ import sys
 import torch
 from torch.nn import functional as F
 
+from bench.graph_timing import replay_ms
 from engine.kernels import fused_linear, rows_linear
 from tests.gpu.bench_linear import CALLS, L2_BYTES, SHAPES, _dense, _weights
-from tests.gpu.graph_timing import replay_ms
 
 TEMPORAL = ["temporal qkv", "temporal out", "temporal ffn in", "temporal ffn out"]
 WAKES = {9: 4, 17: 8}  # rows: the masked future rows K a wake of 2K + 1 rows corrects
