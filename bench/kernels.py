@@ -63,7 +63,8 @@ def profile_stages(step: Callable[[], None], timer: FrameTimer, frames: int = PR
 
 
 def attribute(events: list[dict], frames: int) -> dict:
-    """Chrome-trace events -> {stage: {"kernels": per frame, "busy_ms": per frame}}."""
+    """Chrome-trace events -> {stage: {"kernels": per frame, "busy_ms": per frame, "heaviest":
+    [[name, launches per frame, ms per frame], ...]}}."""
     markers = sorted((e["ts"], e["name"][len(_PREFIX):]) for e in events
                      if e.get("ph") == "X" and e.get("name", "").startswith(_PREFIX))
     work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e.get("cat") == "kernel", e.get("name", "?")) for e in events
