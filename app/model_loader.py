@@ -113,7 +113,10 @@ class ModelLoader(threading.Thread):
             predictor, notice = None, "; ".join(filter(None, (model.notice, f"DiffuPlex predictor not loaded: {exc}")))
             session = DuplexSession(model, persona=persona)
         if device.startswith("cuda"):
-            self.signals.progress.emit("Preparing the GPU: compiling kernels, capturing graphs…")
+            # Triton keeps what it compiles on disk: only a machine's first start pays for it (28 s
+            # for moshiko on an H200, a few seconds after).
+            self.signals.progress.emit("Preparing the GPU: compiling kernels, capturing graphs… "
+                                       "(up to a minute the first time on this computer)")
             session.prepare()  # the first words of a conversation are not lost in a stall
         return LoadedModel(source=self.source, name=model.name, session=session, voices=session.voices,
                            default_role=session.default_role, device_label=label,

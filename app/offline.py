@@ -87,6 +87,8 @@ def run_offline(args) -> None:
         try:
             if device.startswith("cuda"):
                 started = time.perf_counter()
+                print("preparing the GPU: compiling kernels, capturing graphs (up to a minute the first time on "
+                      "this computer)…", file=sys.stderr)
                 session.prepare()  # compile and capture now, not during the first seconds of speech
                 print(f"prepared in {time.perf_counter() - started:.2f} s (kernels compiled, graphs captured)",
                       file=sys.stderr)
