@@ -109,3 +109,13 @@ def test_the_profile_names_where_each_stage_spends_its_time():
     table = format_table(report)
     assert "heaviest kernels of ours, per stage" in table
     assert "- backbone: gemv 2 / 0.400" in table and "- encode: conv 2 / 0.040; copy 1 / 0.005" in table
+
+
+def test_each_stage_shows_how_it_grows_over_the_run():
+    """The p50 of each tenth of a run, in order: a stage that grows with the context (the
+    attention over it) shows as a rising list, not only as a p99 above the p50."""
+    records = [{**dict.fromkeys(STAGES, 0.001), "backbone": 0.003 + i * 1e-5, "total": 0.01} for i in range(100)]
+    stages = summarize("ours", records, {}, 0).stages
+    tenths = stages["backbone"]["p50_by_tenth_ms"]
+    assert len(tenths) == 10 and tenths == sorted(tenths) and round(tenths[-1] - tenths[0], 4) == 0.9
+    assert stages["encode"]["p50_by_tenth_ms"] == [1.0] * 10
