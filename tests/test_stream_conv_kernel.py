@@ -133,7 +133,8 @@ def test_the_convolutions_bench_finds_every_streaming_convolution_of_a_frame():
 
     mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME)
     calls = _layers(mimi, "cpu")
-    convs = [m for m in (*mimi.encoder.modules(), *mimi.decoder.modules()) if type(m) is nn.Conv1d]
+    parts = (mimi.encoder, mimi.decoder, *([mimi.downsample] if mimi.downsample is not None else []))
+    convs = [m for part in parts for m in part.modules() if type(m) is nn.Conv1d]
     assert len(calls) == len(convs) and {id(c["layer"]) for c in calls} == {id(m) for m in convs}
     assert all(c["x"].shape[1] == c["layer"].in_channels for c in calls)
     assert any(c["residual"] is not None for c in calls) and any(c["elu"] is not None for c in calls)

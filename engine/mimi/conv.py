@@ -60,24 +60,21 @@ class StreamingConv1d(nn.Module):
         alpha of an ELU applied to x first; `residual` is added to the output."""
         if x.shape[-1] % self.stride:
             raise ValueError(f"{self.name}: length {x.shape[-1]} is not a multiple of stride {self.stride}")
-        if store is not None and (self.pad_mode == "constant" or self.tail_len <= 0):
+        if store is not None:
             tail = store[f"{self.name}.tail"] if self.tail_len > 0 else None
+            if tail is not None and self.pad_mode == "replicate":  # the first chunk's first sample, repeated
+                started = store[f"{self.name}.started"]
+                first = x[..., :1] if elu is None else F.elu(x[..., :1], elu)
+                tail.copy_(torch.where(started, tail, first))
+                started.fill_(True)
             return streaming_conv(x, tail, self.layer, elu, residual)
         if elu is not None:
             x = F.elu(x, elu)
         if self.tail_len > 0:
-            if store is None:
-                if self.pad_mode == "replicate":
-                    x = torch.cat([x[..., :1].expand(*x.shape[:-1], self.tail_len), x], dim=-1)
-                else:
-                    x = F.pad(x, (self.tail_len, 0))
+            if self.pad_mode == "replicate":
+                x = torch.cat([x[..., :1].expand(*x.shape[:-1], self.tail_len), x], dim=-1)
             else:
-                tail = store[f"{self.name}.tail"]
-                started = store[f"{self.name}.started"]
-                tail.copy_(torch.where(started, tail, x[..., :1]))
-                started.fill_(True)
-                x = torch.cat([tail, x], dim=-1)
-                tail.copy_(x[..., -self.tail_len:])
+                x = F.pad(x, (self.tail_len, 0))
         y = self.layer(x)
         return y if residual is None else residual + y
 
