@@ -49,6 +49,22 @@ def summarize(name: str, records: list[dict], state: dict, peak_bytes: int) -> R
     return RunResult(name, _stage_summary(records), _speak_summary(meter.seconds), state, peak_bytes)
 
 
+def progress(result: RunResult) -> None:
+    """One run's figures, printed as it finishes (a cut-off bench still says what ran)."""
+    if result.failure:
+        print(f"done: {result.name}: failed: {result.failure}", flush=True)
+        return
+    st = result.stages
+    line = (f"done: {result.name}: frame p50 {st['total']['p50_ms']:.2f} ms, p99 {st['total']['p99_ms']:.2f}; "
+            + ", ".join(f"{k} {st[k]['p50_ms']:.2f}" for k in STAGES))
+    if result.kernels:
+        line += f"; {result.kernels['frame']['kernels']:.0f} kernels, {result.kernels['frame']['busy_ms']:.2f} ms busy"
+    print(line, flush=True)
+    for stage, k in result.kernels.items():
+        if k.get("heaviest"):
+            print(f"  {stage}: " + "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in k["heaviest"]), flush=True)
+
+
 def _speak_summary(seconds: list[float]) -> dict:
     s = np.asarray(seconds)
     return {"mean_s": float(s.mean()), "p99_s": float(np.percentile(s, 99)), "max_s": float(s.max()),

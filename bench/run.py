@@ -33,7 +33,7 @@ import torch
 from engine.errors import DeviceMemoryError
 from engine.frame import FRAME_RATE, FRAME_SIZE
 
-from .report import CHECKPOINTS_S, RunResult, format_table, int8_ratios, ratios, summarize
+from .report import CHECKPOINTS_S, RunResult, format_table, int8_ratios, progress, ratios, summarize
 
 SHAPES = {"moshiko": 8, "personaplex": 16}  # name: depformer steps
 WARMUP_FRAMES = 12  # start-up frames and graph capture are excluded from the statistics
@@ -139,6 +139,7 @@ def run_stock(model_dir: Path, frames: np.ndarray, name: str) -> tuple[RunResult
     runner.close()
     del runner, mimi, lm
     _fresh_device()
+    progress(result)
     return result, lm_bytes
 
 
@@ -163,6 +164,7 @@ def run_ours(model_dir: Path, frames: np.ndarray, optimized: bool, name: str, bu
     if budget_bytes:
         result.budget = {"limit_bytes": budget_bytes, "frames": len(frames), "passed": result.failure is None}
     _fresh_device()
+    progress(result)
     return result
 
 

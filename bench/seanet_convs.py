@@ -1,12 +1,13 @@
 """Each of SEANet's streaming convolutions, one by one, on CUDA: the official Mimi's shapes
 (random weights, fp32), every convolution of one encoded and decoded frame, each timed
-graph-replayed as cuDNN runs it (torch's formula, TF32 as torch defaults), as our streaming
-kernel runs it without splitting its depth, and as it runs it now (the depth split where the
-layer has few output tiles: engine.kernels.stream_conv.tiles). The convolutions over
-SMALL_CONV_BYTES of weights, which stay on cuDNN, are timed on the kernel too: the figures for
-moving that line.
+graph-replayed as cuDNN runs it (torch's formula, TF32 as torch defaults) and as our streaming
+kernel runs it (engine.kernels.stream_conv): as it runs now, in plain fp32 arithmetic rather than
+TF32, and with its depth split over up to four programs a multiprocessor ("wide"). In a frame
+the LM's weights have just gone through the L2 cache, so each call here first overwrites a
+buffer larger than the cache (timed alone and subtracted); --warm leaves the cache as the
+previous call left it.
 
-    python3 -m bench.seanet_convs OUT.json [--calls 20] [--replays 20]
+    python3 -m bench.seanet_convs OUT.json [--calls 20] [--replays 20] [--warm]
 
 Prints a table (µs per call, the mean over the replays) and writes it as JSON.
 """
@@ -21,7 +22,8 @@ from unittest import mock
 
 import torch
 
-VARIANTS = ("cudnn", "kernel, unsplit", "kernel")
+VARIANTS = ("cudnn", "kernel", "kernel, fp32", "kernel, wide")
+_FLUSH_BYTES = 256 << 20  # several times an H100/H200's 50 MB L2
 
 
 def _layers(mimi, device) -> list[dict]:
@@ -54,33 +56,40 @@ def _variant(name: str):
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(conv_ops, "dispatch",
                                               types.SimpleNamespace(use_triton=lambda x: name != "cudnn")))
-        stack.enter_context(mock.patch.object(conv_ops, "SMALL_CONV_BYTES", 1 << 40))
-        if name == "kernel, unsplit":
-            stack.enter_context(mock.patch.object(stream_conv, "MAX_SPLIT", 1))
+        if name == "kernel, wide":
+            stack.enter_context(mock.patch.object(stream_conv, "MAX_SPLIT", 32))
+            stack.enter_context(mock.patch.object(stream_conv, "_BUSY", 4 * 132))
+        if name == "kernel, fp32":
+            stack.enter_context(mock.patch.object(stream_conv, "PRECISION", "ieee"))
         yield
 
 
-def _time(call: dict, calls: int, replays: int) -> float:
-    """µs per call: `calls` calls captured in one graph, replayed."""
+def _time(call: dict, calls: int, replays: int, flush: torch.Tensor | None) -> float:
+    """µs per call: `calls` calls captured in one graph, replayed (each after a flush of the
+    L2 cache when `flush` is given, its time subtracted)."""
     from engine.ops.conv import streaming_conv
 
     from .graph_timing import replay_ms
 
     tail = None if call["tail"] is None else call["tail"].clone()
 
-    def work():
+    def work(conv: bool = True):
         for _ in range(calls):
-            streaming_conv(call["x"], tail, call["layer"], call["elu"], call["residual"])
-    return replay_ms(work, replays, warmup=2) * 1000 / calls
+            if flush is not None:
+                flush.add_(1)
+            if conv:
+                streaming_conv(call["x"], tail, call["layer"], call["elu"], call["residual"])
+    flushing = 0.0 if flush is None else replay_ms(lambda: work(conv=False), replays, warmup=2)
+    return (replay_ms(work, replays, warmup=2) - flushing) * 1000 / calls
 
 
-def measure(calls: int, replays: int) -> dict:
+def measure(calls: int, replays: int, warm: bool) -> dict:
     from engine.config.mimi_json import official_config
     from engine.kernels.stream_conv import tiles
     from engine.mimi.codec import Mimi
-    from engine.ops.conv import SMALL_CONV_BYTES
 
     torch.manual_seed(0)
+    flush = None if warm else torch.zeros(_FLUSH_BYTES // 4, device="cuda")
     mimi = Mimi(official_config(), 8, "mimi").to("cuda").eval()
     rows = []
     with torch.no_grad():
@@ -89,20 +98,17 @@ def measure(calls: int, replays: int) -> dict:
             c_out, c_in, k = layer.weight.shape
             t_out = (0 if call["tail"] is None else call["tail"].shape[-1]) + call["x"].shape[-1]
             t_out = (t_out - (k - 1) * layer.dilation[0] - 1) // layer.stride[0] + 1
-            row = {"call": i, "c_in": c_in, "c_out": c_out, "kernel": k, "stride": layer.stride[0], "t_out": t_out,
+            row = {"call": i, "c_in": c_in, "c_out": c_out, "k": k, "stride": layer.stride[0], "t_out": t_out,
                    "weight_mb": round(layer.weight.numel() * 4 / 1e6, 3),
-                   "on_kernel_now": layer.weight.numel() * 4 <= SMALL_CONV_BYTES,
                    "split": tiles(c_out, t_out, c_in * k)[2]}
             for name in VARIANTS:
                 with _variant(name):
-                    row[name] = round(_time(call, calls, replays), 2)
+                    row[name] = round(_time(call, calls, replays, flush), 2)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    now = {name: round(sum(r[name] for r in rows if r["on_kernel_now"]) + sum(
-        r["cudnn"] for r in rows if not r["on_kernel_now"]), 1) for name in VARIANTS[1:]}
-    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
-            "sum_us": {name: round(sum(r[name] for r in rows), 1) for name in VARIANTS},
-            "sum_us_as_dispatched": {"cudnn": round(sum(r["cudnn"] for r in rows), 1), **now}}
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cache": "warm" if warm else "cold",
+            "rows": rows,
+            "sum_us": {name: round(sum(r[name] for r in rows), 1) for name in VARIANTS}}
 
 
 def main() -> None:
@@ -110,17 +116,19 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="JSON file to write")
     parser.add_argument("--calls", type=int, default=20, help="calls captured in one graph (default: 20)")
     parser.add_argument("--replays", type=int, default=20, help="graph replays timed (default: 20)")
+    parser.add_argument("--warm", action="store_true", help="leave the L2 cache as the previous call left it")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.seanet_convs: needs a CUDA GPU\n")
-    result = measure(args.calls, args.replays)
-    result["command"] = f"python3 -m bench.seanet_convs OUT.json --calls {args.calls} --replays {args.replays}"
+    result = measure(args.calls, args.replays, args.warm)
+    result["command"] = (f"python3 -m bench.seanet_convs OUT.json --calls {args.calls} --replays {args.replays}"
+                         + " --warm" * args.warm)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print("| call | c_in -> c_out | kernel/stride | t_out | MB | split | " + " | ".join(VARIANTS) + " |")
+    print("| call | c_in -> c_out | k/stride | t_out | MB | split | " + " | ".join(VARIANTS) + " |")
     for r in result["rows"]:
-        print(f"| {r['call']} | {r['c_in']} -> {r['c_out']} | {r['kernel']}/{r['stride']} | {r['t_out']} | "
+        print(f"| {r['call']} | {r['c_in']} -> {r['c_out']} | {r['k']}/{r['stride']} | {r['t_out']} | "
               f"{r['weight_mb']} | {r['split']} | " + " | ".join(f"{r[n]:.1f}" for n in VARIANTS) + " |")
-    print("sum, µs:", result["sum_us"], "as dispatched:", result["sum_us_as_dispatched"])
+    print("sum, µs:", result["sum_us"])
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ PRODUCT = dict(K=1024, INT8=False, INT4=False, WORDS=False, GROUP=1, NORM=1, ACT
 ROWS = dict(K=4096, INT8=False, INT4=False, GROUP=64, EPI=1, HAS_SCALE=False, HAS_ROPE=False, HEAD_DIM=128,
             LORA=True, LSCALE=True, RANK=16, RP=16, LSPLIT=1, PREC="tf32", UPCAST=False, BM=16, BN=32, BK=128,
             SPLIT=4, KSPAN=1024)
-CONV = dict(KK=192, KSIZE=3, ELU=True, HAS_BIAS=True, HAS_RES=True, BM=32, BN=64, BK=32, SPLIT=1, KSPAN=192, PHASE=0)
+CONV = dict(KK=192, KSIZE=3, ELU=True, HAS_BIAS=True, HAS_RES=True, BM=32, BN=64, BK=32, SPLIT=1, KSPAN=192,
+            PREC="tf32", PHASE=0)
 EMBEDDING = {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "KNOWN": "*i8", "MASKS": BF, "OUT": BF}
 KERNELS = {
     "product": (fused_linear._gemv_kernel, {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "EMB", "ESC",

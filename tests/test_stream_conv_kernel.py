@@ -19,6 +19,15 @@ def device() -> str:
     return triton_device()
 
 
+@pytest.fixture
+def fp32(monkeypatch):
+    """The kernel's products in plain fp32, so that it agrees with the torch formula to fp32
+    rounding (its default, TF32, has its own test)."""
+    from engine.kernels import stream_conv
+
+    monkeypatch.setattr(stream_conv, "PRECISION", "ieee")
+
+
 def _stream(conv: nn.Conv1d, chunks, tail_len: int, elu, residuals, kernel: bool):
     tail = torch.zeros(1, conv.in_channels, tail_len, device=conv.weight.device) if tail_len else None
     outs = []
@@ -44,7 +53,7 @@ def _stream(conv: nn.Conv1d, chunks, tail_len: int, elu, residuals, kernel: bool
     (256, 128, 3, 1, 1, 16, 1.0, False),  # a deep stage's block: its depth split over programs
     (128, 96, 10, 5, 1, 40, 1.0, True),   # a deep downsampling, split, with a residual
 ])
-def test_chunks_stream_as_the_torch_formula(device, c_in, c_out, k, stride, dil, t, elu, res):
+def test_chunks_stream_as_the_torch_formula(device, fp32, c_in, c_out, k, stride, dil, t, elu, res):
     torch.manual_seed(k * 100 + c_in)
     conv = nn.Conv1d(c_in, c_out, k, stride, dilation=dil)
     tail_len = (k - 1) * dil + 1 - stride
@@ -61,7 +70,7 @@ def test_chunks_stream_as_the_torch_formula(device, c_in, c_out, k, stride, dil,
         torch.testing.assert_close(got_tail, want_tail, rtol=0, atol=1e-6)  # ELU: exp - 1 against expm1
 
 
-def test_the_split_is_a_function_of_the_shape_and_adds_up_the_same_bits(device, monkeypatch):
+def test_the_split_is_a_function_of_the_shape_and_adds_up_the_same_bits(device, fp32, monkeypatch):
     """A deep, short layer splits its depth (over at most MAX_SPLIT programs, each at least four
     chunks deep) and a wide, long one does not; the split output is the same every call, and
     within fp32 rounding of the unsplit kernel's (MAX_SPLIT = 1)."""
@@ -82,7 +91,7 @@ def test_the_split_is_a_function_of_the_shape_and_adds_up_the_same_bits(device, 
     torch.testing.assert_close(split, once(), rtol=1e-5, atol=1e-5)
 
 
-def test_the_demo_seanet_streams_as_the_torch_formula(device, monkeypatch):
+def test_the_demo_seanet_streams_as_the_torch_formula(device, fp32, monkeypatch):
     """The demo Mimi's SEANet encoder and decoder, three chunks each, with the convolutions the
     kernel takes on the kernel (the dispatch's machine test forced true for this seam alone).
     On CUDA the torch side's convolutions are cuDNN's, in full fp32 here (TF32 off) as the
@@ -111,6 +120,24 @@ def test_the_demo_seanet_streams_as_the_torch_formula(device, monkeypatch):
         got_latent, got_pcm = run(kernel=True)
     for g, w in zip(got_latent + got_pcm, want_latent + want_pcm):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_tf32_products_stay_within_their_rounding(device):
+    """The default arithmetic: TF32 products (10-bit mantissas) summed in fp32, against the
+    convolution in float64, within TF32's bound: each product's operands rounded, relative
+    2^-10 each, on the sum of the products' magnitudes."""
+    from engine.kernels.stream_conv import stream_conv
+
+    torch.manual_seed(5)
+    conv = nn.Conv1d(256, 128, 3).double()
+    x, tail = torch.randn(1, 256, 16, dtype=torch.float64), torch.randn(1, 256, 2, dtype=torch.float64)
+    full = torch.cat([tail, x], dim=-1)
+    want = conv(full)
+    bound = 2 * 2.0 ** -10 * torch.nn.functional.conv1d(full.abs(), conv.weight.abs()) + 1e-6
+    on = nn.Conv1d(256, 128, 3).to(device)
+    on.load_state_dict({k: v.float() for k, v in conv.state_dict().items()})
+    got = stream_conv(x.float().to(device), tail.float().to(device), on.weight, on.bias, 1, 1, None, None).cpu()
+    assert ((got.double() - want).abs() <= bound).all()
 
 
 def test_the_kernels_take_fewer_launches_than_torchs_operations(device):

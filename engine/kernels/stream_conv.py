@@ -8,8 +8,10 @@ convolution reads the tail and the new input in place (no concatenation), applie
 new input as it loads it (the tail holds the convolution's input, already activated), and adds
 the bias and the residual in its epilogue: out[o, t] = bias[o] + sum over (i, j) of
 w[o, i, j] * in[i, t * stride + j * dilation], `in` the tail followed by the chunk. A product of
-[C_out, C_in * kernel] weights with the input gathered on the fly, on `tl.dot` in fp32
-("ieee": no TF32). The tail is updated after, by the second kernel: the programs of the first
+[C_out, C_in * kernel] weights with the input gathered on the fly, on `tl.dot` in TF32 (fp32
+accumulation), the arithmetic cuDNN runs torch's fp32 convolutions in by default, and so the
+stock runtime's Mimi; plain fp32 took the kernel twice as long on an H200 (bench.seanet_convs).
+The tail is updated after, by the second kernel: the programs of the first
 still read the old one.
 
 A layer with a deep product and few output tiles (the residual blocks and downsamplings of the
@@ -38,7 +40,8 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len,
                  sx_c, st_c, sw_o, sr_c, so_c, sw_s,
                  KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, HAS_BIAS: tl.constexpr,
                  HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 SPLIT: tl.constexpr, KSPAN: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
+                 SPLIT: tl.constexpr, KSPAN: tl.constexpr, PREC: tl.constexpr, PHASE: tl.constexpr,
+                 PDL: tl.constexpr):
     """Grid (output-channel tiles, time tiles, splits). KK = C_in * KSIZE, the product's depth,
     split in spans of KSPAN. PHASE 0 multiplies (storing a partial sum [c_out, t_out] per split
     in WORK when SPLIT > 1); PHASE 1, grid (tiles, tiles), adds the partials up and finishes."""
@@ -51,7 +54,7 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len,
     work = WORK + o[:, None] * t_out + t[None, :]
     if PHASE == 0:
         acc = _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o,
-                       tl.program_id(2) * KSPAN, KK, KSIZE, ELU, BM, BN, BK, KSPAN)
+                       tl.program_id(2) * KSPAN, KK, KSIZE, ELU, BM, BN, BK, KSPAN, PREC)
     else:
         acc = split_sums.added(work, sw_s, out_ok, BM, BN, SPLIT)
     if PHASE == 0 and SPLIT > 1:
@@ -67,7 +70,7 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len,
 @triton.jit
 def _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o, k_first,
              KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-             BK: tl.constexpr, KSPAN: tl.constexpr):
+             BK: tl.constexpr, KSPAN: tl.constexpr, PREC: tl.constexpr):
     """The [BM, BN] fp32 sum over the depth span [k_first, k_first + KSPAN) of KK."""
     acc = tl.zeros([BM, BN], tl.float32)
     for k0 in range(k_first, k_first + KSPAN, BK):
@@ -81,7 +84,7 @@ def _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alp
         if ELU:
             new = _elu(new, alpha)
         w = tl.load(W + o[:, None] * sw_o + kk[None, :], mask=o_ok[:, None] & k_ok[None, :], other=0.0)
-        acc = tl.dot(w, tl.where(p < tail_len, old, new), acc, input_precision="ieee")
+        acc = tl.dot(w, tl.where(p < tail_len, old, new), acc, input_precision=PREC)
     return acc
 
 
@@ -104,6 +107,9 @@ def _tail_kernel(X, TAIL, t_in, tail_len, alpha, sx_c, st_c, ELU: tl.constexpr, 
 
 
 BK = 32
+PRECISION = "tf32"
+"""The product's arithmetic: TF32 products with fp32 sums, as cuDNN's default, or "ieee"
+(plain fp32; the tests check the index arithmetic to fp32 rounding there)."""
 MAX_SPLIT = 8
 """At most this many programs share one output tile's depth (1: never split)."""
 _BUSY = 128  # programs that keep an H100/H200's 132 multiprocessors busy
@@ -151,7 +157,8 @@ def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor
             x.stride(1), 0 if tail is None else tail.stride(1), weight.stride(0), res.stride(1), out.stride(1),
             work.stride(0) if split > 1 else 0)
     meta = dict(KK=c_in * ksize, KSIZE=ksize, ELU=elu is not None, HAS_BIAS=bias is not None,
-                HAS_RES=residual is not None, BM=bm, BN=bn, BK=BK, SPLIT=split, KSPAN=span, num_warps=4, **launch)
+                HAS_RES=residual is not None, BM=bm, BN=bn, BK=BK, SPLIT=split, KSPAN=span, PREC=PRECISION,
+                num_warps=4, **launch)
     _conv_kernel[(*grid, split)](*args, PHASE=0, **meta)
     if split > 1:
         _conv_kernel[grid](*args, PHASE=1, **meta)

@@ -1,0 +1,86 @@
+"""Where one streaming frame of the official Mimi spends its GPU time: the encode and the decode
+of a frame (random weights, fp32, as a session runs them), each captured in a CUDA graph,
+timed replayed, then profiled: every kernel name with its launches and µs per frame, heaviest
+first.
+
+    python3 -m bench.mimi_frame OUT.json [--replays 50] [--top 25]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .graph_timing import replay_ms
+
+
+def _kernels(work, frames: int) -> tuple[list[list], float]:
+    """[[name, launches per frame, µs per frame], ...] heaviest first, and their summed µs."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        work()
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(frames):
+            graph.replay()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    names: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            names[e["name"][:90]][0] += 1
+            names[e["name"][:90]][1] += e.get("dur", 0)
+    rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
+    return rows, round(sum(r[2] for r in rows), 1)
+
+
+def measure(replays: int) -> dict:
+    from engine.config.mimi_json import official_config
+    from engine.mimi.codec import Mimi
+    from engine.state import FullStore
+
+    torch.manual_seed(0)
+    mimi = Mimi(official_config(), 8, "mimi").to("cuda").eval()
+    store = FullStore(mimi.regions(), "cuda")
+    pcm = torch.randn(1, 1, mimi.frame_size, device="cuda") * 0.1
+    with torch.no_grad():
+        codes = mimi.encode_step(pcm, store)
+        parts = {"encode": lambda: mimi.encode_step(pcm, store), "decode": lambda: mimi.decode_step(codes, store)}
+        out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+        for name, work in parts.items():
+            ms = replay_ms(work, replays, warmup=3)
+            rows, busy = _kernels(work, 10)
+            out[name] = {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows),
+                         "busy_us": busy, "kernels": rows}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="JSON file to write")
+    parser.add_argument("--replays", type=int, default=50, help="graph replays timed (default: 50)")
+    parser.add_argument("--top", type=int, default=25, help="kernel names printed per part (default: 25)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.exit(2, "bench.mimi_frame: needs a CUDA GPU\n")
+    result = measure(args.replays)
+    result["command"] = f"python3 -m bench.mimi_frame OUT.json --replays {args.replays}"
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for part in ("encode", "decode"):
+        r = result[part]
+        print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
+              f"{r['busy_us']:.0f} µs busy")
+        for name, count, us in r["kernels"][:args.top]:
+            print(f"  {us:8.2f} µs  {count:4.0f}x  {name}")
+
+
+if __name__ == "__main__":
+    main()
