@@ -39,6 +39,7 @@ def _counted_launches(stack: contextlib.ExitStack, counter: collections.Counter)
     tensor work is not the GPU's), for as long as `stack` is open."""
     import engine.kernels.codebooks as codebooks
     import engine.kernels.stream_conv as stream_conv
+    import engine.kernels.stream_convtr as stream_convtr
 
     def wrap(module, name, launches):
         run = getattr(module, name)
@@ -55,6 +56,8 @@ def _counted_launches(stack: contextlib.ExitStack, counter: collections.Counter)
         return 1 + (stream_conv.tiles(c_out, t_out, c_in * k)[2] > 1) + (tail is not None)
 
     wrap(stream_conv, "stream_conv", conv_launches)
+    # the product, the overlap-add, the partial sums' copy
+    wrap(stream_convtr, "stream_conv_transpose", lambda x, partial, *rest: 2 + (partial is not None))
     wrap(codebooks, "nearest", lambda x, centroids: centroids.shape[0] + 2)  # the keys' fill and mask
     wrap(codebooks, "summed", lambda codes, centroids: 1)
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..ops.conv import streaming_conv
+from ..ops.conv import streaming_conv, streaming_conv_transpose
 from ..state import Region, Store
 
 
@@ -100,17 +100,9 @@ class StreamingConvTranspose1d(nn.Module):
 
     def forward(self, x: torch.Tensor, store: Store | None = None, elu: float | None = None) -> torch.Tensor:
         """`elu`: the alpha of an ELU applied to x first."""
+        if store is not None:
+            partial = store[f"{self.name}.partial"] if self.overlap > 0 else None
+            return streaming_conv_transpose(x, partial, self.layer, elu)
         y = self.layer(x if elu is None else F.elu(x, elu))
-        if self.overlap <= 0:
-            return y
-        if store is None:
-            # Causal: everything past the last input's stride is future overlap; drop it.
-            return y[..., :-self.overlap]
-        partial = store[f"{self.name}.partial"]
-        y = torch.cat([y[..., :self.overlap] + partial, y[..., self.overlap:]], dim=-1)
-        pending = y[..., -self.overlap:]
-        if self.layer.bias is not None:
-            # The bias is added once, when the sample is finally emitted.
-            pending = pending - self.layer.bias[:, None]
-        partial.copy_(pending)
-        return y[..., :-self.overlap]
+        # Causal: everything past the last input's stride is future overlap; drop it.
+        return y if self.overlap <= 0 else y[..., :-self.overlap]
