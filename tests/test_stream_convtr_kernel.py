@@ -67,11 +67,12 @@ def test_the_split_is_a_function_of_the_shape_and_the_same_bits_every_call(devic
     assert torch.equal(once(), once())
 
 
-def test_bad_shapes_are_refused_by_name():
+def test_bad_shapes_are_refused_by_name(device):
     from engine.kernels.stream_convtr import stream_conv_transpose
 
-    weight = torch.zeros(8, 4, 6)
+    weight = torch.zeros(8, 4, 6, device=device)
     with pytest.raises(ValueError, match="stream transposed conv"):
-        stream_conv_transpose(torch.zeros(1, 7, 3), torch.zeros(1, 4, 3), weight, None, 3, None)
+        stream_conv_transpose(torch.zeros(1, 7, 3, device=device), torch.zeros(1, 4, 3, device=device), weight,
+                              None, 3, None)
     with pytest.raises(ValueError, match="partial"):
-        stream_conv_transpose(torch.zeros(1, 8, 3), None, weight, None, 3, None)
+        stream_conv_transpose(torch.zeros(1, 8, 3, device=device), None, weight, None, 3, None)
