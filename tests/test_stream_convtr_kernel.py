@@ -36,6 +36,10 @@ def _stream(layer: nn.ConvTranspose1d, chunks, elu, kernel: bool):
     (16, 8, 4, 4, 3, None, False),     # kernel = stride: nothing kept
     (8, 12, 9, 3, 1, 0.5, True),       # three taps a sample, more kept than one step emits
     (1024, 16, 4, 2, 2, 1.0, True),    # deep and short: the depth split over programs
+    (1024, 512, 16, 8, 2, 1.0, True),  # the official Mimi's four upsamplings, as a frame runs them
+    (512, 256, 12, 6, 16, 1.0, True),
+    (256, 128, 10, 5, 96, 1.0, True),
+    (128, 64, 8, 4, 480, 1.0, True),
 ])
 def test_chunks_stream_as_the_torch_formula(device, monkeypatch, c_in, c_out, k, stride, t, elu, bias):
     from engine.kernels import stream_conv
