@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from . import overlap, split_sums, stream_conv
-from .stream_conv import _elu
+from .stream_conv import _BUSY, _MIN_SPAN, BK, _elu
 
 
 @triton.jit
@@ -83,13 +83,10 @@ def _overlap_add_kernel(WORK, BIAS, PARTIAL, OUT, PENDING, c_out, t_in, sw_s, sp
              mask=o_ok[:, None] & late[None, :])
 
 
-BK = 32
-_BUSY = 128  # programs that keep an H100/H200's 132 multiprocessors busy
-_MIN_SPAN = 4 * BK
-
-
 def tiles(rows: int, t_in: int, c_in: int) -> tuple[int, int, int, int]:
-    """(BM, BN, split, KSPAN) of the product: a function of the layer's shape only."""
+    """(BM, BN, split, KSPAN) of the product: a function of the layer's shape only. Its output
+    tiles are few and wide (rows = C_out * K), so it splits the depth towards two programs a
+    multiprocessor."""
     bm, bn = 64, max(16, min(64, triton.next_power_of_2(t_in)))
     programs = triton.cdiv(rows, bm) * triton.cdiv(t_in, bn)
     split = max(1, min(8, triton.cdiv(2 * _BUSY, programs), c_in // _MIN_SPAN))

@@ -43,7 +43,8 @@ def streaming_conv_transpose(x: torch.Tensor, partial: torch.Tensor | None, conv
     first K - stride samples, bias excluded; updated to this chunk's; None for K = stride);
     `elu`: the alpha of an ELU applied to x first. Returns the chunk's stride * T samples."""
     stride = convtr.stride[0]
-    if _on_kernel(x, convtr) and convtr.kernel_size[0] >= stride:
+    if (_on_kernel(x, convtr) and convtr.kernel_size[0] >= stride
+            and (convtr.padding[0], convtr.output_padding[0], convtr.dilation[0]) == (0, 0, 1)):
         from ..kernels.stream_convtr import stream_conv_transpose
 
         return stream_conv_transpose(x, partial, convtr.weight, convtr.bias, stride, elu)
