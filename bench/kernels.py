@@ -5,7 +5,10 @@ While profiling, the frame timer's marks synchronize and drop a named marker int
 ones included: CUPTI records each node) runs between the marker before its stage and the
 marker that ends it. Kernels between a `mark(None)` and the next stage belong to no stage
 ("other"). Busy time is the union of the kernels', copies' and memsets' intervals; each stage
-also names the work its time goes to (the heaviest names, their launches and summed time). The
+also names the work its time goes to (the heaviest names, their launches and time). A kernel
+launched overlapped starts while the one before it is finishing and waits for it, so the
+trace's duration of a kernel includes that wait: each is counted only from where the work
+before it ended (`exclusive`), and the names' times add up to the busy time. The
 synchronizations make these frames slower: they are profiled apart from the timed frames.
 """
 from __future__ import annotations
@@ -71,7 +74,7 @@ def attribute(events: list[dict], frames: int) -> dict:
                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     stages = {s: {"kernels": 0, "intervals": [], "names": {}} for s in (*STAGES, _OTHER)}
     i = 0
-    for start, end, is_kernel, name in work:
+    for (start, end, is_kernel, name), own in zip(work, exclusive([(w[0], w[1]) for w in work])):
         while i < len(markers) and markers[i][0] < start:
             i += 1
         if i == len(markers):  # after the last marker: the frame's tail (its host copy)
@@ -81,12 +84,22 @@ def attribute(events: list[dict], frames: int) -> dict:
         stages[label]["kernels"] += is_kernel
         stages[label]["intervals"].append((start, end))
         count, total = stages[label]["names"].get(name, (0, 0.0))
-        stages[label]["names"][name] = (count + 1, total + end - start)
+        stages[label]["names"][name] = (count + 1, total + own)
     out = {s: {"kernels": v["kernels"] / frames, "busy_ms": _union(v["intervals"]) / 1000 / frames,
                "heaviest": _heaviest(v["names"], frames)}
            for s, v in stages.items()}
     out["frame"] = {"kernels": sum(v["kernels"] for v in out.values()),
                     "busy_ms": sum(v["busy_ms"] for v in out.values())}
+    return out
+
+
+def exclusive(intervals: list[tuple[float, float]]) -> list[float]:
+    """Each interval's time past the end of every one that started before it (sorted by
+    start): what it adds to their union."""
+    out, reach = [], float("-inf")
+    for start, end in intervals:
+        out.append(max(0.0, end - max(start, reach)))
+        reach = max(reach, end)
     return out
 
 

@@ -1,7 +1,7 @@
 """Where one streaming frame of the official Mimi spends its GPU time: the encode and the decode
 of a frame (random weights, fp32, as a session runs them), each captured in a CUDA graph,
 timed replayed, then profiled: every kernel name with its launches and µs per frame, heaviest
-first.
+first (each kernel counted from where the one before it ended: bench.kernels.exclusive).
 
     python3 -m bench.mimi_frame OUT.json [--replays 50] [--top 25]
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .graph_timing import replay_ms
+from .kernels import exclusive
 
 
 def _kernels(work, frames: int) -> tuple[list[list], float]:
@@ -33,11 +34,12 @@ def _kernels(work, frames: int) -> tuple[list[list], float]:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text())["traceEvents"]
+    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"][:90]) for e in events
+                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     names: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-            names[e["name"][:90]][0] += 1
-            names[e["name"][:90]][1] += e.get("dur", 0)
+    for (_, _, name), own in zip(work, exclusive([(w[0], w[1]) for w in work])):
+        names[name][0] += 1
+        names[name][1] += own
     rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
     return rows, round(sum(r[2] for r in rows), 1)
 

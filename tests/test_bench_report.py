@@ -97,6 +97,11 @@ def test_the_profile_names_where_each_stage_spends_its_time():
     assert stages["encode"]["heaviest"] == [["conv", 2.0, 0.04], ["copy", 1.0, 0.005]]
     assert stages["backbone"]["heaviest"] == [["gemv", 2.0, 0.4]]
     assert stages["encode"]["busy_ms"] == 0.045 and stages["frame"]["kernels"] == 4
+    # Launched overlapped, a kernel starts before the one it waits for has ended: it is counted
+    # from that end, so the names add up to the busy time.
+    overlapped = [kernel(0, 50, "conv"), kernel(10, 60, "tail"), kernel(65, 5, "conv"), marker(100, "encode")]
+    encode = attribute(overlapped, frames=1)["encode"]
+    assert encode["heaviest"] == [["conv", 2.0, 0.05], ["tail", 1.0, 0.02]] and encode["busy_ms"] == 0.07
     many = [kernel(i * 10, i + 1, f"k{i}") for i in range(HEAVIEST + 3)] + [marker(10_000, "decode")]
     assert [n for n, _, _ in attribute(many, frames=1)["decode"]["heaviest"]] == \
         [f"k{i}" for i in range(HEAVIEST + 2, 2, -1)]
