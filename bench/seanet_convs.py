@@ -1,8 +1,9 @@
 """Each of SEANet's streaming convolutions, one by one, on CUDA: the official Mimi's shapes
-(random weights, fp32), every convolution of one encoded and decoded frame, each timed
-graph-replayed as cuDNN runs it (torch's formula, TF32 as torch defaults) and as our streaming
-kernel runs it (engine.kernels.stream_conv): as it runs now, in plain fp32 arithmetic rather than
-TF32, and with its depth split over up to four programs a multiprocessor ("wide"). In a frame
+(random weights, fp32), every convolution and transposed convolution of one encoded and decoded
+frame, each timed graph-replayed as cuDNN runs it (torch's formula, TF32 as torch defaults) and
+as our streaming kernels run it (engine.kernels.stream_conv, stream_convtr): as they run now, in
+plain fp32 arithmetic rather than TF32, and a convolution with its depth split over up to four
+programs a multiprocessor ("wide"). In a frame
 the LM's weights have just gone through the L2 cache, so each call here first overwrites a
 buffer larger than the cache (timed alone and subtracted); --warm leaves the cache as the
 previous call left it.
@@ -27,25 +28,34 @@ _FLUSH_BYTES = 256 << 20  # several times an H100/H200's 50 MB L2
 
 
 def _layers(mimi, device) -> list[dict]:
-    """Every streaming convolution of one frame: its layer and copies of its inputs."""
+    """Every streaming convolution and transposed convolution of one frame (ungrouped: Mimi's
+    own upsampling, one filter a channel, stays on torch): its layer and copies of its inputs
+    ("tail" a convolution's input tail, "partial" a transposed one's kept sums)."""
     import engine.mimi.conv as mimi_conv
     from engine.ops import conv as conv_ops
     from engine.state import FullStore
 
-    calls, run = [], mimi_conv.streaming_conv
+    calls, run, run_transposed = [], mimi_conv.streaming_conv, mimi_conv.streaming_conv_transpose
+
+    def copy(t):
+        return None if t is None else t.clone()
 
     def recorded(x, tail, layer, elu, residual):
-        calls.append({"layer": layer, "x": x.clone(), "tail": None if tail is None else tail.clone(), "elu": elu,
-                      "residual": None if residual is None else residual.clone()})
+        calls.append({"layer": layer, "x": x.clone(), "tail": copy(tail), "elu": elu, "residual": copy(residual)})
         return run(x, tail, layer, elu, residual)
+
+    def recorded_transposed(x, partial, layer, elu):
+        calls.append({"layer": layer, "x": x.clone(), "partial": copy(partial), "elu": elu})
+        return run_transposed(x, partial, layer, elu)
 
     store = FullStore(mimi.regions(), device)
     plain = types.SimpleNamespace(use_triton=lambda x: False)
-    with mock.patch.object(mimi_conv, "streaming_conv", recorded), mock.patch.object(conv_ops, "dispatch", plain), \
-            torch.no_grad():
+    with mock.patch.object(mimi_conv, "streaming_conv", recorded), \
+            mock.patch.object(mimi_conv, "streaming_conv_transpose", recorded_transposed), \
+            mock.patch.object(conv_ops, "dispatch", plain), torch.no_grad():
         pcm = torch.randn(1, 1, mimi.frame_size, device=device) * 0.1
         mimi.decode_step(mimi.encode_step(pcm, store), store)
-    return [c for c in calls if c["layer"].groups == 1 and isinstance(c["layer"], torch.nn.Conv1d)]
+    return [c for c in calls if c["layer"].groups == 1]
 
 
 @contextlib.contextmanager
@@ -67,25 +77,28 @@ def _variant(name: str):
 def _time(call: dict, calls: int, replays: int, flush: torch.Tensor | None) -> float:
     """µs per call: `calls` calls captured in one graph, replayed (each after a flush of the
     L2 cache when `flush` is given, its time subtracted)."""
-    from engine.ops.conv import streaming_conv
+    from engine.ops.conv import streaming_conv, streaming_conv_transpose
 
     from .graph_timing import replay_ms
 
-    tail = None if call["tail"] is None else call["tail"].clone()
+    state = call.get("tail", call.get("partial"))
+    state = None if state is None else state.clone()
 
     def work(conv: bool = True):
         for _ in range(calls):
             if flush is not None:
                 flush.add_(1)
-            if conv:
-                streaming_conv(call["x"], tail, call["layer"], call["elu"], call["residual"])
+            if conv and "partial" in call:
+                streaming_conv_transpose(call["x"], state, call["layer"], call["elu"])
+            elif conv:
+                streaming_conv(call["x"], state, call["layer"], call["elu"], call["residual"])
     flushing = 0.0 if flush is None else replay_ms(lambda: work(conv=False), replays, warmup=2)
     return (replay_ms(work, replays, warmup=2) - flushing) * 1000 / calls
 
 
 def measure(calls: int, replays: int, warm: bool) -> dict:
     from engine.config.mimi_json import official_config
-    from engine.kernels.stream_conv import tiles
+    from engine.kernels import stream_conv, stream_convtr
     from engine.mimi.codec import Mimi
 
     torch.manual_seed(0)
@@ -94,13 +107,19 @@ def measure(calls: int, replays: int, warm: bool) -> dict:
     rows = []
     with torch.no_grad():
         for i, call in enumerate(_layers(mimi, "cuda")):
-            layer = call["layer"]
-            c_out, c_in, k = layer.weight.shape
-            t_out = (0 if call["tail"] is None else call["tail"].shape[-1]) + call["x"].shape[-1]
-            t_out = (t_out - (k - 1) * layer.dilation[0] - 1) // layer.stride[0] + 1
-            row = {"call": i, "c_in": c_in, "c_out": c_out, "k": k, "stride": layer.stride[0], "t_out": t_out,
-                   "weight_mb": round(layer.weight.numel() * 4 / 1e6, 3),
-                   "split": tiles(c_out, t_out, c_in * k)[2]}
+            layer, t_in = call["layer"], call["x"].shape[-1]
+            transposed = "partial" in call
+            if transposed:
+                c_in, c_out, k = layer.weight.shape
+                t_out, split = layer.stride[0] * t_in, stream_convtr.tiles(c_out * k, t_in, c_in)[2]
+            else:
+                c_out, c_in, k = layer.weight.shape
+                t_out = (0 if call["tail"] is None else call["tail"].shape[-1]) + t_in
+                t_out = (t_out - (k - 1) * layer.dilation[0] - 1) // layer.stride[0] + 1
+                split = stream_conv.tiles(c_out, t_out, c_in * k)[2]
+            row = {"call": i, "transposed": transposed, "c_in": c_in, "c_out": c_out, "k": k,
+                   "stride": layer.stride[0], "t_out": t_out, "weight_mb": round(layer.weight.numel() * 4 / 1e6, 3),
+                   "split": split}
             for name in VARIANTS:
                 with _variant(name):
                     row[name] = round(_time(call, calls, replays, flush), 2)
@@ -124,10 +143,10 @@ def main() -> None:
     result["command"] = (f"python3 -m bench.seanet_convs OUT.json --calls {args.calls} --replays {args.replays}"
                          + " --warm" * args.warm)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print("| call | c_in -> c_out | k/stride | t_out | MB | split | " + " | ".join(VARIANTS) + " |")
+    print("| call | c_in -> c_out (T: transposed) | k/stride | t_out | MB | split | " + " | ".join(VARIANTS) + " |")
     for r in result["rows"]:
-        print(f"| {r['call']} | {r['c_in']} -> {r['c_out']} | {r['k']}/{r['stride']} | {r['t_out']} | "
-              f"{r['weight_mb']} | {r['split']} | " + " | ".join(f"{r[n]:.1f}" for n in VARIANTS) + " |")
+        print(f"| {r['call']} | {r['c_in']} -> {r['c_out']}{' T' * r['transposed']} | {r['k']}/{r['stride']} | "
+              f"{r['t_out']} | {r['weight_mb']} | {r['split']} | " + " | ".join(f"{r[n]:.1f}" for n in VARIANTS) + " |")
     print("sum, µs:", result["sum_us"])
 
 

@@ -152,8 +152,9 @@ def test_the_kernels_take_fewer_launches_than_torchs_operations(device):
 
 
 def test_the_convolutions_bench_finds_every_streaming_convolution_of_a_frame():
-    """bench.seanet_convs times each of a frame's SEANet convolutions on CUDA; which ones and
-    with what inputs it records on any device (the demo codec here, on the CPU)."""
+    """bench.seanet_convs times each of a frame's SEANet convolutions and transposed
+    convolutions on CUDA; which ones and with what inputs it records on any device (the demo
+    codec here, on the CPU)."""
     from bench.seanet_convs import _layers
     from engine.mimi import load_mimi
     from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
@@ -161,7 +162,8 @@ def test_the_convolutions_bench_finds_every_streaming_convolution_of_a_frame():
     mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME)
     calls = _layers(mimi, "cpu")
     parts = (mimi.encoder, mimi.decoder, *([mimi.downsample] if mimi.downsample is not None else []))
-    convs = [m for part in parts for m in part.modules() if type(m) is nn.Conv1d]
+    convs = [m for part in parts for m in part.modules() if type(m) in (nn.Conv1d, nn.ConvTranspose1d)]
     assert len(calls) == len(convs) and {id(c["layer"]) for c in calls} == {id(m) for m in convs}
     assert all(c["x"].shape[1] == c["layer"].in_channels for c in calls)
-    assert any(c["residual"] is not None for c in calls) and any(c["elu"] is not None for c in calls)
+    assert any(c["residual"] is not None for c in calls if "tail" in c) and any(c["elu"] is not None for c in calls)
+    assert any("partial" in c and c["partial"] is not None for c in calls)
