@@ -3,10 +3,9 @@
 frame, each timed graph-replayed as cuDNN runs it (torch's formula, TF32 as torch defaults) and
 as our streaming kernels run it (engine.kernels.stream_conv, stream_convtr): as they run now, in
 plain fp32 arithmetic rather than TF32, and a convolution with its depth split over up to four
-programs a multiprocessor ("wide"). In a frame
-the LM's weights have just gone through the L2 cache, so each call here first overwrites a
-buffer larger than the cache (timed alone and subtracted); --warm leaves the cache as the
-previous call left it.
+programs a multiprocessor ("wide"). In a frame the LM's weights have just gone through the L2
+cache, so each call here first overwrites a buffer larger than the cache (timed alone and
+subtracted); --warm leaves the cache as the previous call left it.
 
     python3 -m bench.seanet_convs OUT.json [--calls 20] [--replays 20] [--warm]
 
