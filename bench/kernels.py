@@ -58,11 +58,23 @@ def profile_stages(step: Callable[[], None], timer: FrameTimer, frames: int = PR
         for _ in range(frames):
             step()
         torch.cuda.synchronize()
+    return attribute(trace_events(prof), frames)
+
+
+def trace_events(prof: torch.profiler.profile) -> list[dict]:
+    """A finished profile's Chrome-trace events."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    return attribute(events, frames)
+        return json.loads(path.read_text())["traceEvents"]
+
+
+def device_work(events: list[dict]) -> tuple[list[tuple[float, float, bool, str]], list[float]]:
+    """(start, end, is a kernel, name) of the kernels, copies and memsets, in start order, and
+    the time each adds past the work before it (`exclusive`), in the same order."""
+    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e.get("cat") == "kernel", e.get("name", "?")) for e in events
+                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    return work, exclusive([(w[0], w[1]) for w in work])
 
 
 def attribute(events: list[dict], frames: int) -> dict:
@@ -70,11 +82,10 @@ def attribute(events: list[dict], frames: int) -> dict:
     [[name, launches per frame, ms per frame], ...]}}."""
     markers = sorted((e["ts"], e["name"][len(_PREFIX):]) for e in events
                      if e.get("ph") == "X" and e.get("name", "").startswith(_PREFIX))
-    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e.get("cat") == "kernel", e.get("name", "?")) for e in events
-                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    work, owns = device_work(events)
     stages = {s: {"kernels": 0, "intervals": [], "names": {}} for s in (*STAGES, _OTHER)}
     i = 0
-    for (start, end, is_kernel, name), own in zip(work, exclusive([(w[0], w[1]) for w in work])):
+    for (start, end, is_kernel, name), own in zip(work, owns):
         while i < len(markers) and markers[i][0] < start:
             i += 1
         if i == len(markers):  # after the last marker: the frame's tail (its host copy)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import tempfile
 from pathlib import Path
 
 import torch
 
 from .graph_timing import replay_ms
-from .kernels import exclusive
+from .kernels import device_work, trace_events
 
 
 def _kernels(work, frames: int) -> tuple[list[list], float]:
@@ -30,16 +29,10 @@ def _kernels(work, frames: int) -> tuple[list[list], float]:
         for _ in range(frames):
             graph.replay()
         torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    work = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"][:90]) for e in events
-                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     names: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    for (_, _, name), own in zip(work, exclusive([(w[0], w[1]) for w in work])):
-        names[name][0] += 1
-        names[name][1] += own
+    for (_, _, _, name), own in zip(*device_work(trace_events(prof))):
+        names[name[:90]][0] += 1
+        names[name[:90]][1] += own
     rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
     return rows, round(sum(r[2] for r in rows), 1)
 
