@@ -13,6 +13,7 @@ synchronizations make these frames slower: they are profiled apart from the time
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import tempfile
@@ -112,6 +113,27 @@ def exclusive(intervals: list[tuple[float, float]]) -> list[float]:
         out.append(max(0.0, end - max(start, reach)))
         reach = max(reach, end)
     return out
+
+
+def replayed_kernels(work: Callable[[], None], frames: int) -> tuple[list[list], float]:
+    """`work` captured in a CUDA graph and replayed `frames` times under the profiler: [[name,
+    launches per replay, µs per replay], ...] heaviest first (each kernel's `exclusive` time),
+    and their summed µs (the replay's busy time)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        work()
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(frames):
+            graph.replay()
+        torch.cuda.synchronize()
+    names: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for (_, _, _, name), own in zip(*device_work(trace_events(prof))):
+        names[name[:90]][0] += 1
+        names[name[:90]][1] += own
+    rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
+    return rows, round(sum(r[2] for r in rows), 1)
 
 
 def _heaviest(names: dict[str, tuple[int, float]], frames: int) -> list[list]:

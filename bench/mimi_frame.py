@@ -8,33 +8,13 @@ first (each kernel counted from where the one before it ended: bench.kernels.exc
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 from pathlib import Path
 
 import torch
 
 from .graph_timing import replay_ms
-from .kernels import device_work, trace_events
-
-
-def _kernels(work, frames: int) -> tuple[list[list], float]:
-    """[[name, launches per frame, µs per frame], ...] heaviest first, and their summed µs."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        work()
-    graph.replay()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(frames):
-            graph.replay()
-        torch.cuda.synchronize()
-    names: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    for (_, _, _, name), own in zip(*device_work(trace_events(prof))):
-        names[name[:90]][0] += 1
-        names[name[:90]][1] += own
-    rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
-    return rows, round(sum(r[2] for r in rows), 1)
+from .kernels import replayed_kernels
 
 
 def measure(replays: int) -> dict:
@@ -52,7 +32,7 @@ def measure(replays: int) -> dict:
         out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
         for name, work in parts.items():
             ms = replay_ms(work, replays, warmup=3)
-            rows, busy = _kernels(work, 10)
+            rows, busy = replayed_kernels(work, 10)
             out[name] = {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows),
                          "busy_us": busy, "kernels": rows}
     return out

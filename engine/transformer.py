@@ -220,7 +220,7 @@ class Layer(nn.Module):
 
     def _fused(self, x: torch.Tensor, first: torch.Tensor, store: Store, step: int,
                adapter: Adapter | None) -> torch.Tensor:
-        """The layer (streaming) in five products with the elementwise work and the adapter's
+        """The layer (streaming) in four products with the elementwise work and the adapter's
         corrections fused into them (the same projections `forward` corrects), plus the
         attention, over x's rows [T, d]."""
         c, attn, i = self.cfg, self.self_attn, self.self_attn.index
@@ -241,10 +241,9 @@ class Layer(nn.Module):
         else:
             ffn = self.gating[step] if c.weights_per_step else self.gating
             ffn_adapter = None if c.weights_per_step else adapter  # as _ffn: per-step FFNs are not corrected
-            h = fused.linear(x, weight_of(ffn.linear_in), norm=_norm_spec(self.norm2),
-                             lora=_lora(ffn_adapter, "ffn_in", i))
-            x = fused.linear(h, weight_of(ffn.linear_out), act="silu_gate", residual=x, scale=self._scale(2),
-                             lora=_lora(ffn_adapter, "ffn_out", i))
+            x = fused.gated_ffn(x, weight_of(ffn.linear_in), weight_of(ffn.linear_out), norm=_norm_spec(self.norm2),
+                                residual=x, scale=self._scale(2), lora_in=_lora(ffn_adapter, "ffn_in", i),
+                                lora_out=_lora(ffn_adapter, "ffn_out", i))
         return x.view(shape)
 
     def _scale(self, which: int) -> torch.Tensor | None:

@@ -5,16 +5,19 @@ to memory saved.
 
 One Triton kernel, specialised by constexpr flags:
 
-- prologue (applied to each chunk of the input row as it is loaded): RMSNorm or LayerNorm
+- prologue (applied to each chunk of the input row as it is loaded): RMSNorm (in the K
+  loop's one pass for dense weights: the sums scaled by 1 / rms at the end) or LayerNorm
   (statistics over the whole row first: the row is a few KB and stays in cache), the SiLU
   gate of a gated FFN (the input row holds both halves), or GELU;
 - epilogue: a residual add (with an optional per-channel layer scale), the attention's QKV
   split with RoPE and the K/V write into the ring cache at the position read from device
-  memory, or the addition of an embedding row picked by a token on the device.
+  memory, the addition of an embedding row picked by a token on the device, or a gated FFN's
+  gate (a program takes rows n and n + H of its input weights and writes silu(a) * b).
 
 Every intermediate is rounded to the activation dtype where the torch formulas round it
-(the norm's output, the product, the gate, the scaled branch), so the result is what the
-unfused layer computes up to the order of the fp32 sums.
+(the product, the gate, the scaled branch; the norm's output too, except a dense product's
+RMSNorm, whose normalized row stays in fp32), so the result is what the unfused layer
+computes up to the order of the fp32 sums and that one rounding.
 
 Grid: one program per (tile of BN output features, row); the rows of a tile are adjacent
 in launch order, so a weight tile read from memory for the first row is read from cache for
@@ -53,7 +56,7 @@ Weight = torch.Tensor | Int8Weight | Int4Weight
 
 _NORM = {None: 0, "rms": 1, "layer": 2}
 _ACT = {None: 0, "silu_gate": 1, "gelu": 2}
-_EPI_STORE, _EPI_RESIDUAL, _EPI_QKV, _EPI_EMBED = 0, 1, 2, 3
+_EPI_STORE, _EPI_RESIDUAL, _EPI_QKV, _EPI_EMBED, _EPI_GATE = 0, 1, 2, 3, 4
 
 
 @triton.jit
@@ -72,13 +75,18 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
     m = pid % M
     offs_n = (pid // M) * BN + tl.arange(0, BN)
     n_ok = offs_n < N
+    if EPI == 4:  # the gate's rows n and n + gate_off in turn: a program makes gated outputs n
+        half = (pid // M) * (BN // 2) + tl.arange(0, BN // 2)
+        offs_n = tl.reshape(tl.join(half, half + gate_off), [BN])
+        n_ok = tl.reshape(tl.join(half, half), [BN]) < N
     x_row = X + m * sx_m
     dt = X.dtype.element_ty
     if not INT4:
         w_first = first_tile(W, offs_n, n_ok, sw_n, K, BK)
     overlap.wait(PDL)
 
-    mean, rstd = norm_stats(x_row, eps, K, NORM, BK)
+    # A dense product normalizes an RMSNorm's row in its one pass (gemv_dots.dot_dense).
+    mean, rstd = norm_stats(x_row, eps, K, NORM if INT4 or NORM != 1 else 0, BK)
     if INT4 and WORDS:
         y = dot_int4(x_row, W, WS, offs_n, n_ok, sw_n, ss_n, NW, NB, mean, rstd, gate_off,
                       K, GROUP, NORM, ACT, BN, BK)
@@ -86,7 +94,8 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
         y = dot_int4_bytes(x_row, W, WS, offs_n, n_ok, sw_n, ss_n, NW, NB, mean, rstd, gate_off,
                            K, GROUP, NORM, ACT, BN, BK)
     else:
-        y = dot_dense(x_row, w_first, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off, K, NORM, ACT, BN, BK)
+        y = dot_dense(x_row, w_first, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, eps, gate_off,
+                      K, NORM, ACT, BN, BK)
     if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
         y = y * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)
     y = y.to(dt).to(tl.float32)  # the product, rounded as torch's is
@@ -128,6 +137,11 @@ def _gemv_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
             e = (e * tl.load(ESC + row)).to(dt).to(tl.float32)
         e = tl.where(token == -1, 0.0, e)  # the zero token contributes nothing
         tl.store(OUT + m * so_m + offs_n, (y + e).to(dt), mask=n_ok)
+    if EPI == 4:  # silu(a) * b, each rounded as the torch formula rounds it (prologue_chunk's ACT 1)
+        a, b = tl.split(tl.reshape(y, [BN // 2, 2]))
+        a = (a / (1.0 + tl.exp(-a))).to(dt).to(tl.float32)
+        half = (pid // M) * (BN // 2) + tl.arange(0, BN // 2)
+        tl.store(OUT + m * so_m + half, (a * b).to(dt), mask=half < N)
 
 
 @triton.jit
@@ -188,13 +202,24 @@ def _config(N: int, K: int, dtype: torch.dtype, weights: str = "float") -> _Conf
 
 SEPARATE_PROLOGUE_BYTES = 16 << 20
 """Every program of a product with a prologue reads the whole input row (and the norm's
-weights): where that adds up to more than this, the prologue runs once, in a kernel of its
-own, at the price of a launch. tests/gpu/bench_layers.py on an H200: the temporal
-transformer's 32 layers 3.92 ms so against 4.19 ms fused; the depformer's 8 steps 1.07 ms
-fused against 1.15 ms so."""
+weights): where that adds up to more than this, a prologue that needs the row's statistics
+first (a LayerNorm, an int4 product's RMSNorm) or an activation runs once, in a kernel of its
+own, at the price of a launch. A dense product's RMSNorm never does (_separate_prologue)."""
 
 
-def _separate_prologue(N: int, k: int, cfg: _Config, x: torch.Tensor) -> bool:
+NORM_ROWS = 4
+"""Output rows at least per program of a dense product that takes an RMSNorm in its pass: each
+program reads the input row and the norm's weights once for all its rows. tests/gpu/bench_layers.py
+on an H200: the temporal transformer's 32 layers 3.85 ms at 4 rows against 3.99 at 2 and 4.24
+at 8; the depformer's 8 steps 0.75 ms at 4 or 8 against 0.80 at 2."""
+
+
+def _separate_prologue(N: int, k: int, cfg: _Config, x: torch.Tensor, norm: Norm | None, act: str | None,
+                       int4: bool) -> bool:
+    """A dense product takes an RMSNorm in its one pass (gemv_dots.dot_dense), at no cost
+    beyond reading the norm's weights: it never runs apart."""
+    if act is None and (norm is None or (norm.kind == "rms" and not int4)):
+        return False
     return triton.cdiv(N, cfg.bn) * k * x.element_size() > SEPARATE_PROLOGUE_BYTES
 
 
@@ -209,6 +234,8 @@ def _prologue(x: torch.Tensor, k: int, norm: Norm | None, act: str | None) -> to
 
 def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = None, epi: int = _EPI_STORE,
             residual=None, scale=None, qkv=None, embed=None):
+    """One product; for epi _EPI_GATE, w's rows are the gate's two halves and out [M, N / 2]
+    receives silu(first half) * second half."""
     ws, group, ss_n = x, 1, 0  # placeholders where the weights are not quantized
     if isinstance(w, Int8Weight):
         w, ws = w.q, w.scb
@@ -220,22 +247,28 @@ def _launch(x, w, out, *, k: int, norm: Norm | None = None, act: str | None = No
     if M > MAX_ROWS or w.stride(1) != 1 or w.shape[1] * (8 if words else 2 if int4 else 1) != k:
         raise ValueError(f"fused linear: {M} rows of {k} against weight {tuple(w.shape)}")
     cfg = _config(N, k, x.dtype, "int4" if int4 else "int8" if w.dtype == torch.int8 else "float")
-    if (norm is not None or act is not None) and _separate_prologue(N, k, cfg, x):
+    if _separate_prologue(N, k, cfg, x, norm, act, int4):
         x = _prologue(x, k, norm, act)
         norm = act = None
+    bn, gate_off = cfg.bn, k
+    if norm is not None and norm.kind == "rms" and not int4:  # the norm in the pass: see NORM_ROWS
+        bn = max(bn, NORM_ROWS)
+    if epi == _EPI_GATE:  # a program's rows: half of them from each half of the weights
+        N, gate_off = N // 2, N // 2
+        bn = 2 * max(1, bn // 2)
     dummy = x
     nw, nb, eps = norm_args(norm, dummy)
     epilogue, flags = epilogue_args(dummy, N, residual, scale, qkv)
     tok, emb, esc, semb = (dummy, dummy, dummy, 0) if embed is None else (embed[0], *_table(embed[1]))
-    grid = (triton.cdiv(N, cfg.bn) * M,)
+    grid = (triton.cdiv(N, bn // 2 if epi == _EPI_GATE else bn) * M,)
     _gemv_kernel[grid](
         x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
-        nw, nb, eps, k,
+        nw, nb, eps, gate_off,
         *epilogue,
         tok, emb, esc, semb,
         K=k, INT8=w.dtype == torch.int8, INT4=int4, WORDS=words, GROUP=group,
         NORM=_NORM[None if norm is None else norm.kind], ACT=_ACT[act], EPI=epi,
-        EMB_INT8=embed is not None and isinstance(embed[1], Int8Rows), **flags, BN=cfg.bn, BK=cfg.bk,
+        EMB_INT8=embed is not None and isinstance(embed[1], Int8Rows), **flags, BN=bn, BK=cfg.bk,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap.launch(x.device))
     return out
 
@@ -247,6 +280,18 @@ def linear(x: torch.Tensor, w: Weight, *, norm: Norm | None = None, act: str | N
     x, k, out = product_operands(x, w, act, residual, "fused linear")
     return _launch(x, w, out, k=k, norm=norm, act=act, epi=_EPI_STORE if residual is None else _EPI_RESIDUAL,
                    residual=residual, scale=scale)
+
+
+def gated(x: torch.Tensor, w: Weight, norm: Norm | None = None) -> torch.Tensor:
+    """A gated FFN's input side: [a | b] = norm(x) @ w.T (w [2H, K]), returned as silu(a) * b
+    [M, H], a and b rounded as the product's output and each step after as the torch formula
+    rounds it: the values `linear(h, ..., act="silu_gate")` would take from h, without h
+    going through memory or a prologue of its own."""
+    x = rows_input(x, "fused linear")
+    if w.shape[0] % 2:
+        raise ValueError(f"fused gate: weight {tuple(w.shape)} has an odd number of rows")
+    out = torch.empty(x.shape[0], w.shape[0] // 2, dtype=x.dtype, device=x.device)
+    return _launch(x, w, out, k=x.shape[1], norm=norm, epi=_EPI_GATE)
 
 
 def _table(table: torch.Tensor | Int8Rows) -> tuple:

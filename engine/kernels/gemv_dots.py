@@ -67,23 +67,45 @@ def first_tile(W, offs_n, n_ok, sw_n, K: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
-def dot_dense(x_row, w_first, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, gate_off,
+def dense_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, ss, NORM: tl.constexpr, ACT: tl.constexpr):
+    """(chunk `ks` of the row as dot_dense multiplies it, ss plus its squares). An RMSNorm
+    (NORM 1) is applied in one pass: the chunk times alpha, its squares summed on the way, the
+    sums scaled by 1 / rms once at the end (dot_dense), so no program waits for the row's
+    statistics before its first product; any other prologue as prologue_chunk applies it."""
+    if NORM == 1:
+        x = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
+        ss += x * x
+        x = x * tl.load(NW + ks, mask=k_ok, other=0.0).to(tl.float32)
+    else:
+        x = prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
+    return x, ss
+
+
+@triton.jit
+def dot_dense(x_row, w_first, W, offs_n, n_ok, sw_n, NW, NB, mean, rstd, eps, gate_off,
                K: tl.constexpr, NORM: tl.constexpr, ACT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """The fp32 sums of BN output rows of float or int8 weights against the prologue's row,
     the first chunk's weights given (first_tile). A [BN, BK] accumulator, reduced once at the
-    end; the first chunk is added as the loop adds the others."""
+    end; the first chunk is added as the loop adds the others. With an RMSNorm (NORM 1) the
+    row is normalized in the same pass (dense_chunk): (w . (alpha x)) / rms(x), the normalized
+    row never rounded to the activations' dtype (the torch formula rounds it: the two differ
+    by that rounding, well inside the product's own)."""
     acc = tl.zeros([BN, BK], tl.float32)
+    ss = tl.zeros([BK], tl.float32)
     ks = tl.arange(0, BK)
-    x = prologue_chunk(x_row, ks, ks < K, NW, NB, mean, rstd, gate_off, NORM, ACT)
+    x, ss = dense_chunk(x_row, ks, ks < K, NW, NB, mean, rstd, gate_off, ss, NORM, ACT)
     acc += w_first.to(tl.float32) * x[None, :]
     for k0 in range(BK, K, BK):
         ks = k0 + tl.arange(0, BK)
         k_ok = ks < K
-        x = prologue_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, NORM, ACT)
+        x, ss = dense_chunk(x_row, ks, k_ok, NW, NB, mean, rstd, gate_off, ss, NORM, ACT)
         w = tl.load(W + offs_n[:, None] * sw_n + ks[None, :], mask=n_ok[:, None] & k_ok[None, :],
                     other=0.0).to(tl.float32)
         acc += w * x[None, :]
-    return tl.sum(acc, axis=1)
+    y = tl.sum(acc, axis=1)
+    if NORM == 1:
+        y = y * tl.math.rsqrt(eps + tl.sum(ss, axis=0) / K)
+    return y
 
 
 @triton.jit

@@ -54,6 +54,22 @@ def linear(x: torch.Tensor, w: Weight, *, norm: Norm | None = None, act: str | N
     return fused(x, w, norm=norm, act=act, residual=residual, scale=scale)
 
 
+def gated_ffn(x: torch.Tensor, w_in: Weight, w_out: Weight, *, norm: Norm | None, residual: torch.Tensor,
+              scale: torch.Tensor | None = None, lora_in: Lora | None = None,
+              lora_out: Lora | None = None) -> torch.Tensor:
+    """residual + scale * (silu(a) * b) @ w_out.T, where [a | b] = norm(x) @ w_in.T, `lora_in` and
+    `lora_out` correcting the two products' rows. With few rows and no correction the gate is
+    the first product's epilogue (fused_linear.gated): two launches, the hidden row written
+    once at half its width."""
+    if _many_rows(x, lora_in) or lora_out is not None:
+        h = linear(x, w_in, norm=norm, lora=lora_in)
+        return linear(h, w_out, act="silu_gate", residual=residual, scale=scale, lora=lora_out)
+    from ..kernels.fused_linear import gated
+    from ..kernels.fused_linear import linear as fused
+
+    return fused(gated(x, w_in, norm), w_out, residual=residual, scale=scale)
+
+
 def qkv_into_ring(x: torch.Tensor, w: Weight, norm: Norm | None, pos: torch.Tensor, kv: torch.Tensor,
                   heads: int, rope_coef: float | None, lora: Lora | None = None) -> torch.Tensor:
     """q, k, v = norm(x) @ w.T (`lora`'s rows corrected) with RoPE (rope_coef:

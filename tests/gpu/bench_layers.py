@@ -1,7 +1,9 @@
-"""Where a fused product's prologue (norm, SiLU gate) should run: inside every program of the
-product, or in a kernel of its own before it (engine.kernels.fused_linear
-SEPARATE_PROLOGUE_BYTES). Times the temporal transformer (32 layers) and the depformer
-(6 layers, 8 steps) at Moshi's sizes, bf16, random weights, fused layers graph-replayed.
+"""How many output rows a program of a fused product should take when the product applies an
+RMSNorm in its pass (engine.kernels.fused_linear NORM_ROWS): every program reads the input row
+and the norm's weights once for all its rows, so more rows a program read them fewer times,
+but leave fewer programs to keep loads in flight. Times the temporal transformer (32 layers)
+and the depformer (6 layers, 8 steps) at Moshi's sizes, bf16, random weights, fused layers
+graph-replayed.
 
     python -m tests.gpu.bench_layers
 """
@@ -15,8 +17,7 @@ from engine.kernels import fused_linear
 from engine.state import FullStore
 from engine.transformer import StreamingTransformer
 
-THRESHOLDS = {"all in the product": 1 << 62, "own kernel above 16 MiB of reads": 16 << 20,
-              "own kernel always": 0}
+ROWS = (2, 4, 8)
 
 
 def _time(transformer: StreamingTransformer, steps: int) -> float:
@@ -40,9 +41,9 @@ def main() -> None:
         for p in transformer.parameters():
             p.data.normal_(0, 0.02)
         transformer = transformer.to("cuda", torch.bfloat16)
-        for label, threshold in THRESHOLDS.items():
-            fused_linear.SEPARATE_PROLOGUE_BYTES = threshold
-            print(f"{name:9s} {label:32s} {_time(transformer, steps):.3f} ms", flush=True)
+        for rows in ROWS:
+            fused_linear.NORM_ROWS = rows
+            print(f"{name:9s} {rows} rows a program with the norm {_time(transformer, steps):.3f} ms", flush=True)
         del transformer
         torch.cuda.empty_cache()
 

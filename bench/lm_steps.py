@@ -1,0 +1,87 @@
+"""Where the LM's two stages of one frame spend their GPU time, at a model's full size (random
+weights, bf16 on CUDA, fused layers as a session runs them): the backbone step (temporal
+transformer, output norm, text head) at a given context length, and the depformer's steps
+with their sampling. Each is captured in a CUDA graph, timed replayed, then profiled: every
+kernel name with its launches and µs per frame, heaviest first (each kernel counted from
+where the one before it ended: bench.kernels.exclusive).
+
+    python3 -m bench.lm_steps OUT.json [--model moshiko] [--context 1500] [--top 20]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from .graph_timing import replay_ms
+from .kernels import replayed_kernels
+
+REPLAYS = 50
+
+
+def _model(name: str):
+    from engine.config.lm import CONFIGS
+    from engine.lm.moshi_lm import MoshiLM
+
+    torch.manual_seed(0)
+    lm = MoshiLM(CONFIGS[name])
+    for p in lm.parameters():
+        p.data.normal_(0, 0.02)
+    return lm.to("cuda", torch.bfloat16).eval()
+
+
+def measure(name: str, context: int) -> dict:
+    from engine.lm.sampling import SamplingParams, sample
+    from engine.state import FullStore
+
+    lm = _model(name)
+    store = FullStore(lm.regions(), "cuda")
+    kv = store[lm.transformer.kv_region]
+    kv.normal_(0, 1)  # keys and values for the context the step attends to
+    hidden = torch.randn(1, 1, lm.cfg.dim, device="cuda", dtype=torch.bfloat16)
+    audio = SamplingParams(0.8, 250)
+
+    def backbone():
+        store[lm.transformer.pos_region].fill_(context)
+        lm.backbone(hidden, store)
+
+    def depformer():
+        lm.restart_depformer(store)
+        prev = torch.zeros(1, dtype=torch.int64, device="cuda")
+        for k in range(lm.cfg.dep_q):  # drawing from the default generator, which a graph takes as it is
+            prev = sample(lm.depformer_step(k, prev, hidden, store), audio, None)
+
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": name, "context": context}
+    with torch.no_grad():
+        for part, work in (("backbone", backbone), ("depformer", depformer)):
+            ms = replay_ms(work, REPLAYS, warmup=3)
+            rows, busy = replayed_kernels(work, 10)
+            out[part] = {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows),
+                         "busy_us": busy, "kernels": rows}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="JSON file to write")
+    parser.add_argument("--model", default="moshiko", help="LM configuration (default: moshiko)")
+    parser.add_argument("--context", type=int, default=1500, help="positions the backbone attends to (default: 1500)")
+    parser.add_argument("--top", type=int, default=20, help="kernel names printed per stage (default: 20)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.exit(2, "bench.lm_steps: needs a CUDA GPU\n")
+    result = measure(args.model, args.context)
+    result["command"] = f"python3 -m bench.lm_steps OUT.json --model {args.model} --context {args.context}"
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for part in ("backbone", "depformer"):
+        r = result[part]
+        print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
+              f"{r['busy_us']:.0f} µs busy")
+        for name, count, us in r["kernels"][:args.top]:
+            print(f"  {us:8.2f} µs  {count:4.0f}x  {name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The split-K ring attention kernel (engine.kernels.ring_attention_triton) with its queries' keys
+split over many programs, under Triton's interpreter on the CPU (or on CUDA): the merge kernel
+combines the partial results into torch's ring attention, chunks without a key included."""
+import pytest
+import torch
+
+from engine.ops.attention import torch_ring_attention
+from tests.triton_device import triton_device
+
+
+@pytest.fixture(scope="module")
+def device() -> str:
+    return triton_device()
+
+
+@pytest.mark.parametrize("context", [200, None])
+@pytest.mark.parametrize("T", [1, 3])
+def test_split_keys_merge_to_torchs_attention(T, context, device):
+    from engine.kernels import ring_attention_triton as kernel
+
+    torch.manual_seed(T)
+    heads, d, ring = 2, 16, 300
+    kv = torch.randn(ring, 2, heads, d, device=device)
+    q = torch.randn(1, heads, T, d, device=device)
+    # 19 chunks of 16 keys at the longest run; early positions leave most chunks without a key.
+    assert kernel._splits(heads, T, ring if context is None else context, 16, q.device, 16) > 4
+    for first in (0, 5, 40, 290, 555):
+        pos = torch.tensor([first], device=device)
+        got = kernel.triton_ring_attention(q, kv, pos, T, context, block_n=16)
+        torch.testing.assert_close(got, torch_ring_attention(q, kv, pos, T, context), rtol=1e-5, atol=1e-5)
+        assert torch.equal(kernel.triton_ring_attention(q, kv, pos, T, context, block_n=16), got)
