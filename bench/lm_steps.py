@@ -32,7 +32,7 @@ def _model(name: str):
     return lm.to("cuda", torch.bfloat16).eval()
 
 
-def measure(name: str, context: int) -> dict:
+def measure(name: str, context: int, top: int = 20) -> dict:
     from engine.lm.sampling import SamplingParams, sample
     from engine.state import FullStore
 
@@ -60,7 +60,17 @@ def measure(name: str, context: int) -> dict:
             rows, busy = replayed_kernels(work, 10)
             out[part] = {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows),
                          "busy_us": busy, "kernels": rows}
+            progress(part, out[part], top)
     return out
+
+
+def progress(part: str, r: dict, top: int) -> None:
+    """One stage's figures and heaviest kernels, printed as soon as they are measured: the first
+    run on a machine compiles every kernel, and a call cut short still shows what it measured."""
+    print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
+          f"{r['busy_us']:.0f} µs busy", flush=True)
+    for name, count, us in r["kernels"][:top]:
+        print(f"  {us:8.2f} µs  {count:4.0f}x  {name}", flush=True)
 
 
 def main() -> None:
@@ -72,15 +82,9 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.lm_steps: needs a CUDA GPU\n")
-    result = measure(args.model, args.context)
+    result = measure(args.model, args.context, args.top)
     result["command"] = f"python3 -m bench.lm_steps OUT.json --model {args.model} --context {args.context}"
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for part in ("backbone", "depformer"):
-        r = result[part]
-        print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
-              f"{r['busy_us']:.0f} µs busy")
-        for name, count, us in r["kernels"][:args.top]:
-            print(f"  {us:8.2f} µs  {count:4.0f}x  {name}")
 
 
 if __name__ == "__main__":

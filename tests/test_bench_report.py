@@ -2,6 +2,8 @@
 shaped like a run's (the runs themselves need a CUDA GPU)."""
 import json
 
+import pytest
+
 from bench.diffuplex import format_table as diffuplex_table
 from bench.report import format_table, int8_ratios, summarize
 from engine.frame import STAGES
@@ -124,3 +126,28 @@ def test_each_stage_shows_how_it_grows_over_the_run():
     tenths = stages["backbone"]["p50_by_tenth_ms"]
     assert len(tenths) == 10 and tenths == sorted(tenths) and round(tenths[-1] - tenths[0], 4) == 0.9
     assert stages["encode"]["p50_by_tenth_ms"] == [1.0] * 10
+
+
+def test_the_lm_steps_bench_prints_each_stage_as_it_is_measured(capsys):
+    from bench.lm_steps import progress
+
+    progress("backbone", {"replayed_ms": 4.2666, "kernels_per_frame": 164.0, "busy_us": 4347.2,
+                          "kernels": [["_gemv_kernel", 129.0, 3674.85], ["_split_kernel", 32.0, 441.1],
+                                      ["_merge_kernel", 32.0, 140.0]]}, top=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "backbone: 4.267 ms replayed, 164 kernels, 4347 µs busy"
+    assert [line.split()[-1] for line in lines[1:]] == ["_gemv_kernel", "_split_kernel"]
+
+
+def test_the_lm_steps_bench_refuses_a_machine_without_cuda(tmp_path):
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the bench would run")
+    done = subprocess.run([sys.executable, "-m", "bench.lm_steps", str(tmp_path / "out.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip() == "bench.lm_steps: needs a CUDA GPU"
+    assert not (tmp_path / "out.json").exists()
