@@ -5,27 +5,16 @@ prologue, bit for bit."""
 import pytest
 import torch
 
-from engine.kernels.operands import Int8Weight, Norm
+from engine.kernels.operands import Norm
 from engine.ops.linear import matmul
 from engine.ops.norm import rms_norm
-from engine.quant import quantize_rows
-from engine.quant4 import quantize_groups
+from tests.kernel_weights import random_weight
 from tests.triton_device import triton_device
 
 
 @pytest.fixture(scope="module")
 def device() -> str:
     return triton_device()
-
-
-def _weight(kind: str, n: int, k: int, dtype: torch.dtype, device: str):
-    w = torch.randn(n, k) / k ** 0.5
-    if kind == "int8":
-        return Int8Weight(*(t.to(device) for t in quantize_rows(w)))
-    if kind == "int4":
-        q = quantize_groups(w)
-        return type(q)(q.q.to(device), q.scale.to(device), q.group)
-    return w.to(dtype).to(device)
 
 
 @pytest.mark.parametrize("weights", ["float", "int8", "int4"])
@@ -37,7 +26,7 @@ def test_rms_norm_in_the_product_is_the_torch_formula(rows, n, k, dtype, weights
     torch.manual_seed(rows)
     x = (torch.randn(rows, k) * 3).to(dtype).to(device)
     alpha = torch.empty(1, 1, k).uniform_(0.5, 1.5).to(dtype).to(device)
-    w = _weight(weights, n, k, dtype, device)
+    w = random_weight(weights, n, k, dtype, device)
     residual = torch.randn(rows, n).to(dtype).to(device)
     got = linear(x, w, norm=Norm("rms", alpha.view(-1), None, 1e-8), residual=residual)
     expected = residual + matmul(rms_norm(x.unsqueeze(0), alpha, 1e-8)[0], w)
@@ -59,7 +48,7 @@ def test_the_gate_as_epilogue_is_the_gate_as_prologue(rows, hidden, k, norm, dty
     torch.manual_seed(hidden)
     x = torch.randn(rows, k).to(dtype).to(device)
     spec = Norm("rms", torch.empty(k).uniform_(0.5, 1.5).to(dtype).to(device), None, 1e-8) if norm else None
-    w = _weight(weights, 2 * hidden, k, dtype, device)
+    w = random_weight(weights, 2 * hidden, k, dtype, device)
     got = fused_linear.gated(x, w, spec)
     h = fused_linear.linear(x, w, norm=spec)
     expected = fused_linear._prologue(h, hidden, None, "silu_gate")

@@ -10,32 +10,21 @@ from torch.nn import functional as F
 
 from engine.config.lm import from_lm_kwargs
 from engine.families.diffuplex.predictor import new_predictor
-from engine.kernels.operands import Int8Weight, Norm
+from engine.kernels.operands import Norm
 from engine.lm import load_lm
 from engine.ops.linear import matmul
 from engine.ops.norm import rms_norm
 from engine.ops.rope import apply_rope, coefficient, tables
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
-from engine.quant import quantize_rows
-from engine.quant4 import quantize_groups
 from engine.state import FullStore
 from engine.transformer import StepPositions
+from tests.kernel_weights import random_weight
 from tests.triton_device import triton_device
 
 
 @pytest.fixture(scope="module")
 def device() -> str:
     return triton_device()
-
-
-def _weight(kind: str, n: int, k: int, dtype: torch.dtype, device: str):
-    w = torch.randn(n, k) / k ** 0.5
-    if kind == "int8":
-        return Int8Weight(*(t.to(device) for t in quantize_rows(w)))
-    if kind == "int4":
-        q = quantize_groups(w)
-        return type(q)(q.q.to(device), q.scale.to(device), q.group)
-    return w.to(dtype).to(device)
 
 
 def _lora(k: int, n: int, rows: int, dtype: torch.dtype, device: str, scale: float = 2.0):
@@ -69,7 +58,7 @@ def test_products_with_a_residual_and_lora_rows_match_the_torch_formulas(rows, k
 
     torch.manual_seed(rows)
     n, k = 40, 136  # 136: a partial last int4 group and K chunk
-    w = _weight(kind, n, k, dtype, device)
+    w = random_weight(kind, n, k, dtype, device)
     x = torch.randn(rows, k).to(dtype).to(device)
     residual = torch.randn(rows, n).to(dtype).to(device)
     scale = torch.rand(n).to(dtype).to(device)
@@ -90,7 +79,7 @@ def test_few_outputs_split_k_and_sum_the_splits_in_order(kind, device):
     torch.manual_seed(11)
     dtype, rows, n, k = torch.bfloat16, 17, 40, 2056
     assert rows_linear._config(rows, n, k, dtype, 64 if kind == "int4" else None).split > 1
-    w = _weight(kind, n, k, dtype, device)
+    w = random_weight(kind, n, k, dtype, device)
     x = torch.randn(rows, k).to(dtype).to(device)
     residual = torch.randn(rows, n).to(dtype).to(device)
     lora = _lora(k, n, 8, dtype, device)
@@ -110,7 +99,7 @@ def test_int4_rows_over_several_iterations_and_a_partial_last_group(dtype, devic
     from engine.kernels import rows_linear
 
     torch.manual_seed(4)
-    w = _weight("int4", 24, 520, dtype, device)
+    w = random_weight("int4", 24, 520, dtype, device)
     x = torch.randn(17, 520).to(dtype).to(device)
     _close(rows_linear.linear(x, w), matmul(x, w), dtype)
 
@@ -122,7 +111,7 @@ def test_each_prologue_feeds_the_product_and_the_lora(prologue, dtype, device):
 
     torch.manual_seed(3)
     rows, n, k = 17, 24, 72
-    w = _weight("float", n, k, dtype, device)
+    w = random_weight("float", n, k, dtype, device)
     x = torch.randn(rows, 2 * k if prologue == "silu_gate" else k).to(dtype).to(device)
     gain, bias = (torch.rand(k) + 0.5).to(dtype).to(device), torch.randn(k).to(dtype).to(device)
     norm, act, h = None, None, None
@@ -146,7 +135,7 @@ def test_qkv_rows_are_corrected_rotated_and_written_round_the_ring(rows, kind, d
 
     torch.manual_seed(rows + 1)
     heads, d, k, ring, first = 2, 8, 64, 20, 15  # the rows wrap round the ring
-    w = _weight(kind, 3 * heads * d, k, dtype, device)
+    w = random_weight(kind, 3 * heads * d, k, dtype, device)
     x = torch.randn(rows, k).to(dtype).to(device)
     alpha = (torch.rand(k) + 0.5).to(dtype).to(device)
     lora = _lora(k, 3 * heads * d, rows // 2, dtype, device)
