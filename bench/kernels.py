@@ -25,6 +25,8 @@ import torch
 from engine.frame import STAGES
 from engine.runtime.timing import FrameTimer
 
+from .graph_timing import replay_ms
+
 PROFILED_FRAMES = 20
 HEAVIEST = 6
 _PREFIX = "duplexcadence.stage:"
@@ -134,6 +136,23 @@ def replayed_kernels(work: Callable[[], None], frames: int) -> tuple[list[list],
         names[name[:90]][1] += own
     rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
     return rows, round(sum(r[2] for r in rows), 1)
+
+
+def replayed_profile(work: Callable[[], None], replays: int) -> dict:
+    """`work` timed graph-replayed (ms per replay), then profiled: kernels per replay, busy µs and
+    each kernel name's launches and µs (replayed_kernels)."""
+    ms = replay_ms(work, replays, warmup=3)
+    rows, busy = replayed_kernels(work, 10)
+    return {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows), "busy_us": busy,
+            "kernels": rows}
+
+
+def print_profile(part: str, r: dict, top: int) -> None:
+    """A replayed_profile's figures and its `top` heaviest kernels, flushed as they are printed."""
+    print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
+          f"{r['busy_us']:.0f} µs busy", flush=True)
+    for name, count, us in r["kernels"][:top]:
+        print(f"  {us:8.2f} µs  {count:4.0f}x  {name}", flush=True)
 
 
 def _heaviest(names: dict[str, tuple[int, float]], frames: int) -> list[list]:

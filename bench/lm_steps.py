@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .graph_timing import replay_ms
-from .kernels import replayed_kernels
+from .kernels import print_profile, replayed_profile
 
 REPLAYS = 50
 
@@ -56,21 +55,11 @@ def measure(name: str, context: int, top: int = 20) -> dict:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": name, "context": context}
     with torch.no_grad():
         for part, work in (("backbone", backbone), ("depformer", depformer)):
-            ms = replay_ms(work, REPLAYS, warmup=3)
-            rows, busy = replayed_kernels(work, 10)
-            out[part] = {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows),
-                         "busy_us": busy, "kernels": rows}
-            progress(part, out[part], top)
+            out[part] = replayed_profile(work, REPLAYS)
+            # Printed as soon as measured: the first run on a machine compiles every kernel, and
+            # a call cut short still shows what it measured.
+            print_profile(part, out[part], top)
     return out
-
-
-def progress(part: str, r: dict, top: int) -> None:
-    """One stage's figures and heaviest kernels, printed as soon as they are measured: the first
-    run on a machine compiles every kernel, and a call cut short still shows what it measured."""
-    print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
-          f"{r['busy_us']:.0f} µs busy", flush=True)
-    for name, count, us in r["kernels"][:top]:
-        print(f"  {us:8.2f} µs  {count:4.0f}x  {name}", flush=True)
 
 
 def main() -> None:

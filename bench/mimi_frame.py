@@ -13,11 +13,10 @@ from pathlib import Path
 
 import torch
 
-from .graph_timing import replay_ms
-from .kernels import replayed_kernels
+from .kernels import print_profile, replayed_profile
 
 
-def measure(replays: int) -> dict:
+def measure(replays: int, top: int = 25) -> dict:
     from engine.config.mimi_json import official_config
     from engine.mimi.codec import Mimi
     from engine.state import FullStore
@@ -31,10 +30,8 @@ def measure(replays: int) -> dict:
         parts = {"encode": lambda: mimi.encode_step(pcm, store), "decode": lambda: mimi.decode_step(codes, store)}
         out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
         for name, work in parts.items():
-            ms = replay_ms(work, replays, warmup=3)
-            rows, busy = replayed_kernels(work, 10)
-            out[name] = {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows),
-                         "busy_us": busy, "kernels": rows}
+            out[name] = replayed_profile(work, replays)
+            print_profile(name, out[name], top)
     return out
 
 
@@ -46,15 +43,9 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.mimi_frame: needs a CUDA GPU\n")
-    result = measure(args.replays)
+    result = measure(args.replays, args.top)
     result["command"] = f"python3 -m bench.mimi_frame OUT.json --replays {args.replays}"
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for part in ("encode", "decode"):
-        r = result[part]
-        print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
-              f"{r['busy_us']:.0f} µs busy")
-        for name, count, us in r["kernels"][:args.top]:
-            print(f"  {us:8.2f} µs  {count:4.0f}x  {name}")
 
 
 if __name__ == "__main__":

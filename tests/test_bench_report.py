@@ -128,10 +128,10 @@ def test_each_stage_shows_how_it_grows_over_the_run():
     assert stages["encode"]["p50_by_tenth_ms"] == [1.0] * 10
 
 
-def test_the_lm_steps_bench_prints_each_stage_as_it_is_measured(capsys):
-    from bench.lm_steps import progress
+def test_a_replayed_profile_prints_its_figures_and_heaviest_kernels(capsys):
+    from bench.kernels import print_profile
 
-    progress("backbone", {"replayed_ms": 4.2666, "kernels_per_frame": 164.0, "busy_us": 4347.2,
+    print_profile("backbone", {"replayed_ms": 4.2666, "kernels_per_frame": 164.0, "busy_us": 4347.2,
                           "kernels": [["_gemv_kernel", 129.0, 3674.85], ["_split_kernel", 32.0, 441.1],
                                       ["_merge_kernel", 32.0, 140.0]]}, top=2)
     lines = capsys.readouterr().out.splitlines()

@@ -1,7 +1,7 @@
 """How many output rows a program of a fused product should take when the product applies an
 RMSNorm in its pass (engine.kernels.fused_linear NORM_ROWS): every program reads the input row
-and the norm's weights once for all its rows, so more rows a program read them fewer times,
-but leave fewer programs to keep loads in flight. Times the temporal transformer (32 layers)
+and the norm's weights once for all its rows, so the more rows a program takes, the fewer
+times they are read, and the fewer programs keep loads in flight. Times the temporal transformer (32 layers)
 and the depformer (6 layers, 8 steps) at Moshi's sizes, bf16, random weights, fused layers
 graph-replayed.
 
