@@ -147,6 +147,18 @@ def replayed_profile(work: Callable[[], None], replays: int) -> dict:
             "kernels": rows}
 
 
+def profile_parts(parts: dict[str, Callable[[], None]], replays: int, top: int) -> dict:
+    """{"device", "torch", and each part's replayed_profile}, each part printed as soon as it is
+    measured: the first run on a machine compiles every kernel, and a call cut short still
+    shows what it measured."""
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    with torch.no_grad():
+        for part, work in parts.items():
+            out[part] = replayed_profile(work, replays)
+            print_profile(part, out[part], top)
+    return out
+
+
 def print_profile(part: str, r: dict, top: int) -> None:
     """A replayed_profile's figures and its `top` heaviest kernels, flushed as they are printed."""
     print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .kernels import print_profile, replayed_profile
+from .kernels import profile_parts
 
 REPLAYS = 50
 
@@ -52,14 +52,8 @@ def measure(name: str, context: int, top: int = 20) -> dict:
         for k in range(lm.cfg.dep_q):  # drawing from the default generator, which a graph takes as it is
             prev = sample(lm.depformer_step(k, prev, hidden, store), audio, None)
 
-    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": name, "context": context}
-    with torch.no_grad():
-        for part, work in (("backbone", backbone), ("depformer", depformer)):
-            out[part] = replayed_profile(work, REPLAYS)
-            # Printed as soon as measured: the first run on a machine compiles every kernel, and
-            # a call cut short still shows what it measured.
-            print_profile(part, out[part], top)
-    return out
+    return {"model": name, "context": context,
+            **profile_parts({"backbone": backbone, "depformer": depformer}, REPLAYS, top)}
 
 
 def main() -> None:

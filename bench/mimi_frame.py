@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .kernels import print_profile, replayed_profile
+from .kernels import profile_parts
 
 
 def measure(replays: int, top: int = 25) -> dict:
@@ -27,12 +27,8 @@ def measure(replays: int, top: int = 25) -> dict:
     pcm = torch.randn(1, 1, mimi.frame_size, device="cuda") * 0.1
     with torch.no_grad():
         codes = mimi.encode_step(pcm, store)
-        parts = {"encode": lambda: mimi.encode_step(pcm, store), "decode": lambda: mimi.decode_step(codes, store)}
-        out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-        for name, work in parts.items():
-            out[name] = replayed_profile(work, replays)
-            print_profile(name, out[name], top)
-    return out
+    return profile_parts({"encode": lambda: mimi.encode_step(pcm, store),
+                          "decode": lambda: mimi.decode_step(codes, store)}, replays, top)
 
 
 def main() -> None:
