@@ -117,10 +117,11 @@ def exclusive(intervals: list[tuple[float, float]]) -> list[float]:
     return out
 
 
-def replayed_kernels(work: Callable[[], None], frames: int) -> tuple[list[list], float]:
+def replayed_kernels(work: Callable[[], None], frames: int) -> tuple[list[list], float, list[list]]:
     """`work` captured in a CUDA graph and replayed `frames` times under the profiler: [[name,
     launches per replay, µs per replay], ...] heaviest first (each kernel's `exclusive` time),
-    and their summed µs (the replay's busy time)."""
+    their summed µs (the replay's busy time), and the last replay's launches in order: [[name,
+    grid, µs], ...] (which of a kind's launches the time goes to)."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         work()
@@ -130,24 +131,36 @@ def replayed_kernels(work: Callable[[], None], frames: int) -> tuple[list[list],
         for _ in range(frames):
             graph.replay()
         torch.cuda.synchronize()
+    events = trace_events(prof)
     names: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    for (_, _, _, name), own in zip(*device_work(trace_events(prof))):
+    for (_, _, _, name), own in zip(*device_work(events)):
         names[name[:90]][0] += 1
         names[name[:90]][1] += own
     rows = sorted(([n, c / frames, round(t / frames, 2)] for n, (c, t) in names.items()), key=lambda r: -r[2])
-    return rows, round(sum(r[2] for r in rows), 1)
+    return rows, round(sum(r[2] for r in rows), 1), last_launches(events, frames)
+
+
+def last_launches(events: list[dict], frames: int) -> list[list]:
+    """The last of `frames` alike replays' kernels, copies and memsets, in order: [[name, grid
+    (None for a copy), µs (`exclusive`)], ...]."""
+    work, owns = device_work(events)
+    grids = {(e["ts"], e.get("name", "?")): e.get("args", {}).get("grid") for e in events
+             if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    last = len(work) // frames
+    return [[name[:60], grids.get((start, name)), round(own, 2)]
+            for (start, _, _, name), own in zip(work[-last:], owns[-last:])]
 
 
 def replayed_profile(work: Callable[[], None], replays: int) -> dict:
     """`work` timed graph-replayed (ms per replay), then profiled: kernels per replay, busy µs and
     each kernel name's launches and µs (replayed_kernels)."""
     ms = replay_ms(work, replays, warmup=3)
-    rows, busy = replayed_kernels(work, 10)
+    rows, busy, launches = replayed_kernels(work, 10)
     return {"replayed_ms": round(ms, 4), "kernels_per_frame": sum(r[1] for r in rows), "busy_us": busy,
-            "kernels": rows}
+            "kernels": rows, "launches": launches}
 
 
-def profile_parts(parts: dict[str, Callable[[], None]], replays: int, top: int) -> dict:
+def profile_parts(parts: dict[str, Callable[[], None]], replays: int, top: int, launches: bool = False) -> dict:
     """{"device", "torch", and each part's replayed_profile}, each part printed as soon as it is
     measured: the first run on a machine compiles every kernel, and a call cut short still
     shows what it measured."""
@@ -155,16 +168,19 @@ def profile_parts(parts: dict[str, Callable[[], None]], replays: int, top: int) 
     with torch.no_grad():
         for part, work in parts.items():
             out[part] = replayed_profile(work, replays)
-            print_profile(part, out[part], top)
+            print_profile(part, out[part], top, launches)
     return out
 
 
-def print_profile(part: str, r: dict, top: int) -> None:
-    """A replayed_profile's figures and its `top` heaviest kernels, flushed as they are printed."""
+def print_profile(part: str, r: dict, top: int, launches: bool = False) -> None:
+    """A replayed_profile's figures and its `top` heaviest kernels (and with `launches` every
+    launch of a replay in order), flushed as they are printed."""
     print(f"{part}: {r['replayed_ms']:.3f} ms replayed, {r['kernels_per_frame']:.0f} kernels, "
           f"{r['busy_us']:.0f} µs busy", flush=True)
     for name, count, us in r["kernels"][:top]:
         print(f"  {us:8.2f} µs  {count:4.0f}x  {name}", flush=True)
+    for name, grid, us in r.get("launches", []) if launches else []:
+        print(f"  {us:8.2f} µs  {str(grid):16}  {name}", flush=True)
 
 
 def _heaviest(names: dict[str, tuple[int, float]], frames: int) -> list[list]:

@@ -5,7 +5,7 @@ with their sampling. Each is captured in a CUDA graph, timed replayed, then prof
 kernel name with its launches and µs per frame, heaviest first (each kernel counted from
 where the one before it ended: bench.kernels.exclusive).
 
-    python3 -m bench.lm_steps OUT.json [--model moshiko] [--context 1500] [--top 20]
+    python3 -m bench.lm_steps OUT.json [--model moshiko] [--context 1500] [--top 20] [--launches]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _model(name: str):
     return lm.to("cuda", torch.bfloat16).eval()
 
 
-def measure(name: str, context: int, top: int = 20) -> dict:
+def measure(name: str, context: int, top: int = 20, launches: bool = False) -> dict:
     from engine.lm.sampling import SamplingParams, sample
     from engine.state import FullStore
 
@@ -53,7 +53,7 @@ def measure(name: str, context: int, top: int = 20) -> dict:
             prev = sample(lm.depformer_step(k, prev, hidden, store), audio, None)
 
     return {"model": name, "context": context,
-            **profile_parts({"backbone": backbone, "depformer": depformer}, REPLAYS, top)}
+            **profile_parts({"backbone": backbone, "depformer": depformer}, REPLAYS, top, launches)}
 
 
 def main() -> None:
@@ -61,11 +61,12 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="JSON file to write")
     parser.add_argument("--model", default="moshiko", help="LM configuration (default: moshiko)")
     parser.add_argument("--context", type=int, default=1500, help="positions the backbone attends to (default: 1500)")
+    parser.add_argument("--launches", action="store_true", help="print every launch of a replay in order")
     parser.add_argument("--top", type=int, default=20, help="kernel names printed per stage (default: 20)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.lm_steps: needs a CUDA GPU\n")
-    result = measure(args.model, args.context, args.top)
+    result = measure(args.model, args.context, args.top, args.launches)
     result["command"] = f"python3 -m bench.lm_steps OUT.json --model {args.model} --context {args.context}"
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 

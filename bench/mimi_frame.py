@@ -3,7 +3,7 @@ of a frame (random weights, fp32, as a session runs them), each captured in a CU
 timed replayed, then profiled: every kernel name with its launches and µs per frame, heaviest
 first (each kernel counted from where the one before it ended: bench.kernels.exclusive).
 
-    python3 -m bench.mimi_frame OUT.json [--replays 50] [--top 25]
+    python3 -m bench.mimi_frame OUT.json [--replays 50] [--top 25] [--launches]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from .kernels import profile_parts
 
 
-def measure(replays: int, top: int = 25) -> dict:
+def measure(replays: int, top: int = 25, launches: bool = False) -> dict:
     from engine.config.mimi_json import official_config
     from engine.mimi.codec import Mimi
     from engine.state import FullStore
@@ -28,18 +28,19 @@ def measure(replays: int, top: int = 25) -> dict:
     with torch.no_grad():
         codes = mimi.encode_step(pcm, store)
     return profile_parts({"encode": lambda: mimi.encode_step(pcm, store),
-                          "decode": lambda: mimi.decode_step(codes, store)}, replays, top)
+                          "decode": lambda: mimi.decode_step(codes, store)}, replays, top, launches)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="JSON file to write")
     parser.add_argument("--replays", type=int, default=50, help="graph replays timed (default: 50)")
+    parser.add_argument("--launches", action="store_true", help="print every launch of a replay in order")
     parser.add_argument("--top", type=int, default=25, help="kernel names printed per part (default: 25)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.mimi_frame: needs a CUDA GPU\n")
-    result = measure(args.replays, args.top)
+    result = measure(args.replays, args.top, args.launches)
     result["command"] = f"python3 -m bench.mimi_frame OUT.json --replays {args.replays}"
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 

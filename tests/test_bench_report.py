@@ -139,6 +139,43 @@ def test_a_replayed_profile_prints_its_figures_and_heaviest_kernels(capsys):
     assert [line.split()[-1] for line in lines[1:]] == ["_gemv_kernel", "_split_kernel"]
 
 
+def test_the_last_replays_launches_are_listed_in_order_with_their_grids(capsys):
+    """Two replays of a kernel, a copy and a kernel launched overlapped (it starts 2 µs before the
+    copy ends): the last replay's three, each counted from where the work before it ended."""
+    from bench.kernels import last_launches, print_profile
+
+    def event(ts, dur, cat, name, grid=None):
+        return {"ph": "X", "ts": ts, "dur": dur, "cat": cat, "name": name, "args": {"grid": grid} if grid else {}}
+    events = [e for t0 in (0, 100) for e in (event(t0, 10, "kernel", "_conv_kernel", [4, 8, 2]),
+                                             event(t0 + 12, 5, "gpu_memcpy", "Memcpy DtoD"),
+                                             event(t0 + 15, 20, "kernel", "_gemv_kernel", [512, 1, 1]))]
+    events.append({"ph": "X", "ts": 50, "dur": 1, "cat": "cpu_op", "name": "aten::add"})
+    launches = last_launches(events, 2)
+    assert launches == [["_conv_kernel", [4, 8, 2], 10], ["Memcpy DtoD", None, 5], ["_gemv_kernel", [512, 1, 1], 18]]
+    print_profile("encode", {"replayed_ms": 0.1, "kernels_per_frame": 2.0, "busy_us": 33.0, "kernels": [],
+                             "launches": launches}, top=0, launches=True)
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "     10.00 µs  [4, 8, 2]         _conv_kernel", "      5.00 µs  None              Memcpy DtoD",
+        "     18.00 µs  [512, 1, 1]       _gemv_kernel"]
+
+
+def test_the_mimi_tiles_bench_measures_the_engines_rules_as_now():
+    """bench.mimi_tiles' "now" is the rules engine.kernels keeps: the sweep's baseline cannot drift
+    from what a session runs."""
+    pytest.importorskip("triton")
+    import torch
+
+    from bench.mimi_tiles import RULES
+    from engine.kernels import fused_linear, stream_conv
+
+    chunks, busy, max_split, (rows, warps) = RULES["now"]
+    assert chunks == ((stream_conv.DEEP, stream_conv.DEEP_BK),)
+    assert (busy, max_split) == (stream_conv._BUSY, stream_conv.MAX_SPLIT)
+    for k in (512, 2048):
+        config = fused_linear._config(1536, k, torch.float32)
+        assert (config.bn, config.num_warps) == (rows, warps)
+
+
 def test_the_lm_steps_bench_refuses_a_machine_without_cuda(tmp_path):
     import subprocess
     import sys

@@ -52,6 +52,7 @@ def _stream(conv: nn.Conv1d, chunks, tail_len: int, elu, residuals, kernel: bool
     (1, 16, 7, 1, 1, 48, None, False),   # the encoder's first
     (256, 128, 3, 1, 1, 16, 1.0, False),  # a deep stage's block: its depth split over programs
     (128, 96, 10, 5, 1, 40, 1.0, True),   # a deep downsampling, split, with a residual
+    (512, 48, 8, 4, 1, 8, 1.0, False),    # the last stage's: its depth walked in wide chunks
 ])
 def test_chunks_stream_as_the_torch_formula(device, fp32, c_in, c_out, k, stride, dil, t, elu, res):
     torch.manual_seed(k * 100 + c_in)
@@ -71,14 +72,18 @@ def test_chunks_stream_as_the_torch_formula(device, fp32, c_in, c_out, k, stride
 
 
 def test_the_split_is_a_function_of_the_shape_and_adds_up_the_same_bits(device, fp32, monkeypatch):
-    """A deep, short layer splits its depth (over at most MAX_SPLIT programs, each at least four
-    chunks deep) and a wide, long one does not; the split output is the same every call, and
-    within fp32 rounding of the unsplit kernel's (MAX_SPLIT = 1)."""
+    """A deep, short layer splits its depth (over at most MAX_SPLIT programs, each at least
+    _MIN_SPAN of it in whole chunks) and a wide, long one does not; the split output is the same
+    every call, and within fp32 rounding of the unsplit kernel's (MAX_SPLIT = 1)."""
     from engine.kernels import stream_conv as kernel
 
-    assert kernel.tiles(256, 16, 512 * 3)[2:] == (kernel.MAX_SPLIT, 192)
+    for depth in (300, 512 * 3, 512 * 16):
+        split, span, bk = kernel.tiles(256, 2, depth)[2:]
+        assert 1 < split <= kernel.MAX_SPLIT and span % bk == 0 and span >= kernel._MIN_SPAN
+        assert (split - 1) * span < depth <= split * span  # the last span may be shorter
+    assert [kernel.chunk(d) for d in (768, 1536, 8192)] == [kernel.BK, kernel.DEEP_BK, kernel.DEEP_BK]
     assert kernel.tiles(64, 1920, 64 * 3)[2] == 1 and kernel.tiles(32, 1920, 64 * 3)[2] == 1
-    assert kernel.tiles(16, 16, 300)[2:] == (2, 160)  # spans of whole chunks; the last one shorter
+    assert kernel.tiles(1024, 640, 64 * 3)[1] == 64 and kernel.tiles(32, 1920, 64 * 3)[1] == 16  # fill the machine
     torch.manual_seed(0)
     conv = nn.Conv1d(256, 128, 3).to(device)
     x, tail = torch.randn(1, 256, 16, device=device), torch.randn(1, 256, 2, device=device)

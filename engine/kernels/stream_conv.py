@@ -108,24 +108,40 @@ def _tail_kernel(X, TAIL, t_in, tail_len, alpha, sx_c, st_c, ELU: tl.constexpr, 
 
 
 BK = 32
+DEEP, DEEP_BK = 1024, 128
+"""A product at least DEEP deep is walked in chunks of DEEP_BK, others in chunks of BK. The deep
+layers (the last stages' downsamplings and convolutions: up to 33 MB of weights for two output
+columns) are a stream of weights, and 32-wide chunks kept too few bytes in flight: in a replayed
+Mimi frame on an H200 (bench.mimi_tiles) the encoder's largest took 221 µs so, 36 µs in
+128-wide chunks split over two programs a multiprocessor."""
 PRECISION = "tf32"
 """The product's arithmetic: TF32 products with fp32 sums, as cuDNN's default, or "ieee"
 (plain fp32; the tests check the index arithmetic to fp32 rounding there)."""
-MAX_SPLIT = 8
+MAX_SPLIT = 16
 """At most this many programs share one output tile's depth (1: never split)."""
-_BUSY = 128  # programs that keep an H100/H200's 132 multiprocessors busy
-_MIN_SPAN = 4 * BK  # a program's share of the depth: at least four chunks
+_BUSY = 264  # programs that keep an H100/H200's 132 multiprocessors busy: two each
+_MIN_SPAN = 4 * BK  # a program's share of the depth: at least this, in whole chunks
 
 
-def tiles(c_out: int, t_out: int, depth: int) -> tuple[int, int, int, int]:
-    """(BM, BN, split, KSPAN) for a layer: a function of its shape only, so a convolution sums in
-    the same order eagerly and graph-replayed."""
+def chunk(depth: int) -> int:
+    """The depth a program multiplies per step."""
+    return DEEP_BK if depth >= DEEP else BK
+
+
+def tiles(c_out: int, t_out: int, depth: int) -> tuple[int, int, int, int, int]:
+    """(BM, BN, split, KSPAN, BK) for a layer: a function of its shape only, so a convolution
+    sums in the same order eagerly and graph-replayed. Long outputs take narrower time tiles
+    until they fill the multiprocessors; short deep ones split their depth (each program at
+    least _MIN_SPAN of it, in whole chunks)."""
     bm = 16 if c_out <= 16 else 32
     bn = max(16, min(64, triton.next_power_of_2(t_out)))
+    while bn > 16 and triton.cdiv(c_out, bm) * triton.cdiv(t_out, bn) < _BUSY:
+        bn //= 2
     programs = triton.cdiv(c_out, bm) * triton.cdiv(t_out, bn)
+    bk = chunk(depth)
     split = max(1, min(MAX_SPLIT, _BUSY // programs, depth // _MIN_SPAN))
-    span = triton.cdiv(triton.cdiv(depth, split), BK) * BK
-    return bm, bn, triton.cdiv(depth, span), span
+    span = triton.cdiv(triton.cdiv(depth, split), bk) * bk
+    return bm, bn, triton.cdiv(depth, span), span, bk
 
 
 def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -149,7 +165,7 @@ def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor
         raise ValueError(f"stream conv: residual {tuple(residual.shape)} against output {tuple(out.shape)}")
     dummy = x
     res = dummy if residual is None else residual if residual.stride(-1) == 1 else residual.contiguous()
-    bm, bn, split, span = tiles(c_out, t_out, c_in * ksize)
+    bm, bn, split, span, bk = tiles(c_out, t_out, c_in * ksize)
     work = torch.empty(split, c_out, t_out, dtype=torch.float32, device=x.device) if split > 1 else dummy
     launch = overlap.launch(x.device)
     grid = (triton.cdiv(c_out, bm), triton.cdiv(t_out, bn))
@@ -158,7 +174,7 @@ def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor
             x.stride(1), 0 if tail is None else tail.stride(1), weight.stride(0), res.stride(1), out.stride(1),
             work.stride(0) if split > 1 else 0)
     meta = dict(KK=c_in * ksize, KSIZE=ksize, ELU=elu is not None, HAS_BIAS=bias is not None,
-                HAS_RES=residual is not None, BM=bm, BN=bn, BK=BK, SPLIT=split, KSPAN=span, PREC=PRECISION,
+                HAS_RES=residual is not None, BM=bm, BN=bn, BK=bk, SPLIT=split, KSPAN=span, PREC=PRECISION,
                 num_warps=4, **launch)
     _conv_kernel[(*grid, split)](*args, PHASE=0, **meta)
     if split > 1:

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from . import overlap, split_sums, stream_conv
-from .stream_conv import _BUSY, _MIN_SPAN, BK, _elu
+from .stream_conv import _elu
 
 
 @triton.jit
@@ -83,15 +83,16 @@ def _overlap_add_kernel(WORK, BIAS, PARTIAL, OUT, PENDING, c_out, t_in, sw_s, sp
              mask=o_ok[:, None] & late[None, :])
 
 
-def tiles(rows: int, t_in: int, c_in: int) -> tuple[int, int, int, int]:
-    """(BM, BN, split, KSPAN) of the product: a function of the layer's shape only. Its output
-    tiles are few and wide (rows = C_out * K), so it splits the depth towards two programs a
-    multiprocessor."""
+def tiles(rows: int, t_in: int, c_in: int) -> tuple[int, int, int, int, int]:
+    """(BM, BN, split, KSPAN, BK) of the product: a function of the layer's shape only. Its
+    output tiles are few and wide (rows = C_out * K), so it splits the depth towards two
+    programs a multiprocessor, in chunks as stream_conv.chunk takes them."""
     bm, bn = 64, max(16, min(64, triton.next_power_of_2(t_in)))
     programs = triton.cdiv(rows, bm) * triton.cdiv(t_in, bn)
-    split = max(1, min(8, triton.cdiv(2 * _BUSY, programs), c_in // _MIN_SPAN))
-    span = triton.cdiv(triton.cdiv(c_in, split), BK) * BK
-    return bm, bn, triton.cdiv(c_in, span), span
+    bk = stream_conv.chunk(c_in)
+    split = max(1, min(8, triton.cdiv(2 * stream_conv._BUSY, programs), c_in // stream_conv._MIN_SPAN))
+    span = triton.cdiv(triton.cdiv(c_in, split), bk) * bk
+    return bm, bn, triton.cdiv(c_in, span), span, bk
 
 
 def stream_conv_transpose(x: torch.Tensor, partial: torch.Tensor | None, weight: torch.Tensor,
@@ -110,12 +111,12 @@ def stream_conv_transpose(x: torch.Tensor, partial: torch.Tensor | None, weight:
                          f"stride {stride}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     rows = c_out * ksize
-    bm, bn, split, span = tiles(rows, t_in, c_in)
+    bm, bn, split, span, bk = tiles(rows, t_in, c_in)
     work = torch.empty(split, rows, t_in, dtype=torch.float32, device=x.device)
     launch = overlap.launch(x.device)
     _columns_kernel[(triton.cdiv(rows, bm), triton.cdiv(t_in, bn), split)](
         x, weight, work, rows, c_in, t_in, 0.0 if elu is None else elu, x.stride(1), work.stride(0),
-        ELU=elu is not None, BM=bm, BN=bn, BK=BK, KSPAN=span, PREC=stream_conv.PRECISION, num_warps=4, **launch)
+        ELU=elu is not None, BM=bm, BN=bn, BK=bk, KSPAN=span, PREC=stream_conv.PRECISION, num_warps=4, **launch)
     out = torch.empty(1, c_out, stride * t_in, dtype=x.dtype, device=x.device)
     pending = torch.empty(1, c_out, max(over, 1), dtype=torch.float32, device=x.device)
     kept = pending if partial is None else partial
