@@ -199,7 +199,7 @@ def _config(N: int, K: int, dtype: torch.dtype, weights: str = "float") -> _Conf
     bk = min(2048, triton.next_power_of_2(K))
     if K > 8192:  # the temporal FFN's output product
         return _Config(4, bk, 4, 1)
-    if dtype == torch.float32 and K <= 2048:  # Mimi's transformers: bench.mimi_frame, see below
+    if dtype == torch.float32 and K <= 2048:  # Mimi's transformers (the docstring's last paragraph)
         return _Config(4, bk, 4, 3)
     if K >= 4096 or dtype == torch.float32:
         return _Config(2, bk, 8, 3)

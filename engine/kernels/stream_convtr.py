@@ -85,8 +85,8 @@ def _overlap_add_kernel(WORK, BIAS, PARTIAL, OUT, PENDING, c_out, t_in, sw_s, sp
 
 def tiles(rows: int, t_in: int, c_in: int) -> tuple[int, int, int, int, int]:
     """(BM, BN, split, KSPAN, BK) of the product: a function of the layer's shape only. Its
-    output tiles are few and wide (rows = C_out * K), so it splits the depth towards two
-    programs a multiprocessor, in chunks as stream_conv.chunk takes them."""
+    output tiles are few and wide (rows = C_out * K), so it splits the depth towards four
+    programs a multiprocessor (twice stream_conv's), in chunks as stream_conv.chunk takes them."""
     bm, bn = 64, max(16, min(64, triton.next_power_of_2(t_in)))
     programs = triton.cdiv(rows, bm) * triton.cdiv(t_in, bn)
     bk = stream_conv.chunk(c_in)
