@@ -8,11 +8,15 @@ marker that ends it. Kernels between a `mark(None)` and the next stage belong to
 also names the work its time goes to (the heaviest names, their launches and time). A kernel
 launched overlapped starts while the one before it is finishing and waits for it, so the
 trace's duration of a kernel includes that wait: each is counted only from where the work
-before it ended (`exclusive`), and the names' times add up to the busy time. The
-synchronizations make these frames slower: they are profiled apart from the timed frames.
+before it ended (`exclusive`), and the names' times add up to the busy time. Since each
+mark synchronizes, a stage starts with the device idle: the time to its first device work is
+the host's (the Python, the copies and the graph launch queued before it), reported with the
+CUDA calls the host made in the stage. The synchronizations make these frames slower: they are
+profiled apart from the timed frames.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import json
@@ -82,25 +86,41 @@ def device_work(events: list[dict]) -> tuple[list[tuple[float, float, bool, str]
 
 def attribute(events: list[dict], frames: int) -> dict:
     """Chrome-trace events -> {stage: {"kernels": per frame, "busy_ms": per frame, "heaviest":
-    [[name, launches per frame, ms per frame], ...]}}."""
+    [[name, launches per frame, ms per frame], ...], "lead_ms": per frame, "host": [[name,
+    calls per frame, ms per frame], ...]}}. The marks synchronize, so a stage starts with the
+    device idle: `lead_ms` is the time from the mark before it to its first device work (what
+    the host does before the device has anything of the stage to run), and `host` the heaviest
+    CUDA runtime and driver calls the host made in the stage (a graph's launch among them)."""
     markers = sorted((e["ts"], e["name"][len(_PREFIX):]) for e in events
                      if e.get("ph") == "X" and e.get("name", "").startswith(_PREFIX))
+    times = [ts for ts, _ in markers]
     work, owns = device_work(events)
-    stages = {s: {"kernels": 0, "intervals": [], "names": {}} for s in (*STAGES, _OTHER)}
-    i = 0
+    stages = {s: {"kernels": 0, "intervals": [], "names": {}, "lead": 0.0, "host": {}} for s in (*STAGES, _OTHER)}
+
+    def stage_at(ts: float) -> tuple[int, str]:
+        """The index of the first marker after `ts` and its stage (after the last: the frame's
+        tail, its host copy)."""
+        i = bisect.bisect_left(times, ts)
+        return i, _OTHER if i == len(markers) else markers[i][1]
+
+    led = set()
     for (start, end, is_kernel, name), own in zip(work, owns):
-        while i < len(markers) and markers[i][0] < start:
-            i += 1
-        if i == len(markers):  # after the last marker: the frame's tail (its host copy)
-            label = _OTHER
-        else:
-            label = markers[i][1]
+        i, label = stage_at(start)
+        if i not in led and 0 < i < len(markers):
+            led.add(i)
+            stages[label]["lead"] += start - markers[i - 1][0]
         stages[label]["kernels"] += is_kernel
         stages[label]["intervals"].append((start, end))
         count, total = stages[label]["names"].get(name, (0, 0.0))
         stages[label]["names"][name] = (count + 1, total + own)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            host = stages[stage_at(e["ts"])[1]]["host"]
+            count, total = host.get(e["name"], (0, 0.0))
+            host[e["name"]] = (count + 1, total + e.get("dur", 0))
     out = {s: {"kernels": v["kernels"] / frames, "busy_ms": _union(v["intervals"]) / 1000 / frames,
-               "heaviest": _heaviest(v["names"], frames)}
+               "heaviest": _heaviest(v["names"], frames), "lead_ms": v["lead"] / 1000 / frames,
+               "host": _heaviest(v["host"], frames)}
            for s, v in stages.items()}
     out["frame"] = {"kernels": sum(v["kernels"] for v in out.values()),
                     "busy_ms": sum(v["busy_ms"] for v in out.values())}

@@ -170,6 +170,13 @@ def _kernel_table(runs: list[dict]) -> list[str]:
             heaviest = ours["kernels"][stage].get("heaviest", [])
             if heaviest:
                 lines.append(f"- {stage}: " + "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in heaviest))
+        lines.append(f"host before each stage's first device work, and its heaviest CUDA calls, of {ours['name']} "
+                     "(profiled frames: each mark synchronizes; calls / ms per frame):")
+        for stage in STAGES:
+            k = ours["kernels"][stage]
+            if "lead_ms" in k:
+                calls = "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in k["host"])
+                lines.append(f"- {stage}: {k['lead_ms']:.3f} ms" + (f" ({calls})" if calls else ""))
     return lines
 
 

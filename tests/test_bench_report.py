@@ -107,6 +107,14 @@ def test_the_profile_names_where_each_stage_spends_its_time():
     many = [kernel(i * 10, i + 1, f"k{i}") for i in range(HEAVIEST + 3)] + [marker(10_000, "decode")]
     assert [n for n, _, _ in attribute(many, frames=1)["decode"]["heaviest"]] == \
         [f"k{i}" for i in range(HEAVIEST + 2, 2, -1)]
+    # The host's share: from the mark before a stage to its first device work (the second frame's
+    # encode from the first frame's last mark; the trace's first stage has none before it), and
+    # the CUDA calls made in it.
+    assert stages["backbone"]["lead_ms"] == 0.01 and stages["encode"]["lead_ms"] == 0.2
+    launched = [marker(0, "encode"), kernel(250, 100, "gemv"), marker(400, "backbone"),
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 20, "dur": 180}]
+    backbone = attribute(launched, frames=1)["backbone"]
+    assert backbone["lead_ms"] == 0.25 and backbone["host"] == [["cudaGraphLaunch", 1.0, 0.18]]
 
     ours = _run("ours", 8.0, 15.0)
     ours.kernels = stages
@@ -116,6 +124,7 @@ def test_the_profile_names_where_each_stage_spends_its_time():
     table = format_table(report)
     assert "heaviest kernels of ours, per stage" in table
     assert "- backbone: gemv 2 / 0.400" in table and "- encode: conv 2 / 0.040; copy 1 / 0.005" in table
+    assert "- backbone: 0.010 ms" in table
 
 
 def test_each_stage_shows_how_it_grows_over_the_run():
