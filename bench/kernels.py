@@ -16,6 +16,7 @@ profiled apart from the timed frames.
 """
 from __future__ import annotations
 
+import argparse
 import bisect
 import collections
 import contextlib
@@ -190,6 +191,12 @@ def profile_parts(parts: dict[str, Callable[[], None]], replays: int, top: int, 
             out[part] = replayed_profile(work, replays)
             print_profile(part, out[part], top, launches)
     return out
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser, top: int) -> None:
+    """A replayed profile's printout options on a bench's command line: --top, --launches."""
+    parser.add_argument("--launches", action="store_true", help="print every launch of a replay in order")
+    parser.add_argument("--top", type=int, default=top, help=f"kernel names printed per part (default: {top})")
 
 
 def print_profile(part: str, r: dict, top: int, launches: bool = False) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .kernels import profile_parts
+from .kernels import add_profile_arguments, profile_parts
 
 REPLAYS = 50
 
@@ -61,8 +61,7 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="JSON file to write")
     parser.add_argument("--model", default="moshiko", help="LM configuration (default: moshiko)")
     parser.add_argument("--context", type=int, default=1500, help="positions the backbone attends to (default: 1500)")
-    parser.add_argument("--launches", action="store_true", help="print every launch of a replay in order")
-    parser.add_argument("--top", type=int, default=20, help="kernel names printed per stage (default: 20)")
+    add_profile_arguments(parser, top=20)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.lm_steps: needs a CUDA GPU\n")

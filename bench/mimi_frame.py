@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .kernels import profile_parts
+from .kernels import add_profile_arguments, profile_parts
 
 
 def measure(replays: int, top: int = 25, launches: bool = False) -> dict:
@@ -35,8 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="JSON file to write")
     parser.add_argument("--replays", type=int, default=50, help="graph replays timed (default: 50)")
-    parser.add_argument("--launches", action="store_true", help="print every launch of a replay in order")
-    parser.add_argument("--top", type=int, default=25, help="kernel names printed per part (default: 25)")
+    add_profile_arguments(parser, top=25)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.exit(2, "bench.mimi_frame: needs a CUDA GPU\n")
