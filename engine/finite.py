@@ -21,9 +21,23 @@ def finite_pcm(pcm: np.ndarray) -> tuple[np.ndarray, int]:
     that is not floating point passes unchanged, for the caller's own check to name."""
     if not np.issubdtype(pcm.dtype, np.floating):
         return pcm, 0
-    with np.errstate(over="ignore"):
-        pcm = pcm.astype(np.float32, copy=False)
-    finite = np.isfinite(pcm)
-    if finite.all():
+    if pcm.dtype == np.float32 and np.isfinite(pcm).all():
         return pcm, 0
-    return np.nan_to_num(pcm, nan=0.0, posinf=1.0, neginf=-1.0), int(pcm.size - np.count_nonzero(finite))
+    out = np.empty(pcm.shape, np.float32)
+    return out, finite_into(out, pcm)
+
+
+def finite_into(out: np.ndarray, pcm: np.ndarray) -> int:
+    """Floating-point `pcm` written into the float32 array `out` as finite_pcm makes it; returns
+    how many samples were replaced. The frame path: written straight into the buffer the
+    device reads, with no array in between."""
+    if pcm.dtype == np.float32:
+        np.copyto(out, pcm)
+    else:
+        with np.errstate(over="ignore"):
+            np.copyto(out, pcm, casting="unsafe")
+    finite = np.isfinite(out)
+    if finite.all():
+        return 0
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
+    return int(out.size - np.count_nonzero(finite))

@@ -26,7 +26,7 @@ from .duplex_model import DuplexModel
 from .families import conversation_for
 from .families.diffuplex.stats import WakeReport
 from .families.moshi.conversation import Persona
-from .finite import REPLACEMENT, finite_pcm
+from .finite import REPLACEMENT, finite_into
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
 from .runtime.stages import Regeneration
 from .runtime.timing import FrameTimer, SpeakMeter
@@ -92,6 +92,7 @@ class DuplexSession:
         cuda = self.device.type == "cuda"
         self.timer = FrameTimer(self.device)
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
+        self._pcm_in_host = self._pcm_in.numpy()  # the same memory: a frame's samples are written once
         self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._tokens_out = torch.empty(self.conversation.output_width, dtype=torch.int64, pin_memory=cuda)
         self.nonfinite_samples = 0
@@ -292,12 +293,11 @@ class DuplexSession:
         self.timer.mark(None)
         # Every path's microphone audio enters here (the app's and offline's), so here alone
         # a NaN is kept from reaching the model's state, where it would stay.
-        pcm, replaced = finite_pcm(pcm)
+        replaced = finite_into(self._pcm_in_host, pcm)
         if replaced and not self.nonfinite_samples:
             log.info("%d non-finite input samples replaced (%s); later ones are counted",
                      replaced, REPLACEMENT)
         self.nonfinite_samples += replaced
-        self._pcm_in.copy_(torch.from_numpy(pcm))
         tokens, out, report = self.conversation.step(self._pcm_in, self.options, self.timer.mark)
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)

@@ -69,6 +69,31 @@ def test_products_with_a_residual_and_lora_rows_match_the_torch_formulas(rows, k
     _close(rows_linear.linear(x, w, residual=residual, scale=scale, lora=lora), residual + scale * y, dtype)
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_product_of_several_rows_reads_its_weights_once(rows, device, monkeypatch):
+    """engine.ops.linear (the LM's heads): one row through the matrix-vector kernel, more (a
+    wake's text head) through the rows kernel, whose result it returns."""
+    from engine.kernels import fused_linear, rows_linear
+    from engine.ops import linear as ops_linear
+
+    monkeypatch.setattr(ops_linear.dispatch, "use_triton", lambda x: True)  # the interpreter's CPU tensors too
+    ran = []
+
+    def noted(module):  # the kernel still runs: only which one ran is noted
+        real = module.linear
+        return lambda x, w: ran.append(module.__name__) or real(x, w)
+
+    for module in (fused_linear, rows_linear):
+        monkeypatch.setattr(module, "linear", noted(module))
+    torch.manual_seed(rows)
+    w = random_weight("float", 40, 136, torch.bfloat16, device)
+    x = torch.randn(1, rows, 136).to(torch.bfloat16).to(device)
+    got = ops_linear.linear(x, w)
+    assert ran == [(rows_linear if rows > 1 else fused_linear).__name__]
+    assert got.shape == (1, rows, 40)
+    _close(got[0], matmul(x[0], w), torch.bfloat16)
+
+
 @pytest.mark.parametrize("kind", ["float", "int8", "int4"])
 def test_few_outputs_split_k_and_sum_the_splits_in_order(kind, device):
     """40 outputs of 2056 inputs: K is split (and the prologue and the LoRA's down-projection

@@ -14,12 +14,13 @@ class MimiStages:
         self.runner, self.mimi = runner, mimi
         # Graphs read their input from a device buffer at a fixed address.
         self.pcm = torch.zeros(1, 1, mimi.frame_size, dtype=torch.float32, device=runner.device)
+        self._pcm_flat = self.pcm.view(-1)
         self._ticks = (("mimi_step", mimi.cfg.resample_stride),)
 
     def encode(self, pcm: torch.Tensor, replay: bool, key: str = "encode") -> torch.Tensor:
         """pcm float32 [frame_size] (a pinned host buffer, or on the device) -> codes [1, n_q, 1]
         (a graph's output when replayed)."""
-        self.pcm.view(-1).copy_(pcm, non_blocking=True)
+        self._pcm_flat.copy_(pcm, non_blocking=True)
         return self.runner.run(Stage(key, self._encode, self._ticks), replay)
 
     def decode(self, key: str, codes: torch.Tensor, replay: bool) -> torch.Tensor:

@@ -1,13 +1,13 @@
 """Products of activations with linear weights, bf16/fp32 tensors, int8 (an Int8Weight in
 the q8 layout, engine.quant) or int4 (an Int4Weight, engine.quant4): torch's product, or for a
-few rows on CUDA the fused matrix-vector kernel (engine.kernels.fused_linear).
+few rows on CUDA the fused kernels (engine.kernels.fused_linear for one row, rows_linear for more).
 """
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
 
-from ..kernels import MAX_ROWS
+from ..kernels import MAX_WAKE_ROWS
 from ..kernels.operands import LEVELS, Int4Weight, Int8Rows, Int8Weight
 from . import dispatch
 
@@ -40,11 +40,17 @@ def dequantized(w: Int4Weight) -> torch.Tensor:
 
 
 def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
-    """x [..., K] @ w.T: on CUDA for at most MAX_ROWS rows, the fused matrix-vector kernel;
-    otherwise `matmul`."""
+    """x [..., K] @ w.T: on CUDA one row through the fused matrix-vector kernel, up to
+    MAX_WAKE_ROWS rows through the rows kernel (each weight read once for all of them: a
+    DiffuPlex wake's text head over its 5 rows took 197 µs as five rows of matrix-vector
+    programs against 56 µs for one row, H200, bench.lm_steps --wake 4); otherwise `matmul`."""
     rows = x.numel() // x.shape[-1]
-    if rows > MAX_ROWS or not dispatch.use_triton(x):
+    if rows > MAX_WAKE_ROWS or not dispatch.use_triton(x):
         return matmul(x, w)
+    if rows > 1:
+        from ..kernels.rows_linear import linear as rows_linear
+
+        return rows_linear(x.reshape(rows, -1), w).view(*x.shape[:-1], -1)
     from ..kernels.fused_linear import linear as fused_linear
 
     return fused_linear(x.reshape(rows, -1), w).view(*x.shape[:-1], -1)

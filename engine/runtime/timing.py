@@ -3,7 +3,9 @@
 `FrameTimer` marks the end of each stage as it is queued: CUDA events on a GPU (read after
 the frame's one sync), perf_counter on the CPU. The frame's total is host wall time from
 `begin()` to `end()`, which the caller invokes once the frame's output is on the host (the
-deployment path). The session and the benchmark's stock runtime use the same timer.
+deployment path). The session and the benchmark's stock runtime use the same timer. Marks
+are on the path to the frame's first launch, where the GPU waits for the host: `begin()`
+records nothing, and the events are made once and recorded again every frame.
 """
 from __future__ import annotations
 
@@ -18,31 +20,37 @@ class FrameTimer:
     def __init__(self, device: torch.device | str):
         self.cuda = torch.device(device).type == "cuda"
         self._marks: list[tuple[str | None, object]] = []
+        self._events: list[torch.cuda.Event] = []
+        """Recorded again every frame: creating an event is a driver call the frame would wait on."""
         self.started = 0.0
         """perf_counter time the frame began."""
 
     def begin(self) -> None:
+        """The frame's clock starts; the first stage's starts at the first mark."""
         self._marks = []
         self.started = time.perf_counter()
-        self.mark(None)
 
     def mark(self, stage: str | None) -> None:
         """`stage` ran since the previous mark; None only starts the clock for the next stage
         (work in between is not counted to any stage)."""
         if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
+            if len(self._marks) == len(self._events):
+                self._events.append(torch.cuda.Event(enable_timing=True))
+            event = self._events[len(self._marks)]
             event.record()
             self._marks.append((stage, event))
         else:
             self._marks.append((stage, time.perf_counter()))
 
     def end(self) -> dict[str, float]:
-        """Seconds per stage, and the frame's host wall time as "total". Call after the sync."""
+        """Seconds per stage, and the frame's host wall time as "total" (read first: reading
+        the stages' times is the timer's own work). Call after the sync."""
+        total = time.perf_counter() - self.started
         out = dict.fromkeys(STAGES, 0.0)
         for (_, a), (stage, b) in zip(self._marks, self._marks[1:]):
             if stage is not None:
                 out[stage] += a.elapsed_time(b) / 1000 if self.cuda else b - a
-        out["total"] = time.perf_counter() - self.started
+        out["total"] = total
         return out
 
 
