@@ -27,6 +27,10 @@ from . import overlap
 # in flight (3000 live keys: 0.82 ms for all layers; 8 waves of 4-warp programs: 1.30 ms).
 WAVES = 16  # split-K programs per multiprocessor, at the longest run of keys
 NUM_WARPS = 2
+MERGE_WARPS = 1
+"""Warps of a merge program. At 66 splits one warp holds the [128, 128] partials in 255
+registers and spills (ptxas for sm_90); four hold them in 80. Not yet timed: the sweep of
+tests/gpu/bench_ring_attention.py takes it as a knob."""
 
 
 @triton.jit
@@ -114,7 +118,7 @@ def _splits(H: int, T: int, max_run: int, block_n: int, device: torch.device, wa
 
 def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
                           waves: int = WAVES, block_n: int | None = None,
-                          num_warps: int = NUM_WARPS) -> torch.Tensor:
+                          num_warps: int = NUM_WARPS, merge_warps: int = MERGE_WARPS) -> torch.Tensor:
     """See ring_attention.ring_attention; the keywords are tuning knobs for benchmarks."""
     ring, _, H, D = kv_ring.shape
     block_d = triton.next_power_of_2(D)
@@ -139,5 +143,5 @@ def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
         return out
     _merge_kernel[(H, T)](pacc, pm, pl, out, T, out.stride(1), out.stride(2), out.stride(3),
                           SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
-                          BLOCK_D=block_d, D=D, num_warps=1, **overlap.launch(q.device))
+                          BLOCK_D=block_d, D=D, num_warps=merge_warps, **overlap.launch(q.device))
     return out

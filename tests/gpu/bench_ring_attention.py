@@ -1,6 +1,7 @@
 """Time ring attention against stock masked attention over the whole ring, both replayed
-from CUDA graphs, at Moshi temporal scale (all 32 layers of one frame) and Mimi scale;
-then sweep the Triton kernel's tuning knobs.
+from CUDA graphs, at Moshi temporal scale (all 32 layers of one frame), a DiffuPlex wake's
+9 queries and Mimi scale; then sweep the Triton kernels' tuning knobs (the split kernel's and
+the merge's), each result printed as it is measured.
 
 Usage: python -m tests.gpu.bench_ring_attention OUT.json
 """
@@ -17,6 +18,7 @@ from tests.gpu.ring_reference import ring_positions
 
 SHAPES = {  # layers, heads, head dim, ring = context, queries per call
     "moshi_temporal": (32, 32, 128, 3000, 1),
+    "diffuplex_wake": (32, 32, 128, 3000, 9),  # catch-up, current and K = 4 future positions
     "mimi_transformer": (8, 8, 64, 250, 2),
 }
 COPY_BYTES_PER_S = 4.3e12  # device-to-device copy rate measured on this kind (KINDS.md)
@@ -80,17 +82,18 @@ def bench(name, layers, H, D, ring, T):
 def sweep(name, layers, H, D, ring, T):
     region, q, pos = _inputs(layers, H, D, ring, T)
     rows = []
-    for waves, block_n, warps in itertools.product((4, 8, 16), (16, 32), (2, 4)):
-        knobs = dict(waves=waves, block_n=block_n, num_warps=warps)
+    for waves, block_n, warps, merge_warps in itertools.product((4, 8, 16), (16, 32), (1, 2, 4), (1, 4)):
+        knobs = dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps)
 
         def ours(knobs=knobs):
             for layer in range(layers):
                 triton_ring_attention(q, region[:, layer], pos, T, ring, **knobs)
 
         graph = _capture(ours)
-        for live in (ring // 8, ring):
+        for live in (ring // 8, ring // 4, ring):  # 375, 750 (a two-minute bench's median frame), 3000
             pos.fill_(live - T)
             rows.append(dict(shape=name, live_entries=live, ms=_replay_ms(graph, 20), **knobs))
+            print(f"  {name:18} {live:5d} {rows[-1]['ms']:8.4f} ms  {knobs}", flush=True)  # a cut call keeps these
     return rows
 
 
@@ -103,12 +106,12 @@ def main(out_path):
     knobs = [row for name, shape in SHAPES.items() for row in sweep(name, *shape)]
     with open(out_path, "w") as f:
         json.dump(dict(default_knobs=rows, sweep=knobs), f, indent=1)
-    print("fastest knobs per shape and live length:")
+    print("fastest knobs per shape and live length (the engine's now: waves 16, block_n 16, warps 2, merge warps 1):")
     for key, group in itertools.groupby(sorted(knobs, key=lambda r: (r["shape"], r["live_entries"], r["ms"])),
                                         key=lambda r: (r["shape"], r["live_entries"])):
         for r in list(group)[:3]:
             print(f"  {key[0]:18} {key[1]:5d} {r['ms']:8.4f} ms  waves {r['waves']:2d} block_n {r['block_n']:2d} "
-                  f"warps {r['num_warps']}")
+                  f"warps {r['num_warps']} merge warps {r['merge_warps']}")
 
 
 if __name__ == "__main__":
