@@ -47,9 +47,9 @@ def _compile(kernel, pointers: dict[str, str], constants: dict):
 
 PRODUCT = dict(K=1024, INT8=False, INT4=False, WORDS=False, GROUP=1, NORM=1, ACT=0, EPI=2, HAS_SCALE=False,
                EMB_INT8=False, HAS_ROPE=True, HEAD_DIM=64, BN=2, BK=1024)
-ROWS = dict(K=4096, INT8=False, INT4=False, GROUP=64, EPI=1, HAS_SCALE=False, HAS_ROPE=False, HEAD_DIM=128,
-            LORA=True, LSCALE=True, RANK=16, RP=16, LSPLIT=1, PREC="tf32", UPCAST=False, BM=16, BN=32, BK=128,
-            SPLIT=4, KSPAN=1024)
+ROWS = dict(K=4096, INT8=False, INT4=False, GROUP=64, LORA_TILE=False, EPI=1, HAS_SCALE=False, HAS_ROPE=False,
+            HEAD_DIM=128, LORA=True, LSCALE=True, RANK=16, RP=16, LSPLIT=1, PREC="tf32", UPCAST=False, BM=16, BN=32,
+            BK=128, SPLIT=4, KSPAN=1024)
 CONV = dict(KK=192, KSIZE=3, ELU=True, HAS_BIAS=True, HAS_RES=True, BM=32, BN=64, BK=32, SPLIT=1, KSPAN=192,
             PREC="tf32", PHASE=0)
 EMBEDDING = {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "KNOWN": "*i8", "MASKS": BF, "OUT": BF}
@@ -71,6 +71,9 @@ KERNELS = {
                  dict(K=4096, NORM=1, ACT=0, BK=1024)),
     "rows product": (rows_kernels.rows_kernel, {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "LA", "LB"),
                                                 "POS": I64, "T": F32, "WORK": F32}, {**ROWS, "PHASE": 0}),
+    "rows product, lead inline": (rows_kernels.rows_kernel,
+                                  {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "LA", "LB"),
+                                   "POS": I64, "T": F32, "WORK": F32}, {**ROWS, "LORA_TILE": True, "PHASE": 0}),
     "rows sum": (rows_kernels.rows_kernel, {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "LA", "LB"),
                                             "POS": I64, "T": F32, "WORK": F32}, {**ROWS, "PHASE": 1}),
     "rows lead": (rows_kernels.lead_kernel, {**_of(BF, "X", "OUT", "A", "NW", "NB"), "T": F32},

@@ -117,6 +117,30 @@ def test_few_outputs_split_k_and_sum_the_splits_in_order(kind, device):
            dtype)
 
 
+@pytest.mark.parametrize("act", [None, "silu_gate"])
+@pytest.mark.parametrize("kind", ["float", "int8", "int4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_split_product_with_no_prologue_projects_its_lora_down_itself(act, kind, dtype, device, monkeypatch):
+    """K split (a wake's attention output): with float weights and no prologue the product
+    projects the LoRA rows down in an extra column of programs, with no lead launch; int8 and
+    int4 weights, and the FFN's activation, keep the lead. Equal to the torch formulas."""
+    from engine.kernels import rows_linear
+
+    leads, real = [], rows_linear._lead
+    monkeypatch.setattr(rows_linear, "_lead", lambda *args: leads.append(args) or real(*args))
+    torch.manual_seed(12)
+    rows, n, k = 9, 40, 2056
+    assert rows_linear._config(rows, n, k, dtype, 64 if kind == "int4" else None).split > 1
+    w = random_weight(kind, n, k, dtype, device)
+    x = torch.randn(rows, 2 * k if act else k).to(dtype).to(device)
+    h = F.silu(x[:, :k]) * x[:, k:] if act else x
+    residual = torch.randn(rows, n).to(dtype).to(device)
+    lora = _lora(k, n, 4, dtype, device)
+    got = rows_linear.linear(x, w, act=act, residual=residual, lora=lora)
+    _close(got, residual + _corrected(matmul(h, w), h, lora), dtype)
+    assert len(leads) == (kind != "float" or act is not None)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int4_rows_over_several_iterations_and_a_partial_last_group(dtype, device):
     """520 inputs: iterations of four groups, the last holding one group of 8 inputs and two

@@ -23,14 +23,19 @@ import triton.language as tl
 from . import overlap
 
 # Tuning, from tests/gpu/bench_ring_attention.py's sweep on an H200 (Moshi temporal scale,
-# 32 layers x 32 heads x 128 dims, bf16): small programs, many of them, keep the most loads
-# in flight (3000 live keys: 0.82 ms for all layers; 8 waves of 4-warp programs: 1.30 ms).
+# 32 layers x 32 heads x 128 dims, bf16; assets/benchmarks/ring_attention_sweep.json): small
+# programs, many of them, keep the most loads in flight. One-warp split programs beat two at
+# every shape (at 750 live keys: moshi 0.30 against 0.42 ms for all layers, a DiffuPlex
+# wake's 9 queries 0.76 against 1.30 ms, Mimi 0.025 against 0.027 ms).
 WAVES = 16  # split-K programs per multiprocessor, at the longest run of keys
-NUM_WARPS = 2
+NUM_WARPS = 1
 MERGE_WARPS = 1
-"""Warps of a merge program. At 66 splits one warp holds the [128, 128] partials in 255
-registers and spills (ptxas for sm_90); four hold them in 80. Not yet timed: the sweep of
-tests/gpu/bench_ring_attention.py takes it as a knob."""
+MERGE_WARPS_MANY = 4
+MANY_SPLITS = 32
+"""Warps of a merge program: one, or MERGE_WARPS_MANY from MANY_SPLITS partial results up.
+At the backbone's 66 splits one warp holds the [128, 128] partials in 255 registers and
+spills (ptxas for sm_90), four hold them in 80: moshi's merges went 0.37 -> 0.30 ms a frame
+at 750 keys. At the wake's 8 splits one warp is the faster (0.76 against 0.95 ms)."""
 
 
 @triton.jit
@@ -118,7 +123,7 @@ def _splits(H: int, T: int, max_run: int, block_n: int, device: torch.device, wa
 
 def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
                           waves: int = WAVES, block_n: int | None = None,
-                          num_warps: int = NUM_WARPS, merge_warps: int = MERGE_WARPS) -> torch.Tensor:
+                          num_warps: int = NUM_WARPS, merge_warps: int | None = None) -> torch.Tensor:
     """See ring_attention.ring_attention; the keywords are tuning knobs for benchmarks."""
     ring, _, H, D = kv_ring.shape
     block_d = triton.next_power_of_2(D)
@@ -141,6 +146,8 @@ def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
         num_warps=num_warps, **overlap.launch(q.device))
     if splits == 1:
         return out
+    if merge_warps is None:
+        merge_warps = MERGE_WARPS_MANY if splits >= MANY_SPLITS else MERGE_WARPS
     _merge_kernel[(H, T)](pacc, pm, pl, out, T, out.stride(1), out.stride(2), out.stride(3),
                           SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
                           BLOCK_D=block_d, D=D, num_warps=merge_warps, **overlap.launch(q.device))

@@ -11,6 +11,9 @@ on the static shape only.
 - `rows_kernel`, PHASE 0, grid (output tiles, splits): one tile of BN outputs over all rows
   (padded to BM) on the tensor cores, then the epilogue when K is not split, else its
   partial sum; PHASE 1, grid (output tiles,): the partials summed, then the epilogue.
+  With K split, no prologue and float weights (LORA_TILE), PHASE 0's grid has one more column
+  of programs, whose tile of "outputs" is the LoRA's A: the down-projection's partial
+  products, stored where lead_kernel stores them, so the product needs no lead launch.
 """
 from __future__ import annotations
 
@@ -100,8 +103,8 @@ def _product(X, W, WS, sx_m, sw_n, ss_n, offs_n, n_ok, rows, m_ok, k_first,
 def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                 RES, SCALE, sr_m,
                 POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
-                T, LA, LB, lscale, st_s, st_m, slb_n, lora_first, WORK, sw_s,
-                K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
+                T, LA, LB, lscale, st_s, st_m, sa_r, slb_n, lora_first, WORK, sw_s,
+                K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr, LORA_TILE: tl.constexpr,
                 EPI: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr,
                 LORA: tl.constexpr, LSCALE: tl.constexpr, RANK: tl.constexpr, RP: tl.constexpr,
                 LSPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, BM: tl.constexpr,
@@ -116,8 +119,19 @@ def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
     work = WORK + rows[:, None] * N + offs_n[None, :]
     dt = X.dtype.element_ty
     if PHASE == 0:
-        acc = _product(X, W, WS, sx_m, sw_n, ss_n, offs_n, n_ok, rows, m_ok, tl.program_id(1) * KSPAN,
+        wp, w_n, lora_down = W, sw_n, False
+        if LORA_TILE:  # noqa: SIM102 (a compile-time test around a run-time one: other launches lack the branch)
+            if tl.program_id(0) == tl.cdiv(N, BN):  # the column past the output tiles: A's rows
+                wp, w_n, lora_down = LA, sa_r, True
+                offs_n = tl.arange(0, BN)
+                n_ok = offs_n < RANK
+        acc = _product(X, wp, WS, sx_m, w_n, ss_n, offs_n, n_ok, rows, m_ok, tl.program_id(1) * KSPAN,
                        K, INT4, GROUP, PREC, UPCAST, BM, BN, BK, KSPAN)
+        if lora_down:  # lead_kernel's partial products with A, for the LoRA rows
+            lr = rows - lora_first
+            tl.store(T + tl.program_id(1) * st_s + lr[:, None] * st_m + offs_n[None, :], acc,
+                     mask=((lr >= 0) & m_ok)[:, None] & n_ok[None, :])
+            return
     else:
         acc = split_sums.added(work, sw_s, tile, BM, BN, SPLIT)
     if PHASE == 0 and SPLIT > 1:

@@ -98,8 +98,9 @@ def _config(M: int, N: int, K: int, dtype: torch.dtype, group: int | None = None
 
 
 def _plain(device: torch.device) -> dict:
-    """Launch options: these kernels launch plainly, not overlapped. On an H200 a DiffuPlex
-    wake's backbone took 6.03 ms with them overlapped, 5.03 ms without (bench --diffuplex)."""
+    """The products' launch options: plain, not overlapped. On an H200 a DiffuPlex wake's
+    backbone took 6.03 ms with them overlapped, 5.03 ms without (bench --diffuplex). The
+    small lead kernels launch overlapped."""
     return overlap.launch(device, overlapped=False)
 
 
@@ -115,8 +116,6 @@ def _lead(x: torch.Tensor, k: int, norm: Norm | None, act: str | None, lora: Lor
     if lora is not None:
         a, b, _, rows = lora
         rank, first = a.shape[0], M - rows
-        if a.shape[1] != k or a.stride(1) != 1 or not 0 < rows <= M:
-            raise ValueError(f"rows linear: LoRA A {tuple(a.shape)} for {M} rows of {k} ({rows} corrected)")
     bk = min(512, triton.next_power_of_2(k))
     split = max(1, min(8, k // (2 * bk)))  # each row's K in spans: one program per row is latency bound
     t = torch.empty(split, rows, rank, dtype=torch.float32, device=x.device) if lora is not None else x[None]
@@ -128,6 +127,18 @@ def _lead(x: torch.Tensor, k: int, norm: Norm | None, act: str | None, lora: Lor
                                    RP=max(16, triton.next_power_of_2(rank)), BK=bk, KSPAN=_span(k, split, bk),
                                    num_warps=8, **_plain(x.device))  # the [RP, BK] fp32 sum in registers
     return out, (t if lora is not None else None)
+
+
+def _inline_lead(x: torch.Tensor, w: torch.Tensor, cfg: _Config, pro: bool, lora: Lora | None) -> bool:
+    """Whether the product projects its LoRA rows down itself, with no lead launch: K split (the
+    second launch sums the down-projection before any epilogue needs it), no prologue, float
+    weights of the LoRA's dtype (its A is read as one more tile of them) and a rank within a
+    tile. A wake's attention output, on an H200 (bench.lm_steps --wake, 9 rows, rank 16): lead
+    2.3 + product 10.6 + sums 5.2 us a layer, against 11.1 + 4.1 inline. An FFN activation
+    applied as the product loads its input took 93 us against the lead's 4.4 + 24.1: the
+    second product keeps its lead."""
+    return (lora is not None and cfg.split > 1 and not pro and w.dtype == lora[0].dtype == x.dtype
+            and lora[0].shape[0] <= cfg.bn)
 
 
 def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, residual=None, scale=None,
@@ -143,8 +154,14 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
     if not 1 <= M <= MAX_WAKE_ROWS or w.stride(1) != 1 or w.shape[1] * (2 if int4 else 1) != k \
             or (int4 and group < 32):
         raise ValueError(f"rows linear: {M} rows of {k} against weight {tuple(w.shape)}")
-    x, t = _lead(x, k, norm, act, lora)
+    if lora is not None and (lora[0].shape[1] != k or lora[0].stride(1) != 1 or not 0 < lora[3] <= M):
+        raise ValueError(f"rows linear: LoRA A {tuple(lora[0].shape)} for {M} rows of {k} ({lora[3]} corrected)")
     cfg = _config(M, N, k, x.dtype, group if int4 else None)
+    inline = _inline_lead(x, w, cfg, norm is not None or act is not None, lora)
+    if inline:  # PHASE 0's extra column of programs computes t
+        t = torch.empty(cfg.split, lora[3], lora[0].shape[0], dtype=torch.float32, device=x.device)
+    else:
+        x, t = _lead(x, k, norm, act, lora)
     dummy = x
     epilogue, flags = epilogue_args(dummy, N, residual, scale, qkv)
     la, lb, lscale, slb_n, first, rank = dummy, dummy, 1.0, 0, M, 1
@@ -156,16 +173,16 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
     work = torch.empty(cfg.split, M, N, dtype=torch.float32, device=x.device) if cfg.split > 1 else dummy
     args = (x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
             *epilogue,
-            dummy if t is None else t, la, lb, float(lscale), *((0, 0) if t is None else t.stride()[:2]), slb_n,
-            first, work, work.stride(0) if cfg.split > 1 else 0)
-    meta = dict(K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group, EPI=epi, **flags,
+            dummy if t is None else t, la, lb, float(lscale), *((0, 0) if t is None else t.stride()[:2]),
+            la.stride(0), slb_n, first, work, work.stride(0) if cfg.split > 1 else 0)
+    meta = dict(K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group, LORA_TILE=inline, EPI=epi, **flags,
                 LORA=lora is not None, LSCALE=lscale != 1.0, RANK=rank,
                 RP=max(16, triton.next_power_of_2(rank)), LSPLIT=1 if t is None else t.shape[0],
                 PREC="ieee" if x.dtype == torch.float32 or _UPCAST else "tf32", UPCAST=_UPCAST,
                 BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, SPLIT=cfg.split, KSPAN=_span(k, cfg.split, cfg.bk),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_plain(x.device))
     tiles = triton.cdiv(N, cfg.bn)
-    rows_kernel[(tiles, cfg.split)](*args, PHASE=0, **meta)
+    rows_kernel[(tiles + inline, cfg.split)](*args, PHASE=0, **meta)
     if cfg.split > 1:
         rows_kernel[(tiles,)](*args, PHASE=1, **meta)
     return out

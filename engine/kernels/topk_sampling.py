@@ -37,9 +37,13 @@ def _topk_race_kernel(LOGITS, EXPO, OUT, V, top_k, temperature, sl, se, BV: tl.c
     tl.store(OUT + row, tl.sum(tl.where(rank == best, token, 0), axis=0))
 
 
+NUM_WARPS = 32
+
+
 def topk_sample(logits: torch.Tensor, top_k: int, temperature: float,
-                generator: torch.Generator | None) -> torch.Tensor:
-    """logits [R, V] (V <= MAX_VOCAB) -> tokens [R] int64; draws [R, top_k] exponentials."""
+                generator: torch.Generator | None, *, num_warps: int = NUM_WARPS) -> torch.Tensor:
+    """logits [R, V] (V <= MAX_VOCAB) -> tokens [R] int64; draws [R, top_k] exponentials.
+    `num_warps` is a tuning knob for tests/gpu/bench_topk_sampling.py."""
     R, V = logits.shape
     if V > MAX_VOCAB or not 0 < top_k <= V:
         raise ValueError(f"topk_sample: vocabulary {V}, top-k {top_k}")
@@ -47,5 +51,5 @@ def topk_sample(logits: torch.Tensor, top_k: int, temperature: float,
     draws = torch.empty(R, top_k, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
     out = torch.empty(R, dtype=torch.int64, device=logits.device)
     _topk_race_kernel[(R,)](logits, draws, out, V, top_k, temperature, logits.stride(0), draws.stride(0),
-                            BV=triton.next_power_of_2(V), num_warps=8, **overlap.launch(logits.device))
+                            BV=triton.next_power_of_2(V), num_warps=num_warps, **overlap.launch(logits.device))
     return out

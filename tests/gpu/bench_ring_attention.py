@@ -106,7 +106,8 @@ def main(out_path):
     knobs = [row for name, shape in SHAPES.items() for row in sweep(name, *shape)]
     with open(out_path, "w") as f:
         json.dump(dict(default_knobs=rows, sweep=knobs), f, indent=1)
-    print("fastest knobs per shape and live length (the engine's now: waves 16, block_n 16, warps 2, merge warps 1):")
+    print("fastest knobs per shape and live length (the engine's now: waves 16, block_n 16, warps 1, "
+          "merge warps 4 from 32 splits, else 1):")
     for key, group in itertools.groupby(sorted(knobs, key=lambda r: (r["shape"], r["live_entries"], r["ms"])),
                                         key=lambda r: (r["shape"], r["live_entries"])):
         for r in list(group)[:3]:
