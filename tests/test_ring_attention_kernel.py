@@ -29,3 +29,30 @@ def test_split_keys_merge_to_torchs_attention(T, context, device):
         got = kernel.triton_ring_attention(q, kv, pos, T, context, block_n=16)
         torch.testing.assert_close(got, torch_ring_attention(q, kv, pos, T, context), rtol=1e-5, atol=1e-5)
         assert torch.equal(kernel.triton_ring_attention(q, kv, pos, T, context, block_n=16), got)
+
+
+@pytest.mark.parametrize("context", [200, None])
+@pytest.mark.parametrize("T", [2, 9, 17])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_wakes_queries_read_each_key_once_and_keep_their_own_windows(T, context, dtype, device):
+    """per_query=False: one program per head and chunk of keys serves all T queries on the
+    tensor cores, each query masked to its own window; torch's attention within fp32 (or the
+    bf16 rounding of P), and the same bits again."""
+    from engine.kernels import ring_attention_triton as kernel
+
+    torch.manual_seed(T)
+    heads, d, ring = 2, 16, 300
+    kv = torch.randn(ring, 2, heads, d, device=device).to(dtype)
+    q = torch.randn(1, heads, T, d, device=device).to(dtype)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for first in (0, 5, 40, 290, 555):
+        pos = torch.tensor([first], device=device)
+        got = kernel.triton_ring_attention(q, kv, pos, T, context, block_n=16, per_query=False)
+        expected = torch_ring_attention(q.float(), kv.float(), pos, T, context)
+        torch.testing.assert_close(got.float(), expected, rtol=tol, atol=tol)
+        assert torch.equal(kernel.triton_ring_attention(q, kv, pos, T, context, block_n=16, per_query=False), got)
+    small = kv[:32]  # one chunk of 32 keys: a single split writes the output itself
+    assert kernel._splits(heads, 1, 32, 32, q.device, 16) == 1
+    one = kernel.triton_ring_attention(q, small, pos, T, context, block_n=32, per_query=False)
+    torch.testing.assert_close(one.float(), torch_ring_attention(q.float(), small.float(), pos, T, context),
+                               rtol=tol, atol=tol)

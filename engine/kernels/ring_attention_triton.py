@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 from . import overlap
+from .ring_attention_queries import queries_kernel
 
 # Tuning, from tests/gpu/bench_ring_attention.py's sweep on an H200 (Moshi temporal scale,
 # 32 layers x 32 heads x 128 dims, bf16; assets/benchmarks/ring_attention_sweep.json): small
@@ -29,6 +31,7 @@ from . import overlap
 # wake's 9 queries 0.76 against 1.30 ms, Mimi 0.025 against 0.027 ms).
 WAVES = 16  # split-K programs per multiprocessor, at the longest run of keys
 NUM_WARPS = 1
+QUERIES_WARPS = 4  # ring_attention_queries' programs: 128 registers at 16 keys a block (ptxas, sm_90)
 MERGE_WARPS = 1
 MERGE_WARPS_MANY = 4
 MANY_SPLITS = 32
@@ -123,27 +126,36 @@ def _splits(H: int, T: int, max_run: int, block_n: int, device: torch.device, wa
 
 def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
                           waves: int = WAVES, block_n: int | None = None,
-                          num_warps: int = NUM_WARPS, merge_warps: int | None = None) -> torch.Tensor:
-    """See ring_attention.ring_attention; the keywords are tuning knobs for benchmarks."""
+                          num_warps: int | None = None, merge_warps: int | None = None,
+                          per_query: bool = True) -> torch.Tensor:
+    """See ring_attention.ring_attention; the keywords are tuning knobs for benchmarks.
+    per_query=False: ring_attention_queries' kernel, each key read once for all T queries
+    (not yet timed on a GPU: tests/gpu/bench_ring_attention.py sweeps it)."""
     ring, _, H, D = kv_ring.shape
     block_d = triton.next_power_of_2(D)
     if block_n is None:
         block_n = max(16, min(64, 1024 // block_d))  # few registers: many programs resident
     max_run = ring if context is None else min(ring, context)
-    splits = _splits(H, T, max_run, block_n, q.device, waves)
+    grouped = not per_query and T > 1
+    if num_warps is None:
+        num_warps = QUERIES_WARPS if grouped else NUM_WARPS
+    splits = _splits(H, 1 if grouped else T, max_run, block_n, q.device, waves)
     pacc = torch.empty(H * T * splits * block_d, device=q.device, dtype=torch.float32)
     pm = torch.empty(H * T * splits, device=q.device, dtype=torch.float32)
     pl = torch.empty_like(pm)
     # [1, H, T, D] over [T, H, D] memory: the output projection reads each row contiguously.
     out = torch.empty(1, T, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
-    _split_kernel[(H, splits, T)](
-        q, kv_ring, pos, pacc, pm, pl, out,
-        q.stride(1), q.stride(2), q.stride(3),
-        kv_ring.stride(0), kv_ring.stride(1), kv_ring.stride(2), kv_ring.stride(3),
-        out.stride(1), out.stride(2), out.stride(3),
-        T, ring, context or 0, 1.0 / math.sqrt(D),
-        HAS_CONTEXT=context is not None, SPLITS=splits, BLOCK_N=block_n, BLOCK_D=block_d, D=D,
-        num_warps=num_warps, **overlap.launch(q.device))
+    args = (q, kv_ring, pos, pacc, pm, pl, out, q.stride(1), q.stride(2), q.stride(3),
+            kv_ring.stride(0), kv_ring.stride(1), kv_ring.stride(2), kv_ring.stride(3),
+            out.stride(1), out.stride(2), out.stride(3), T, ring, context or 0, 1.0 / math.sqrt(D))
+    meta = dict(HAS_CONTEXT=context is not None, SPLITS=splits, BLOCK_N=block_n, BLOCK_D=block_d, D=D,
+                num_warps=num_warps, **overlap.launch(q.device))
+    if grouped:
+        upcast = os.environ.get("TRITON_INTERPRET") == "1"
+        queries_kernel[(H, splits)](*args, TP=max(16, triton.next_power_of_2(T)), UPCAST=upcast,
+                                    PREC="ieee" if q.dtype == torch.float32 or upcast else "tf32", **meta)
+    else:
+        _split_kernel[(H, splits, T)](*args, **meta)
     if splits == 1:
         return out
     if merge_warps is None:

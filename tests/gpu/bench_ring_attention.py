@@ -1,7 +1,8 @@
 """Time ring attention against stock masked attention over the whole ring, both replayed
 from CUDA graphs, at Moshi temporal scale (all 32 layers of one frame), a DiffuPlex wake's
-9 queries and Mimi scale; then sweep the Triton kernels' tuning knobs (the split kernel's and
-the merge's), each result printed as it is measured.
+9 queries and Mimi scale; then sweep the Triton kernels' tuning knobs (the split kernel's, the
+merge's, and for several queries the kernel that serves them all from one program per chunk of
+keys), each result printed as it is measured.
 
 Usage: python -m tests.gpu.bench_ring_attention OUT.json
 """
@@ -79,11 +80,19 @@ def bench(name, layers, H, D, ring, T):
     return rows
 
 
+def _knobs(T):
+    """The split kernel's knobs, and for several queries ring_attention_queries' kernel's."""
+    for waves, block_n, warps, merge_warps in itertools.product((4, 8, 16), (16, 32), (1, 2, 4), (1, 4)):
+        yield dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps)
+    for waves, block_n, warps, merge_warps in itertools.product((4, 8, 16), (16, 32), (4, 8), (1, 4)):
+        if T > 1:
+            yield dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps, per_query=False)
+
+
 def sweep(name, layers, H, D, ring, T):
     region, q, pos = _inputs(layers, H, D, ring, T)
     rows = []
-    for waves, block_n, warps, merge_warps in itertools.product((4, 8, 16), (16, 32), (1, 2, 4), (1, 4)):
-        knobs = dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps)
+    for knobs in _knobs(T):
 
         def ours(knobs=knobs):
             for layer in range(layers):
@@ -112,7 +121,8 @@ def main(out_path):
                                         key=lambda r: (r["shape"], r["live_entries"])):
         for r in list(group)[:3]:
             print(f"  {key[0]:18} {key[1]:5d} {r['ms']:8.4f} ms  waves {r['waves']:2d} block_n {r['block_n']:2d} "
-                  f"warps {r['num_warps']} merge warps {r['merge_warps']}")
+                  f"warps {r['num_warps']} merge warps {r['merge_warps']}"
+                  f"{'' if r.get('per_query', True) else ', all queries a program'}")
 
 
 if __name__ == "__main__":
