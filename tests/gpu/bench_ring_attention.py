@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from engine.kernels.ring_attention_triton import triton_ring_attention
 from engine.ops.attention import ring_attention
+from tests.gpu.replay_timing import capture, replay_ms
 from tests.gpu.ring_reference import ring_positions
 
 SHAPES = {  # layers, heads, head dim, ring = context, queries per call
@@ -23,27 +24,6 @@ SHAPES = {  # layers, heads, head dim, ring = context, queries per call
     "mimi_transformer": (8, 8, 64, 250, 2),
 }
 COPY_BYTES_PER_S = 4.3e12  # device-to-device copy rate measured on this kind (KINDS.md)
-
-
-def _capture(fn) -> torch.cuda.CUDAGraph:
-    fn()  # compiles outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
-def _replay_ms(graph, replays=50) -> float:
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def _inputs(layers, H, D, ring, T):
@@ -70,13 +50,13 @@ def bench(name, layers, H, D, ring, T):
         for layer in range(layers):
             F.scaled_dot_product_attention(q, stock_k[layer], stock_v[layer], attn_mask=mask)
 
-    ours_graph, stock_graph = _capture(ours), _capture(stock)
+    ours_graph, stock_graph = capture(ours), capture(stock)
     rows = []
     for live in sorted({T, ring // 8, ring // 2, ring}):
         pos.fill_(live - T)
         floor_ms = live * layers * 2 * H * D * 2 / COPY_BYTES_PER_S * 1e3
-        rows.append(dict(shape=name, live_entries=live, ours_ms=_replay_ms(ours_graph),
-                         stock_ms=_replay_ms(stock_graph), kv_read_floor_ms=floor_ms))
+        rows.append(dict(shape=name, live_entries=live, ours_ms=replay_ms(ours_graph),
+                         stock_ms=replay_ms(stock_graph), kv_read_floor_ms=floor_ms))
     return rows
 
 
@@ -98,10 +78,10 @@ def sweep(name, layers, H, D, ring, T):
             for layer in range(layers):
                 triton_ring_attention(q, region[:, layer], pos, T, ring, **knobs)
 
-        graph = _capture(ours)
+        graph = capture(ours)
         for live in (ring // 8, ring // 4, ring):  # 375, 750 (a two-minute bench's median frame), 3000
             pos.fill_(live - T)
-            rows.append(dict(shape=name, live_entries=live, ms=_replay_ms(graph, 20), **knobs))
+            rows.append(dict(shape=name, live_entries=live, ms=replay_ms(graph, 20), **knobs))
             print(f"  {name:18} {live:5d} {rows[-1]['ms']:8.4f} ms  {knobs}", flush=True)  # a cut call keeps these
     return rows
 
