@@ -9,7 +9,8 @@ query) in a fixed order (with S = 1, as for the depformer's few keys, the one pr
 writes the output itself). `live` is computed from `pos` inside the kernel, so grid and
 graph are the same every frame while the work follows the conversation; nothing past
 the live entries is ever loaded. No atomics and a fixed reduction order: the same inputs
-give the same bits.
+give the same bits. ring_attention_queries.py serves several queries from one program per
+chunk of keys instead (a knob until timed).
 """
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from .ring_attention_queries import queries_kernel
 
 # Tuning, from tests/gpu/bench_ring_attention.py's sweep on an H200 (Moshi temporal scale,
 # 32 layers x 32 heads x 128 dims, bf16; assets/benchmarks/ring_attention_sweep.json): small
-# programs, many of them, keep the most loads in flight. One-warp split programs beat two at
-# every shape (at 750 live keys: moshi 0.30 against 0.42 ms for all layers, a DiffuPlex
-# wake's 9 queries 0.76 against 1.30 ms, Mimi 0.025 against 0.027 ms).
+# programs, many of them, keep the most loads in flight. One-warp split programs beat the
+# earlier two-warp ones at every shape (all layers at 750 live keys: moshi 0.37 against 0.42 ms
+# with one-warp merges, a DiffuPlex wake's 9 queries 0.76 against 1.30 ms; Mimi 0.025 against
+# 0.027 ms).
 WAVES = 16  # split-K programs per multiprocessor, at the longest run of keys
 NUM_WARPS = 1
 QUERIES_WARPS = 4  # ring_attention_queries' programs: 128 registers at 16 keys a block (ptxas, sm_90)
@@ -37,8 +39,8 @@ MERGE_WARPS_MANY = 4
 MANY_SPLITS = 32
 """Warps of a merge program: one, or MERGE_WARPS_MANY from MANY_SPLITS partial results up.
 At the backbone's 66 splits one warp holds the [128, 128] partials in 255 registers and
-spills (ptxas for sm_90), four hold them in 80: moshi's merges went 0.37 -> 0.30 ms a frame
-at 750 keys. At the wake's 8 splits one warp is the faster (0.76 against 0.95 ms)."""
+spills (ptxas for sm_90), four hold them in 80: moshi's attention, all layers at 750 keys,
+went from 0.37 to 0.30 ms. At the wake's 8 splits one warp is the faster (0.76 against 0.95 ms)."""
 
 
 @triton.jit
