@@ -97,8 +97,8 @@ def test_a_product_of_several_rows_reads_its_weights_once(rows, device, monkeypa
 @pytest.mark.parametrize("kind", ["float", "int8", "int4"])
 def test_few_outputs_split_k_and_sum_the_splits_in_order(kind, device):
     """40 outputs of 2056 inputs: K is split (and the prologue and the LoRA's down-projection
-    too), the splits' partials summed by a second launch; equal to the torch formulas, and to
-    itself bit for bit."""
+    too), the splits' partials summed by the last program of each tile to finish; equal to the
+    torch formulas, and to itself bit for bit."""
     from engine.kernels import rows_linear
 
     torch.manual_seed(11)

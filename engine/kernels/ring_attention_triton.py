@@ -4,13 +4,14 @@ Keys are counted by age (0 = the newest entry, position pos + T - 1). The query 
 pos + t sees exactly the ages [T-1-t, min(live, T-1-t + context)), where live is the
 number of entries the ring holds: one contiguous run, no mask needed inside it.
 Grid (H, S, T): program (h, s, t) takes the s-th of S equal chunks of that run, with an
-online softmax in fp32; a second kernel merges the S partial results of each (head,
-query) in a fixed order (with S = 1, as for the depformer's few keys, the one program
-writes the output itself). `live` is computed from `pos` inside the kernel, so grid and
-graph are the same every frame while the work follows the conversation; nothing past
-the live entries is ever loaded. No atomics and a fixed reduction order: the same inputs
-give the same bits. ring_attention_queries.py serves several queries from one program per
-chunk of keys instead (a knob until timed).
+online softmax in fp32; the last of a (head, query)'s S programs to finish merges their
+partial results in a fixed order (split_sums.arrived_last: no second launch; with S = 1, as
+for the depformer's few keys, the one program writes the output itself). `live` is computed
+from `pos` inside the kernel, so grid and graph are the same every frame while the work
+follows the conversation; nothing past the live entries is ever loaded. No atomics on the
+data and a fixed reduction order: the same inputs give the same bits.
+ring_attention_queries.py serves a wake's queries from one program per chunk of keys instead
+(from QUERIES_FROM queries; its partial results are merged by a launch of their own).
 """
 from __future__ import annotations
 
@@ -22,33 +23,40 @@ import torch
 import triton
 import triton.language as tl
 
-from . import overlap
+from . import overlap, split_sums
 from .ring_attention_queries import queries_kernel
 
 # Tuning, from tests/gpu/bench_ring_attention.py's sweep on an H200 (Moshi temporal scale,
 # 32 layers x 32 heads x 128 dims, bf16; assets/benchmarks/ring_attention_sweep.json): small
 # programs, many of them, keep the most loads in flight. One-warp split programs beat the
-# earlier two-warp ones at every shape (all layers at 750 live keys: moshi 0.37 against 0.42 ms
-# with one-warp merges, a DiffuPlex wake's 9 queries 0.76 against 1.30 ms; Mimi 0.025 against
-# 0.027 ms).
+# two- and four-warp ones at every shape of one or two queries (all layers at 750 live keys:
+# moshi 0.33 ms, Mimi's 8 layers at 62 keys 0.028 ms), and merging in the last split program
+# to finish costs the same as a one-warp merge launch (0.329 against 0.336 ms at 750 keys,
+# 0.738 against 0.736 at 3000) with one launch a layer fewer.
 WAVES = 16  # split-K programs per multiprocessor, at the longest run of keys
 NUM_WARPS = 1
+MERGE_WARPS = 1  # a merge launch's (ring_attention_queries' partial results)
+FUSED_MERGE = True
+"""Whether the split programs merge their partial results themselves (the last of a query's to
+finish: split_sums.arrived_last) instead of a merge launch after them."""
+MERGE_CHUNK = 8
+"""Partial results a merge sums at a time (fp32 [MERGE_CHUNK, 128] in one warp's registers)."""
+QUERIES_FROM = 3
+"""Queries from which one program serves them all per chunk of keys (ring_attention_queries: a
+DiffuPlex wake's 2K + 1 rows). At a wake's 9 queries, all layers: 0.26 against 0.47 ms at 375
+live keys, 0.64 against 2.77 at 3000; Mimi's steps of two stay one program a query (0.028
+against 0.031 ms)."""
 QUERIES_WARPS = 4  # ring_attention_queries' programs: 128 registers at 16 keys a block (ptxas, sm_90)
-MERGE_WARPS = 1
-MERGE_WARPS_MANY = 4
-MANY_SPLITS = 32
-"""Warps of a merge program: one, or MERGE_WARPS_MANY from MANY_SPLITS partial results up.
-At the backbone's 66 splits one warp holds the [128, 128] partials in 255 registers and
-spills (ptxas for sm_90), four hold them in 80: moshi's attention, all layers at 750 keys,
-went from 0.37 to 0.30 ms. At the wake's 8 splits one warp is the faster (0.76 against 0.95 ms)."""
+QUERIES_WAVES = 4  # its programs per multiprocessor: 17 chunks of keys a head on an H200
 
 
 @triton.jit
 def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
                   sq_h, sq_t, sq_d, skv_r, skv_c, skv_h, skv_d, so_h, so_t, so_d,
-                  T, ring, context, sm_scale,
-                  HAS_CONTEXT: tl.constexpr, SPLITS: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
+                  T, ring, context, sm_scale, COUNT,
+                  HAS_CONTEXT: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr, FUSED_MERGE: tl.constexpr,
+                  MERGE_CHUNK: tl.constexpr, PDL: tl.constexpr):
     overlap.enter(PDL)
     h = tl.program_id(0)
     s = tl.program_id(1)
@@ -91,25 +99,44 @@ def _split_kernel(Q, KV, POS, PACC, PM, PL, OUT,
     tl.store(PM + part, m)  # -inf, l = 0, acc = 0 for a chunk with no key
     tl.store(PL + part, l)
     tl.store(PACC + part * BLOCK_D + d, acc)
+    if FUSED_MERGE:  # noqa: SIM102 (compile-time around run-time); the last of the programs merges
+        if split_sums.arrived_last(COUNT + h * T + t, SPLITS):
+            _merged(PACC, PM, PL, OUT, h, t, T, so_h, so_t, so_d, SPLITS, SPLITS_P2, BLOCK_D, D, MERGE_CHUNK)
+
+
+@triton.jit
+def _merged(PACC, PM, PL, OUT, h, t, T, so_h, so_t, so_d, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+            BLOCK_D: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr):
+    """Query t of head h from its SPLITS partial results: their softmax weights, then the
+    weighted sum CHUNK partials at a time, chunks in order (a merge program of one warp holds
+    a chunk in registers, not all 66 partials of the backbone's split)."""
+    first = (h * T + t) * SPLITS
+    s = tl.arange(0, SPLITS_P2)
+    s_ok = s < SPLITS
+    m = tl.load(PM + first + s, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+    m_all = tl.max(m, axis=0)
+    l_all = tl.sum(tl.exp(m - m_all) * tl.load(PL + first + s, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
+    d = tl.arange(0, BLOCK_D)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for c in tl.static_range(0, SPLITS, CHUNK):
+        sc = c + tl.arange(0, CHUNK)
+        ok = sc < SPLITS
+        w = tl.exp(tl.load(PM + first + sc, mask=ok, other=float("-inf"), cache_modifier=".cg") - m_all)
+        part = tl.load(PACC + (first + sc)[:, None] * BLOCK_D + d[None, :], mask=ok[:, None], other=0.0,
+                       cache_modifier=".cg")
+        acc += tl.sum(w[:, None] * part, axis=0)  # w = 0 for a chunk that saw no key
+    tl.store(OUT + h * so_h + t * so_t + d * so_d, (acc / l_all).to(OUT.dtype.element_ty), mask=d < D)
 
 
 @triton.jit
 def _merge_kernel(PACC, PM, PL, OUT, T, so_h, so_t, so_d,
                   SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-                  PDL: tl.constexpr):
+                  MERGE_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """Grid (H, T): the merge as a launch of its own (ring_attention_queries' partial results,
+    or the split kernel's without FUSED_MERGE)."""
     overlap.enter(PDL)
-    h = tl.program_id(0)
-    t = tl.program_id(1)
-    s = tl.arange(0, SPLITS_P2)
-    d = tl.arange(0, BLOCK_D)
-    part = (h * T + t) * SPLITS + s
-    s_ok = s < SPLITS
-    m = tl.load(PM + part, mask=s_ok, other=float("-inf"))
-    w = tl.exp(m - tl.max(m, axis=0))  # 0 for a chunk that saw no key
-    l_all = tl.sum(w * tl.load(PL + part, mask=s_ok, other=0.0), axis=0)
-    acc = tl.load(PACC + part[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
-    out = tl.sum(w[:, None] * acc, axis=0) / l_all
-    tl.store(OUT + h * so_h + t * so_t + d * so_d, out.to(OUT.dtype.element_ty), mask=d < D)
+    _merged(PACC, PM, PL, OUT, tl.program_id(0), tl.program_id(1), T, so_h, so_t, so_d, SPLITS, SPLITS_P2,
+            BLOCK_D, D, MERGE_CHUNK)
 
 
 @functools.cache
@@ -127,20 +154,23 @@ def _splits(H: int, T: int, max_run: int, block_n: int, device: torch.device, wa
 
 
 def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
-                          waves: int = WAVES, block_n: int | None = None,
-                          num_warps: int | None = None, merge_warps: int | None = None,
-                          per_query: bool = True) -> torch.Tensor:
+                          waves: int | None = None, block_n: int | None = None,
+                          num_warps: int | None = None, merge_warps: int = MERGE_WARPS,
+                          per_query: bool | None = None, fused_merge: bool = FUSED_MERGE,
+                          merge_chunk: int = MERGE_CHUNK) -> torch.Tensor:
     """See ring_attention.ring_attention; the keywords are tuning knobs for benchmarks.
-    per_query=False: ring_attention_queries' kernel, each key read once for all T queries
-    (not yet timed on a GPU: tests/gpu/bench_ring_attention.py sweeps it)."""
+    per_query: one program per query (the split kernel) or ring_attention_queries' kernel, each
+    key read once for all T queries; by default the latter from QUERIES_FROM queries."""
     ring, _, H, D = kv_ring.shape
     block_d = triton.next_power_of_2(D)
     if block_n is None:
         block_n = max(16, min(64, 1024 // block_d))  # few registers: many programs resident
     max_run = ring if context is None else min(ring, context)
-    grouped = not per_query and T > 1
+    grouped = T >= QUERIES_FROM if per_query is None else not per_query and T > 1
     if num_warps is None:
         num_warps = QUERIES_WARPS if grouped else NUM_WARPS
+    if waves is None:
+        waves = QUERIES_WAVES if grouped else WAVES
     splits = _splits(H, 1 if grouped else T, max_run, block_n, q.device, waves)
     pacc = torch.empty(H * T * splits * block_d, device=q.device, dtype=torch.float32)
     pm = torch.empty(H * T * splits, device=q.device, dtype=torch.float32)
@@ -150,19 +180,20 @@ def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
     args = (q, kv_ring, pos, pacc, pm, pl, out, q.stride(1), q.stride(2), q.stride(3),
             kv_ring.stride(0), kv_ring.stride(1), kv_ring.stride(2), kv_ring.stride(3),
             out.stride(1), out.stride(2), out.stride(3), T, ring, context or 0, 1.0 / math.sqrt(D))
-    meta = dict(HAS_CONTEXT=context is not None, SPLITS=splits, BLOCK_N=block_n, BLOCK_D=block_d, D=D,
-                num_warps=num_warps, **overlap.launch(q.device))
+    launch = overlap.launch(q.device)
+    shape = dict(SPLITS=splits, BLOCK_D=block_d, D=D)
+    meta = dict(HAS_CONTEXT=context is not None, BLOCK_N=block_n, num_warps=num_warps, **shape, **launch)
+    fused = fused_merge and not grouped and splits > 1
+    merge = dict(SPLITS_P2=triton.next_power_of_2(splits), MERGE_CHUNK=merge_chunk)
     if grouped:
         upcast = os.environ.get("TRITON_INTERPRET") == "1"
         queries_kernel[(H, splits)](*args, TP=max(16, triton.next_power_of_2(T)), UPCAST=upcast,
                                     PREC="ieee" if q.dtype == torch.float32 or upcast else "tf32", **meta)
     else:
-        _split_kernel[(H, splits, T)](*args, **meta)
-    if splits == 1:
+        count = split_sums.counters(q.device, H * T) if fused else pm
+        _split_kernel[(H, splits, T)](*args, count, FUSED_MERGE=fused, **merge, **meta)
+    if splits == 1 or fused:
         return out
-    if merge_warps is None:
-        merge_warps = MERGE_WARPS_MANY if splits >= MANY_SPLITS else MERGE_WARPS
     _merge_kernel[(H, T)](pacc, pm, pl, out, T, out.stride(1), out.stride(2), out.stride(3),
-                          SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
-                          BLOCK_D=block_d, D=D, num_warps=merge_warps, **overlap.launch(q.device))
+                          num_warps=merge_warps, **merge, **shape, **launch)
     return out

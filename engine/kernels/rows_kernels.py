@@ -3,17 +3,17 @@ it computes and how it rounds).
 
 Both kernels split K when the shape alone would not keep the GPU busy, and stay
 deterministic doing so: each split writes its fp32 partial sum to a workspace, and the sum
-is taken in split order by one program per output element (no atomics), so the bits depend
-on the static shape only.
+is taken in split order (split_sums), so the bits depend on the static shape only.
 
 - `lead_kernel`, grid (rows, splits): the prologue's rows (norm, the FFN's gate or GELU)
   and, for the LoRA rows, the partial products with A.
 - `rows_kernel`, PHASE 0, grid (output tiles, splits): one tile of BN outputs over all rows
   (padded to BM) on the tensor cores, then the epilogue when K is not split, else its
-  partial sum; PHASE 1, grid (output tiles,): the partials summed, then the epilogue.
+  partial sum, and the tile's last program to finish sums them and runs the epilogue.
   With K split, no prologue and float weights (LORA_TILE), PHASE 0's grid has one more column
   of programs, whose tile of "outputs" is the LoRA's A: the down-projection's partial
-  products, stored where lead_kernel stores them, so the product needs no lead launch.
+  products, stored where lead_kernel stores them, so the product needs no lead launch; there
+  PHASE 1, grid (output tiles,), sums the partials and runs the epilogue once all are stored.
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def _product(X, W, WS, sx_m, sw_n, ss_n, offs_n, n_ok, rows, m_ok, k_first,
 def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
                 RES, SCALE, sr_m,
                 POS, KV, ring, skv_r, skv_c, skv_h, skv_d, sq_m, sq_h, d_model, rope_coef,
-                T, LA, LB, lscale, st_s, st_m, sa_r, slb_n, lora_first, WORK, sw_s,
+                T, LA, LB, lscale, st_s, st_m, sa_r, slb_n, lora_first, WORK, sw_s, COUNT,
                 K: tl.constexpr, INT8: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr, LORA_TILE: tl.constexpr,
                 EPI: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr,
                 LORA: tl.constexpr, LSCALE: tl.constexpr, RANK: tl.constexpr, RP: tl.constexpr,
@@ -132,49 +132,53 @@ def rows_kernel(X, W, WS, OUT, M, N, sx_m, sw_n, ss_n, so_m,
             tl.store(T + tl.program_id(1) * st_s + lr[:, None] * st_m + offs_n[None, :], acc,
                      mask=((lr >= 0) & m_ok)[:, None] & n_ok[None, :])
             return
+        if SPLIT > 1:
+            tl.store(work + tl.program_id(1) * sw_s, acc, mask=tile)
+            if LORA_TILE:  # the epilogue needs every split of the down-projection: PHASE 1 finishes
+                return
+            if not split_sums.arrived_last(COUNT + tl.program_id(0), SPLIT):
+                return
+            acc = split_sums.added(work, sw_s, tile, BM, BN, SPLIT)
     else:
         acc = split_sums.added(work, sw_s, tile, BM, BN, SPLIT)
-    if PHASE == 0 and SPLIT > 1:
-        tl.store(work + tl.program_id(1) * sw_s, acc, mask=tile)
-    else:
-        if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
-            acc = acc * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)[None, :]
-        y = acc.to(dt).to(tl.float32)  # the product, rounded as torch's is
-        if LORA:  # y + t @ B'.T, one rounding (addmm_); rows before lora_first take t = 0
-            lr = rows - lora_first
-            rr = tl.arange(0, RP)
-            t_ok = ((lr >= 0) & m_ok)[:, None] & (rr < RANK)[None, :]
-            t = tl.zeros([BM, RP], tl.float32)
-            for s in tl.static_range(LSPLIT):
-                t += tl.load(T + s * st_s + lr[:, None] * st_m + rr[None, :], mask=t_ok, other=0.0)
-            t = t.to(LA.dtype.element_ty).to(dt)  # x @ A.T rounded to A's dtype, then to y's
-            bw = tl.load(LB + offs_n[:, None] * slb_n + rr[None, :], mask=n_ok[:, None] & (rr < RANK)[None, :],
-                         other=0.0)
-            if LSCALE:
-                bw = (bw.to(tl.float32) * lscale).to(LB.dtype.element_ty)
-            y = tl.dot(_op(t, dt, UPCAST), tl.trans(_op(bw, dt, UPCAST)), y, input_precision=PREC)
-            y = y.to(dt).to(tl.float32)
-        if EPI == 0:
-            tl.store(OUT + rows[:, None] * so_m + offs_n[None, :], y.to(dt), mask=tile)
-        if EPI == 1:
-            if HAS_SCALE:
-                y = (tl.load(SCALE + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :] * y).to(dt).to(tl.float32)
-            r = tl.load(RES + rows[:, None] * sr_m + offs_n[None, :], mask=tile, other=0.0).to(tl.float32)
-            tl.store(OUT + rows[:, None] * so_m + offs_n[None, :], (r + y).to(dt), mask=tile)
-        if EPI == 2:  # fused_linear's QKV epilogue, each row at its own position
-            pos = tl.load(POS) + rows
-            section = offs_n // d_model
-            head = (offs_n % d_model) // HEAD_DIM
-            dim = offs_n % HEAD_DIM
-            if HAS_ROPE:
-                re, im = tl.split(tl.reshape(y, [BM, BN // 2, 2]))
-                half, _ = tl.split(tl.reshape(dim, [BN // 2, 2]))
-                angle = tl.exp((half // 2).to(tl.float32) * rope_coef)[None, :] * pos.to(tl.float32)[:, None]
-                c = tl.cos(angle)
-                s = tl.sin(angle)
-                rotated = tl.reshape(tl.join(re * c - im * s, re * s + im * c), [BM, BN])
-                y = tl.where((section < 2)[None, :], rotated, y)
-            y = y.to(dt)
-            tl.store(OUT + rows[:, None] * sq_m + (head * sq_h + dim)[None, :], y, mask=tile & (section == 0)[None, :])
-            kv = KV + (pos % ring)[:, None] * skv_r + ((section - 1) * skv_c + head * skv_h + dim * skv_d)[None, :]
-            tl.store(kv, y, mask=tile & (section > 0)[None, :])
+    if INT8:  # each output row's scale, applied once to the fp32 sum (engine.ops.linear.matmul)
+        acc = acc * (tl.load(WS + offs_n, mask=n_ok, other=0.0) / 127.0)[None, :]
+    y = acc.to(dt).to(tl.float32)  # the product, rounded as torch's is
+    if LORA:  # y + t @ B'.T, one rounding (addmm_); rows before lora_first take t = 0
+        lr = rows - lora_first
+        rr = tl.arange(0, RP)
+        t_ok = ((lr >= 0) & m_ok)[:, None] & (rr < RANK)[None, :]
+        t = tl.zeros([BM, RP], tl.float32)
+        for s in tl.static_range(LSPLIT):
+            t += tl.load(T + s * st_s + lr[:, None] * st_m + rr[None, :], mask=t_ok, other=0.0)
+        t = t.to(LA.dtype.element_ty).to(dt)  # x @ A.T rounded to A's dtype, then to y's
+        bw = tl.load(LB + offs_n[:, None] * slb_n + rr[None, :], mask=n_ok[:, None] & (rr < RANK)[None, :],
+                     other=0.0)
+        if LSCALE:
+            bw = (bw.to(tl.float32) * lscale).to(LB.dtype.element_ty)
+        y = tl.dot(_op(t, dt, UPCAST), tl.trans(_op(bw, dt, UPCAST)), y, input_precision=PREC)
+        y = y.to(dt).to(tl.float32)
+    if EPI == 0:
+        tl.store(OUT + rows[:, None] * so_m + offs_n[None, :], y.to(dt), mask=tile)
+    if EPI == 1:
+        if HAS_SCALE:
+            y = (tl.load(SCALE + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :] * y).to(dt).to(tl.float32)
+        r = tl.load(RES + rows[:, None] * sr_m + offs_n[None, :], mask=tile, other=0.0).to(tl.float32)
+        tl.store(OUT + rows[:, None] * so_m + offs_n[None, :], (r + y).to(dt), mask=tile)
+    if EPI == 2:  # fused_linear's QKV epilogue, each row at its own position
+        pos = tl.load(POS) + rows
+        section = offs_n // d_model
+        head = (offs_n % d_model) // HEAD_DIM
+        dim = offs_n % HEAD_DIM
+        if HAS_ROPE:
+            re, im = tl.split(tl.reshape(y, [BM, BN // 2, 2]))
+            half, _ = tl.split(tl.reshape(dim, [BN // 2, 2]))
+            angle = tl.exp((half // 2).to(tl.float32) * rope_coef)[None, :] * pos.to(tl.float32)[:, None]
+            c = tl.cos(angle)
+            s = tl.sin(angle)
+            rotated = tl.reshape(tl.join(re * c - im * s, re * s + im * c), [BM, BN])
+            y = tl.where((section < 2)[None, :], rotated, y)
+        y = y.to(dt)
+        tl.store(OUT + rows[:, None] * sq_m + (head * sq_h + dim)[None, :], y, mask=tile & (section == 0)[None, :])
+        kv = KV + (pos % ring)[:, None] * skv_r + ((section - 1) * skv_c + head * skv_h + dim * skv_d)[None, :]
+        tl.store(kv, y, mask=tile & (section > 0)[None, :])

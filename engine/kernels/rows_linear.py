@@ -23,10 +23,13 @@ features covers all rows, padded to BM = 16 or 32, and multiplies them on the te
   with RoPE writing K/V into the ring at slots (pos + row) % ring, fused_linear's formulas per
   row. Before any of them, the LoRA rows get t @ (scale * B).T added.
 - A shape with few output tiles (4096 outputs: the attention's output and the FFN's last
-  product) splits K so that the grid keeps the GPU busy; a second launch sums the splits'
-  fp32 partials in order and runs the epilogue (rows_kernels: no atomics).
+  product) splits K so that the grid keeps the GPU busy; the last of a tile's programs to
+  finish sums the splits' fp32 partials in order and runs the epilogue (split_sums: no second
+  launch, and the same bits whichever program finished last). A product projecting its LoRA
+  down itself (`_inline_lead`) sums in a second launch instead: every tile's epilogue needs
+  the down-projection, which other programs compute.
 
-A projection is therefore at most three launches. Rounding follows the torch formulas
+A projection is therefore at most two launches. Rounding follows the torch formulas
 (engine.transformer, engine.families.diffuplex.predictor's add_delta): the product rounded to
 the activations' dtype, then y + t @ B'.T rounded once (B' = B * scale rounded to B's dtype,
 t = x @ A.T rounded to A's dtype then to y's), as addmm_ rounds. Where it differs: the order
@@ -42,7 +45,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from . import MAX_WAKE_ROWS, overlap
+from . import MAX_WAKE_ROWS, overlap, split_sums
 from .operands import Int4Weight, Int8Weight, Norm, epilogue_args, norm_args, product_operands, rows_input
 from .rows_kernels import lead_kernel, rows_kernel
 
@@ -64,6 +67,11 @@ _UPCAST = os.environ.get("TRITON_INTERPRET") == "1"
 dot multiplies a bf16 tensor's raw 16-bit patterns as integers (triton 3.9,
 interpreter.create_dot). The values are the same: a product of two bf16 numbers is exact in
 fp32, as on the tensor cores."""
+
+
+INLINE_LEAD = True
+"""Whether a product that may (`_inline_lead`) projects its LoRA rows down itself; False gives
+them a lead kernel and lets them finish in one launch (a knob for the benchmarks)."""
 
 
 class _Config(NamedTuple):
@@ -138,7 +146,7 @@ def _inline_lead(x: torch.Tensor, w: torch.Tensor, cfg: _Config, pro: bool, lora
     2.3 + product 10.6 + sums 5.2 us a layer, against 11.1 + 4.1 inline. An FFN activation
     applied as the product loads its input took 93 us against the lead's 4.4 + 24.1: the
     second product keeps its lead."""
-    return (lora is not None and cfg.split > 1 and not pro and w.dtype == lora[0].dtype == x.dtype
+    return (INLINE_LEAD and lora is not None and cfg.split > 1 and not pro and w.dtype == lora[0].dtype == x.dtype
             and lora[0].shape[0] <= cfg.bn)
 
 
@@ -172,19 +180,20 @@ def _launch(x, w, out, *, k: int, norm=None, act=None, epi: int = _EPI_STORE, re
         if lb.shape[0] != N or lb.stride(1) != 1 or t.shape[2] != rank:
             raise ValueError(f"rows linear: LoRA B {tuple(lb.shape)} for {N} outputs of rank {t.shape[2]}")
     work = torch.empty(cfg.split, M, N, dtype=torch.float32, device=x.device) if cfg.split > 1 else dummy
+    tiles = triton.cdiv(N, cfg.bn)
     args = (x, w, ws, out, M, N, x.stride(0), w.stride(0), ss_n, out.stride(0),
             *epilogue,
             dummy if t is None else t, la, lb, float(lscale), *((0, 0) if t is None else t.stride()[:2]),
-            la.stride(0), slb_n, first, work, work.stride(0) if cfg.split > 1 else 0)
+            la.stride(0), slb_n, first, work, work.stride(0) if cfg.split > 1 else 0,
+            split_sums.counters(x.device, tiles) if cfg.split > 1 and not inline else dummy)
     meta = dict(K=k, INT8=w.dtype == torch.int8, INT4=int4, GROUP=group, LORA_TILE=inline, EPI=epi, **flags,
                 LORA=lora is not None, LSCALE=lscale != 1.0, RANK=rank,
                 RP=max(16, triton.next_power_of_2(rank)), LSPLIT=1 if t is None else t.shape[0],
                 PREC="ieee" if x.dtype == torch.float32 or _UPCAST else "tf32", UPCAST=_UPCAST,
                 BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, SPLIT=cfg.split, KSPAN=_span(k, cfg.split, cfg.bk),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_plain(x.device))
-    tiles = triton.cdiv(N, cfg.bn)
     rows_kernel[(tiles + inline, cfg.split)](*args, PHASE=0, **meta)
-    if cfg.split > 1:
+    if cfg.split > 1 and inline:
         rows_kernel[(tiles,)](*args, PHASE=1, **meta)
     return out
 

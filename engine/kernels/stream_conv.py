@@ -18,8 +18,8 @@ still read the old one.
 A layer with a deep product and few output tiles (the residual blocks and downsamplings of the
 deeper, shorter stages: a few hundred time steps or fewer) would leave most multiprocessors
 idle, each program walking its whole depth; there the depth is split over programs, which
-store fp32 partial sums, and a second launch of the same kernel adds them in split order (the
-same bits every time) before the bias and the residual. The split is a function of the
+store fp32 partial sums, and the last of a tile's programs to finish adds them in split order
+(the same bits every time: split_sums) before the bias and the residual. The split is a function of the
 layer's shape alone.
 """
 from __future__ import annotations
@@ -37,15 +37,14 @@ def _elu(v, alpha):
 
 
 @triton.jit
-def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len, stride, dilation, alpha,
+def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, COUNT, c_out, t_in, t_out, tail_len, stride, dilation, alpha,
                  sx_c, st_c, sw_o, sr_c, so_c, sw_s,
                  KK: tl.constexpr, KSIZE: tl.constexpr, ELU: tl.constexpr, HAS_BIAS: tl.constexpr,
                  HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 SPLIT: tl.constexpr, KSPAN: tl.constexpr, PREC: tl.constexpr, PHASE: tl.constexpr,
-                 PDL: tl.constexpr):
+                 SPLIT: tl.constexpr, KSPAN: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr):
     """Grid (output-channel tiles, time tiles, splits). KK = C_in * KSIZE, the product's depth,
-    split in spans of KSPAN. PHASE 0 multiplies (storing a partial sum [c_out, t_out] per split
-    in WORK when SPLIT > 1); PHASE 1, grid (tiles, tiles), adds the partials up and finishes."""
+    split in spans of KSPAN; with SPLIT > 1 each program stores its partial sum [c_out, t_out]
+    in WORK and the tile's last to finish adds them up and finishes (split_sums)."""
     overlap.enter(PDL)
     o = tl.program_id(0) * BM + tl.arange(0, BM)
     t = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -53,19 +52,18 @@ def _conv_kernel(X, TAIL, W, BIAS, RES, OUT, WORK, c_out, t_in, t_out, tail_len,
     t_ok = t < t_out
     out_ok = o_ok[:, None] & t_ok[None, :]
     work = WORK + o[:, None] * t_out + t[None, :]
-    if PHASE == 0:
-        acc = _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o,
-                       tl.program_id(2) * KSPAN, KK, KSIZE, ELU, BM, BN, BK, KSPAN, PREC)
-    else:
-        acc = split_sums.added(work, sw_s, out_ok, BM, BN, SPLIT)
-    if PHASE == 0 and SPLIT > 1:
+    acc = _product(X, TAIL, W, o, t, o_ok, t_ok, t_in, tail_len, stride, dilation, alpha, sx_c, st_c, sw_o,
+                   tl.program_id(2) * KSPAN, KK, KSIZE, ELU, BM, BN, BK, KSPAN, PREC)
+    if SPLIT > 1:  # the last of the tile's programs to finish adds the partial sums up
         tl.store(work + tl.program_id(2) * sw_s, acc, mask=out_ok)
-    else:
-        if HAS_BIAS:
-            acc += tl.load(BIAS + o, mask=o_ok, other=0.0)[:, None]
-        if HAS_RES:
-            acc = tl.load(RES + o[:, None] * sr_c + t[None, :], mask=out_ok, other=0.0) + acc
-        tl.store(OUT + o[:, None] * so_c + t[None, :], acc, mask=out_ok)
+        if not split_sums.arrived_last(COUNT + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), SPLIT):
+            return
+        acc = split_sums.added(work, sw_s, out_ok, BM, BN, SPLIT)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + o, mask=o_ok, other=0.0)[:, None]
+    if HAS_RES:
+        acc = tl.load(RES + o[:, None] * sr_c + t[None, :], mask=out_ok, other=0.0) + acc
+    tl.store(OUT + o[:, None] * so_c + t[None, :], acc, mask=out_ok)
 
 
 @triton.jit
@@ -169,16 +167,15 @@ def stream_conv(x: torch.Tensor, tail: torch.Tensor | None, weight: torch.Tensor
     work = torch.empty(split, c_out, t_out, dtype=torch.float32, device=x.device) if split > 1 else dummy
     launch = overlap.launch(x.device)
     grid = (triton.cdiv(c_out, bm), triton.cdiv(t_out, bn))
-    args = (x, dummy if tail is None else tail, weight, dummy if bias is None else bias, res, out, work,
+    count = split_sums.counters(x.device, grid[0] * grid[1]) if split > 1 else dummy
+    args = (x, dummy if tail is None else tail, weight, dummy if bias is None else bias, res, out, work, count,
             c_out, t_in, t_out, tail_len, stride, dilation, 0.0 if elu is None else elu,
             x.stride(1), 0 if tail is None else tail.stride(1), weight.stride(0), res.stride(1), out.stride(1),
             work.stride(0) if split > 1 else 0)
     meta = dict(KK=c_in * ksize, KSIZE=ksize, ELU=elu is not None, HAS_BIAS=bias is not None,
                 HAS_RES=residual is not None, BM=bm, BN=bn, BK=bk, SPLIT=split, KSPAN=span, PREC=PRECISION,
                 num_warps=4, **launch)
-    _conv_kernel[(*grid, split)](*args, PHASE=0, **meta)
-    if split > 1:
-        _conv_kernel[grid](*args, PHASE=1, **meta)
+    _conv_kernel[(*grid, split)](*args, **meta)
     if tail is not None:
         _tail_kernel[(c_in,)](x, tail, t_in, tail_len, 0.0 if elu is None else elu, x.stride(1), tail.stride(1),
                               ELU=elu is not None, BT=triton.next_power_of_2(tail_len), num_warps=1, **launch)

@@ -1,8 +1,8 @@
 """Time ring attention against stock masked attention over the whole ring, both replayed
 from CUDA graphs, at Moshi temporal scale (all 32 layers of one frame), a DiffuPlex wake's
 9 queries and Mimi scale; then sweep the Triton kernels' tuning knobs (the split kernel's, the
-merge's, and for several queries the kernel that serves them all from one program per chunk of
-keys), each result printed as it is measured.
+merge's: by the last split program or a launch of its own, and for several queries the kernel
+that serves them all from one program per chunk of keys), each result printed as it is measured.
 
 Usage: python -m tests.gpu.bench_ring_attention OUT.json
 """
@@ -62,8 +62,11 @@ def bench(name, layers, H, D, ring, T):
 
 def _knobs(T):
     """The split kernel's knobs, and for several queries ring_attention_queries' kernel's."""
-    for waves, block_n, warps, merge_warps in itertools.product((4, 8, 16), (16, 32), (1, 2, 4), (1, 4)):
-        yield dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps)
+    for waves, block_n, warps in itertools.product((4, 8, 16), (16, 32), (1, 2, 4)):
+        yield dict(waves=waves, block_n=block_n, num_warps=warps, fused_merge=True, per_query=True)
+        for merge_warps in (1, 4):
+            yield dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps, fused_merge=False,
+                       per_query=True)
     for waves, block_n, warps, merge_warps in itertools.product((4, 8, 16), (16, 32), (4, 8), (1, 4)):
         if T > 1:
             yield dict(waves=waves, block_n=block_n, num_warps=warps, merge_warps=merge_warps, per_query=False)
@@ -95,14 +98,14 @@ def main(out_path):
     knobs = [row for name, shape in SHAPES.items() for row in sweep(name, *shape)]
     with open(out_path, "w") as f:
         json.dump(dict(default_knobs=rows, sweep=knobs), f, indent=1)
-    print("fastest knobs per shape and live length (the engine's now: waves 16, block_n 16, warps 1, "
-          "merge warps 4 from 32 splits, else 1):")
+    print("fastest knobs per shape and live length (the engine's now: waves 16, block_n 16, warps 1, merged by "
+          "the last split program; from 3 queries all queries a program, waves 4, block_n 16, warps 4, merge warps 1):")
     for key, group in itertools.groupby(sorted(knobs, key=lambda r: (r["shape"], r["live_entries"], r["ms"])),
                                         key=lambda r: (r["shape"], r["live_entries"])):
         for r in list(group)[:3]:
+            merge = "merged by the last split" if r.get("fused_merge") else f"merge warps {r['merge_warps']}"
             print(f"  {key[0]:18} {key[1]:5d} {r['ms']:8.4f} ms  waves {r['waves']:2d} block_n {r['block_n']:2d} "
-                  f"warps {r['num_warps']} merge warps {r['merge_warps']}"
-                  f"{'' if r.get('per_query', True) else ', all queries a program'}")
+                  f"warps {r['num_warps']} {merge}{'' if r.get('per_query', True) else ', all queries a program'}")
 
 
 if __name__ == "__main__":
