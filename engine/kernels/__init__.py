@@ -27,7 +27,7 @@ TRITON_MAX_T = 32
 as many as a wake's rows (its grid has one program per query; nothing in it bounds T)."""
 MAX_VOCAB = 4096
 """Vocabularies up to which top-k sampling runs as one kernel sorting the row (topk_sampling.py)."""
-MAX_EXTRACTED = 64
+MAX_EXTRACTED = 0  # one program is no faster than torch's kernels for the text vocabulary (see bench)
 MAX_EXTRACT_VOCAB = 65536
 """Past MAX_VOCAB, top-k sampling runs as one kernel taking the k best one at a time for a k up
 to MAX_EXTRACTED (a maximum over the row each) and vocabularies up to MAX_EXTRACT_VOCAB."""
