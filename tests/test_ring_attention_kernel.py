@@ -62,3 +62,16 @@ def test_a_wakes_queries_read_each_key_once_and_keep_their_own_windows(T, contex
     one = kernel.triton_ring_attention(q, small, pos, T, context, block_n=32, per_query=False)
     torch.testing.assert_close(one.float(), torch_ring_attention(q.float(), small.float(), pos, T, context),
                                rtol=tol, atol=tol)
+
+
+def test_heads_too_narrow_for_the_tensor_cores_keep_one_program_a_query(device):
+    """tl.dot multiplies at least 16 deep: a wake's queries over heads of 8 dimensions (a small
+    test model's) take the split kernel, which the default gives bit for bit."""
+    from engine.kernels import ring_attention_triton as kernel
+
+    torch.manual_seed(8)
+    kv, q = torch.randn(64, 2, 2, 8, device=device), torch.randn(1, 2, 9, 8, device=device)
+    pos = torch.tensor([40], device=device)
+    got = kernel.triton_ring_attention(q, kv, pos, 9, None)
+    assert torch.equal(got, kernel.triton_ring_attention(q, kv, pos, 9, None, per_query=True))
+    torch.testing.assert_close(got, torch_ring_attention(q, kv, pos, 9, None), rtol=1e-5, atol=1e-5)

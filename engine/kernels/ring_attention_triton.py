@@ -166,7 +166,9 @@ def triton_ring_attention(q, kv_ring, pos, T: int, context: int | None, *,
     if block_n is None:
         block_n = max(16, min(64, 1024 // block_d))  # few registers: many programs resident
     max_run = ring if context is None else min(ring, context)
-    grouped = T >= QUERIES_FROM if per_query is None else not per_query and T > 1
+    # tl.dot multiplies at least 16 deep: heads of fewer dimensions (small test models) keep
+    # one program a query.
+    grouped = (T >= QUERIES_FROM if per_query is None else not per_query and T > 1) and block_d >= 16
     if num_warps is None:
         num_warps = QUERIES_WARPS if grouped else NUM_WARPS
     if waves is None:
