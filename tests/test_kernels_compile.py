@@ -94,8 +94,6 @@ KERNELS = {
     "rms norm": (norm_rope._rms_norm_kernel, dict.fromkeys(("x_ptr", "alpha_ptr", "out_ptr"), BF), dict(BLOCK=1024)),
     "rope": (norm_rope._rope_kernel, {"x_ptr": BF, "cos_ptr": F32, "sin_ptr": F32, "out_ptr": BF}, dict(HALF=64)),
     "sampling": (topk_sampling._topk_race_kernel, {"LOGITS": BF, "EXPO": F32, "OUT": I64}, dict(BV=2048)),
-    "sampling, the k best one at a time": (topk_sampling._topk_extract_kernel, {"LOGITS": BF, "EXPO": F32, "OUT": I64},
-                                           dict(BV=32768)),
     "nearest codes": (codebooks._nearest_kernel, {"X": F32, "RES": F32, "CENT": F32, "KEYS": I64}, dict(BB=16, BD=256)),
     "summed codes": (codebooks._sum_kernel, {"CODES": I64, "CENT": F32, "OUT": F32}, dict(BD=256)),
     "stream conv": (stream_conv._conv_kernel, CONV_POINTERS, CONV),

@@ -1,7 +1,6 @@
 """The one-kernel top-k sampler (engine.kernels.topk_sampling) under Triton's interpreter on the
 CPU (or on CUDA) against the torch path's formula with the same generator: the same token
-every row, ties (frequent among bf16 logits) and probabilities that underflow included; the
-codebooks' sort and, past MAX_VOCAB (the text vocabulary), the extraction of the k best."""
+every row, ties (frequent among bf16 logits) and probabilities that underflow included."""
 import pytest
 import torch
 
@@ -24,7 +23,7 @@ def _torch_path(logits: torch.Tensor, top_k: int, temperature: float, seed: int)
     return candidates.gather(-1, race.argmax(dim=-1, keepdim=True)).view(-1)
 
 
-@pytest.mark.parametrize("vocab,top_k", [(2048, 250), (100, 100), (300, 1), (32000, 25), (5000, 64)])
+@pytest.mark.parametrize("vocab,top_k", [(2048, 250), (100, 100), (300, 1)])
 def test_the_kernel_draws_the_torch_paths_token(vocab, top_k, device):
     from engine.kernels import topk_sampling
 

@@ -26,16 +26,7 @@ TRITON_MAX_T = 32
 """Queries per step up to which ring attention runs as the split-K kernel (ring_attention_triton.py):
 as many as a wake's rows (its grid has one program per query; nothing in it bounds T)."""
 MAX_VOCAB = 4096
-"""Vocabularies up to which top-k sampling runs as one kernel sorting the row (topk_sampling.py)."""
-MAX_EXTRACTED = 0  # one program is no faster than torch's kernels for the text vocabulary (see bench)
-MAX_EXTRACT_VOCAB = 65536
-"""Past MAX_VOCAB, top-k sampling runs as one kernel taking the k best one at a time for a k up
-to MAX_EXTRACTED (a maximum over the row each) and vocabularies up to MAX_EXTRACT_VOCAB."""
-
-
-def one_kernel_serves(vocab: int, top_k: int) -> bool:
-    """Whether top-k sampling of rows of `vocab` logits runs as one kernel (topk_sampling.py)."""
-    return vocab <= MAX_VOCAB or (vocab <= MAX_EXTRACT_VOCAB and top_k <= MAX_EXTRACTED)
+"""Vocabularies up to which top-k sampling runs as one kernel (topk_sampling.py)."""
 DISABLE_ENV = "DUPLEXCADENCE_TORCH_KERNELS"
 """Set to 1 to run the torch formulas on CUDA too (to compare the two)."""
 
