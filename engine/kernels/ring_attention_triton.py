@@ -44,7 +44,7 @@ MERGE_CHUNK = 8
 QUERIES_FROM = 3
 """Queries from which one program serves them all per chunk of keys (ring_attention_queries: a
 DiffuPlex wake's 2K + 1 rows). At a wake's 9 queries, all layers: 0.26 against 0.47 ms at 375
-live keys, 0.64 against 2.77 at 3000; Mimi's steps of two stay one program a query (0.028
+live keys, 0.78 against 2.77 at 3000; Mimi's steps of two stay one program a query (0.028
 against 0.031 ms)."""
 QUERIES_WARPS = 4  # ring_attention_queries' programs: 128 registers at 16 keys a block (ptxas, sm_90)
 QUERIES_WAVES = 4  # its programs per multiprocessor: 17 chunks of keys a head on an H200
