@@ -1,6 +1,8 @@
 """Where a steady frame's host time goes, on the session's own path: host clock stamps at
-the frame's entry, each stage's mark, the first and last graph replay, the end of the sync
-(the first thing after it), and the return, with the stages' CUDA-event times beside them.
+the frame's entry, each stage's mark, the steps from the first mark to the first graph
+replay (the input made finite, the family's step, Mimi's encode call, the runner, the first
+clock tick), the last replay, the end of the sync (the first thing after it), and the
+return, with the stages' CUDA-event times beside them.
 
 The frame's wall time is the host's from `begin()` to `end()`: the GPU's stages, and what
 the GPU waits for at the frame's start (the host's path to its first replay, the microphone
@@ -8,6 +10,7 @@ frame's copy) and after its last kernel (the sync returning). bench.launch_laten
 graph replay's own start cost, for comparison.
 
     python3 -m bench.frame_host OUT.json [--shape moshiko|personaplex|demo] [--frames 300]
+                                         [--wait stream|driver]
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+import engine.session as session_module
 from engine.frame import STAGES
 from engine.runtime.graphs import Graphs
 
@@ -33,15 +37,21 @@ def _stamped(session, frames) -> list[tuple[dict[str, float], dict[str, float]]]
     """Each frame's (host stamps in µs from the call to `step`, its timer's stage times and
     total in µs)."""
     stamps: dict[str, float] = {}
-    mark, prepare_more, replay = session.timer.mark, session._prepare_more, Graphs.run
+
+    def stamping(call, before: str | None = None, after: str | None = None):
+        """`call` with the first stamp of a frame under `before` at its entry and `after` at its return."""
+        def stamped(*args, **kwargs):
+            if before:
+                stamps.setdefault(before, time.perf_counter())
+            out = call(*args, **kwargs)
+            if after:
+                stamps.setdefault(after, time.perf_counter())
+            return out
+        return stamped
 
     def marked(stage):
         stamps[f"mark {stage or 'start'}"] = time.perf_counter()
         mark(stage)
-
-    def synced(began):
-        stamps["synced"] = time.perf_counter()
-        return prepare_more(began)
 
     def replayed(graphs, key):
         now = time.perf_counter()
@@ -49,7 +59,21 @@ def _stamped(session, frames) -> list[tuple[dict[str, float], dict[str, float]]]
         stamps["last replay"] = now
         return replay(graphs, key)
 
-    session.timer.mark, session._prepare_more, Graphs.run = marked, synced, replayed
+    mimi = getattr(getattr(session.conversation, "frame", None), "mimi", None)
+    # (owner, attribute, its wrapper): patched on the instance (a module for a function),
+    # restored by deleting the instance's attribute (by putting the function back).
+    mark, replay, finite = session.timer.mark, Graphs.run, session_module.finite_into
+    patches = [(session.timer, "mark", marked),
+               (session, "_prepare_more", stamping(session._prepare_more, before="synced")),
+               (session_module, "finite_into", stamping(finite, after="finite")),
+               (session.conversation, "step", stamping(session.conversation.step, before="conversation")),
+               (session.runner, "run", stamping(session.runner.run, before="first run")),
+               (session.store, "advance", stamping(session.store.advance, after="first tick"))]
+    if mimi is not None:
+        patches.append((mimi, "encode", stamping(mimi.encode, before="encode call")))
+    for owner, name, wrapper in patches:
+        setattr(owner, name, wrapper)
+    Graphs.run = replayed
     out = []
     try:
         for frame in frames:
@@ -61,22 +85,42 @@ def _stamped(session, frames) -> list[tuple[dict[str, float], dict[str, float]]]
                         {k: result.timings[k] * 1e6 for k in (*STAGES, "total")}))
     finally:
         Graphs.run = replay
-        del session.timer.mark, session._prepare_more
+        session_module.finite_into = finite
+        for owner, name, _ in patches[1:]:
+            if owner is not session_module:
+                delattr(owner, name)
+        del session.timer.mark
     return out
 
 
-def measure(shape: str, frames: int) -> dict:
+WAITS = ("stream", "driver")
+"""How the frame waits for the device: the session's own (engine.runtime.waiting: the stream
+polled), or the driver's synchronize it replaced, for comparison in one run."""
+
+
+def _driver_wait(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
+def measure(shape: str, frames: int, wait: str = "stream") -> dict:
     from engine import DuplexSession, RuntimeOptions
 
-    with tempfile.TemporaryDirectory() as folder:
-        lm, _ = model(shape, Path(folder))
-        session = DuplexSession(lm, RuntimeOptions(seed=3))
-        if session.device.type == "cuda":
-            session.prepare()
-        session.reset()
-        rows = _stamped(session, input_frames(frames))[WARMUP:]
-        session.close()
-    return {"shape": shape, "frames": frames, "device": str(lm.device),
+    own = session_module.wait_for
+    if wait == "driver":
+        session_module.wait_for = _driver_wait
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            lm, _ = model(shape, Path(folder))
+            session = DuplexSession(lm, RuntimeOptions(seed=3))
+            if session.device.type == "cuda":
+                session.prepare()
+            session.reset()
+            rows = _stamped(session, input_frames(frames))[WARMUP:]
+            session.close()
+    finally:
+        session_module.wait_for = own
+    return {"shape": shape, "frames": frames, "wait": wait, "device": str(lm.device),
             "gpu": torch.cuda.get_device_name() if lm.device.type == "cuda" else None,
             "torch": torch.__version__, "host_stamps_median_us": _medians([r[0] for r in rows]),
             "timer_median_us": _medians([r[1] for r in rows])}
@@ -93,9 +137,12 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="JSON file to write")
     parser.add_argument("--shape", choices=["moshiko", "personaplex", "demo"], default="moshiko")
     parser.add_argument("--frames", type=int, default=300, help="conversation frames (default: 300)")
+    parser.add_argument("--wait", choices=WAITS, default="stream",
+                        help="the session's wait for the device, or the driver's synchronize (default: stream)")
     args = parser.parse_args()
-    result = measure(args.shape, args.frames)
-    result["command"] = f"python3 -m bench.frame_host OUT.json --shape {args.shape} --frames {args.frames}"
+    result = measure(args.shape, args.frames, args.wait)
+    result["command"] = (f"python3 -m bench.frame_host OUT.json --shape {args.shape} --frames {args.frames}"
+                         f" --wait {args.wait}")
     for part in ("host_stamps_median_us", "timer_median_us"):
         print(part, ", ".join(f"{k} {v}" for k, v in result[part].items()), flush=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

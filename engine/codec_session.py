@@ -10,6 +10,7 @@ from .finite import finite_pcm
 from .mimi import Mimi
 from .options import RuntimeOptions
 from .runtime.stages import StageRunner
+from .runtime.waiting import wait_for
 from .state.placement import new_store
 
 _KEYS = ("encode", "codec_decode")
@@ -34,8 +35,7 @@ class CodecSession:
         codes = self._stages.encode(x, replay)
         out = self._stages.decode("codec_decode", codes, replay)
         self._pcm_out.copy_(out.view(-1), non_blocking=True)
-        if self.mimi.device.type == "cuda":
-            torch.cuda.current_stream(self.mimi.device).synchronize()
+        wait_for(self.mimi.device)
         return self._pcm_out.numpy().copy()
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from .finite import REPLACEMENT, finite_into
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
 from .runtime.stages import Regeneration
 from .runtime.timing import FrameTimer, SpeakMeter
+from .runtime.waiting import wait_for
 from .state import Store
 from .state.placement import new_store, placement_for
 
@@ -302,8 +303,7 @@ class DuplexSession:
         if tokens is not None:
             self._pcm_out.copy_(out.view(-1), non_blocking=True)
             self._tokens_out.copy_(tokens, non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()  # the frame's one wait for the device
+        wait_for(self.device)  # the frame's one wait for the device
         preparing = self._prepare_more(self.timer.started)
         timings = self.timer.end()  # its total: the frame and what was recorded after it
         if tokens is None:
