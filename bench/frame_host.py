@@ -86,10 +86,9 @@ def _stamped(session, frames) -> list[tuple[dict[str, float], dict[str, float]]]
     finally:
         Graphs.run = replay
         session_module.finite_into = finite
-        for owner, name, _ in patches[1:]:
+        for owner, name, _ in patches:
             if owner is not session_module:
                 delattr(owner, name)
-        del session.timer.mark
     return out
 
 

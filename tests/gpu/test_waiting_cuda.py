@@ -16,4 +16,3 @@ def test_the_wait_returns_after_the_queued_work():
     assert not done.query()
     wait_for(torch.device("cuda"))
     assert done.query()
-
