@@ -133,8 +133,9 @@ def torch_dtype(device: str):
 def _gui(args) -> int:
     missing = no_display()
     if missing:
-        print(missing, file=sys.stderr)
-        return 2
+        # Not a failure: the install worked, and the README's first command ends here on a server.
+        print(missing)
+        return 0
     from app.main_window import run_app
     return run_app(model=args.model)
 
@@ -146,9 +147,11 @@ def no_display() -> str | None:
         return None
     if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
         return None
-    return ("No display found (neither DISPLAY nor WAYLAND_DISPLAY is set): the window cannot open. "
-            "Without one, run a conversation file to file: duplexcadence offline --model demo "
-            "--input IN.wav --output OUT.wav")
+    from engine import SPEECH_SAMPLE
+    sample = SPEECH_SAMPLE if SPEECH_SAMPLE.is_file() else "IN.wav"
+    return ("installed; no display here (neither DISPLAY nor WAYLAND_DISPLAY is set), so the window cannot "
+            f"open — try a conversation file to file: duplexcadence offline --model demo --input {sample} "
+            "--output reply.wav")
 
 
 MODELS = ("'demo' (the bundled untrained model), a checkpoint folder, a Hugging Face cache snapshot, or a "

@@ -9,6 +9,7 @@ directories over HTTP ranges, so the app can state both before downloading a byt
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import io
 import json
 import os
@@ -66,16 +67,26 @@ def unpacked_size(url: str, size: int) -> int:
         return sum(info.file_size for info in archive.infolist())
 
 
+# pip's dry run downloads every wheel it resolves (the CUDA build: about 2.7 GB) unless it reads
+# their metadata over HTTP ranges (fast-deps), which from this release on needs no download.
+FAST_DEPS_PIP = (26, 0)
+
+
 def resolve(torch_version: str, index_url: str) -> list[dict]:
     """pip's resolver, in report-only mode, for this interpreter and platform, seeing only
     `index_url` (the machine's own pip configuration, e.g. local mirrors, is ignored)."""
+    pip = tuple(int(part) for part in re.findall(r"\d+", importlib.metadata.version("pip"))[:2])
+    if pip < FAST_DEPS_PIP:
+        raise SystemExit(f"pip {'.'.join(map(str, pip))} in {sys.prefix} would download every CUDA wheel to read "
+                         f"its dependencies: install pip>={'.'.join(map(str, FAST_DEPS_PIP))} there first")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         # `===`: exactly this release, not a local build of it such as 2.13.0+cpu.
         subprocess.run([sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed",
-                        "--quiet", "--only-binary", ":all:", "--index-url", index_url, "--report", str(report),
+                        "--quiet", "--use-feature=fast-deps", "--only-binary", ":all:", "--index-url", index_url,
+                        "--report", str(report),
                         f"torch==={torch_version}", *EXTRA_REQUIREMENTS], check=True, env=env)
         return json.loads(report.read_text())["install"]
 

@@ -4,6 +4,7 @@
 VENV=$(realpath -m "${DUPLEXCADENCE_VENV:-$PWD/.venv}")
 BASE_PYTHON=${PYTHON:-python3}
 PYTHON="$VENV/bin/python"
+PIP_RANGE="pip>=26,<27"
 
 # Runtime needs, one per line in debian_runtime_packages.txt (the .deb's dependencies too).
 mapfile -t RUNTIME_DEBIAN_PACKAGES < <(grep -v -e '^#' -e '^$' "$(dirname "${BASH_SOURCE[0]}")/debian_runtime_packages.txt")
@@ -30,6 +31,9 @@ ensure_venv() {
     fi
     "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
         || { echo "$VENV: Python >= 3.10 is needed" >&2; return 1; }
+    # The system's pip may be years old; the installer build resolves GPU support with a release
+    # that reads wheels' metadata without downloading them (packaging/resolve_cuda_torch.py).
+    "$PYTHON" -m pip install -q "$PIP_RANGE"
 }
 
 # torch, on its own and first: the CPU build (about 190 MB to download, 750 MB installed) where

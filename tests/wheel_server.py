@@ -28,6 +28,14 @@ def make_wheel(folder: Path, package: str, payload_bytes: int = 300_000) -> Path
     return path
 
 
+def _byte_range(header: str, size: int) -> tuple[int, int]:
+    """[start, end) of a Range header's one range: "bytes=a-b", "bytes=a-" or "bytes=-n"."""
+    first, _, last = header.removeprefix("bytes=").partition("-")
+    if not first:
+        return max(0, size - int(last)), size
+    return int(first), min(size, int(last) + 1) if last else size
+
+
 class WheelServer:
     """Serves the files of `folder`; a range starting past a file's end is answered 416, as
     RFC 9110 has it. `ranges` records the Range header of every GET, `paths` its path.
@@ -35,7 +43,9 @@ class WheelServer:
     `drop_after`: bytes after which the next GET of a file is cut off (once);
     `portal`: an HTML page every GET is answered with (a captive portal, an error page);
     `send_length`: False sends no Content-Length (the body ends when the connection closes);
-    `refuse_ranges`: every range request is answered 416 (a proxy that will not resume)."""
+    `refuse_ranges`: every range request is answered 416 (a proxy that will not resume).
+    A path ending in / is answered with that folder's index.html (a PEP 503 simple index), and
+    `sent` counts the body bytes of every answer (what a client really downloaded)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -45,6 +55,7 @@ class WheelServer:
         self.refuse_ranges = False
         self.ranges: list[str | None] = []
         self.paths: list[str] = []
+        self.sent = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -58,23 +69,23 @@ class WheelServer:
                 if server.portal is not None:
                     self._answer(200, server.portal, {"Content-Type": "text/html; charset=utf-8"})
                     return
-                path = server.folder / self.path.lstrip("/")
-                if not path.is_file():
-                    self.send_error(404)
+                data = self._file()
+                if data is None:
                     return
-                data = path.read_bytes()
-                start = int(header.removeprefix("bytes=").split("-")[0]) if header else 0
+                start, end = _byte_range(header, len(data)) if header else (0, len(data))
                 if header and (start >= len(data) or server.refuse_ranges):
                     self._answer(416, b"", {"Content-Range": f"bytes */{len(data)}"})
                     return
                 self.send_response(206 if header else 200)
-                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Type", self._type())
+                self.send_header("Accept-Ranges", "bytes")
                 if header:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
                 if server.send_length:
-                    self.send_header("Content-Length", str(len(data) - start))
+                    self.send_header("Content-Length", str(end - start))
                 self.end_headers()
-                body = data[start:]
+                body = data[start:end]
+                server.sent += len(body)
                 if server.drop_after is not None:
                     body, server.drop_after = body[:server.drop_after], None
                     self.wfile.write(body)
@@ -82,6 +93,26 @@ class WheelServer:
                     self.connection.shutdown(2)  # the connection drops mid-file
                     return
                 self.wfile.write(body)
+
+            def do_HEAD(self):
+                data = self._file()
+                if data is not None:
+                    self.send_response(200)
+                    for name, value in {"Content-Type": self._type(), "Accept-Ranges": "bytes",
+                                        "Content-Length": str(len(data))}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+
+            def _file(self) -> bytes | None:
+                relative = self.path.split("?")[0].lstrip("/")
+                path = server.folder / (relative + "index.html" if relative.endswith("/") else relative)
+                if not path.is_file():
+                    self.send_error(404)
+                    return None
+                return path.read_bytes()
+
+            def _type(self) -> str:
+                return "text/html" if self.path.endswith("/") else "application/octet-stream"
 
             def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
