@@ -10,16 +10,13 @@ from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine import TOGGLES, WEIGHTS, RuntimeOptions
 
+from . import settings_repair
 from .echo_cancel import EchoSettings
+from .settings_repair import ECHO_CHOICES, RUNTIME_GROUP, SAMPLING, SettingsReport, parse_presets
 from .theme import THEMES
 
 log = logging.getLogger("duplexcadence")
-
-# Versioned: the first release stored both toggles off, its default then, not a choice.
-RUNTIME_GROUP = "runtime.v2"
-ECHO_CHOICES = ("echo_cancellation", "noise_suppression", "high_pass")  # what the Audio box offers
-SAMPLING = ("text_temperature", "text_top_k", "audio_temperature", "audio_top_k", "seed")
-"""The RuntimeOptions fields the Settings dialog sets (stored apart from the panel's switches)."""
+__all__ = ["ECHO_CHOICES", "RUNTIME_GROUP", "SAMPLING", "AppSettings", "PersonaPreset", "SettingsReport"]
 
 
 class PersonaPreset(NamedTuple):
@@ -32,6 +29,11 @@ class PersonaPreset(NamedTuple):
 class AppSettings:
     def __init__(self, settings: QSettings | None = None):
         self.q = settings or QSettings("DuplexCadence", "DuplexCadence")
+
+    def repair(self) -> SettingsReport | None:
+        """Once, at start: values that cannot be used are removed (their defaults apply) and
+        logged; what was reset, or None (app.settings_repair)."""
+        return settings_repair.repair(self.q)
 
     def _get(self, key: str, default, kind=str):
         value = self.q.value(key, default)
@@ -46,6 +48,11 @@ class AppSettings:
     @model_source.setter
     def model_source(self, value: str) -> None:
         self.q.setValue("model/source", value)
+
+    @property
+    def has_model_source(self) -> bool:
+        """A model was loaded once (model_source is the user's, not the default)."""
+        return self.q.contains("model/source")
 
     @property
     def model_weights(self) -> str:
@@ -175,11 +182,7 @@ class AppSettings:
         """Saved PersonaPlex voices and roles, in the order they were saved (JSON in one key)."""
         text = self._get("persona/presets", "[]")
         try:
-            items = json.loads(text)
-            if not isinstance(items, list) or not all(
-                    isinstance(item, list) and len(item) == 3 and all(isinstance(f, str) for f in item)
-                    for item in items):
-                raise ValueError("not a list of [name, voice, role] strings")
+            items = parse_presets(text)
         except ValueError as exc:  # edited by hand (json's errors are ValueErrors too)
             log.warning("settings %s: persona/presets is unreadable (%s); no presets", self.q.fileName(), exc)
             return []

@@ -64,6 +64,18 @@ class AudioDevice:
         return f"{self.host_api}: {self.name}"
 
 
+def hears_itself(microphone: AudioDevice | None, speaker: AudioDevice | None) -> bool:
+    """Whether the microphone is the monitor of the speaker's sink (PulseAudio names a sink's
+    monitor after it): the model would hear its own voice."""
+    return (microphone is not None and speaker is not None and speaker.server_name is not None
+            and microphone.server_name == f"{speaker.server_name}.monitor")
+
+
+def hears_itself_text(microphone: AudioDevice, speaker: AudioDevice) -> str:
+    return (f"The microphone “{microphone.name}” records what the speaker “{speaker.name}” plays: the "
+            "model would hear itself. Pick a real microphone, or another speaker, in Audio.")
+
+
 def rescan() -> None:
     if sd is None:
         return

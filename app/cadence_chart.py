@@ -17,7 +17,11 @@ MIN_FRAME_PX = 1.0   # ... until a frame is this wide, then scrolls
 MARGIN_LEFT, MARGIN = 44, 8
 TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600)
 MIN_TICK_PX = 56
-LEGEND = ((UNDER, "a second in time"), (FRAME_UNDER, "an 80 ms frame in time"),
+MIN_HEIGHT = 100  # where the window is short it gives way first (the panel scrolls below this)
+TITLES = ("Time to produce each second of speech", "Time to produce each 80 ms step")
+LIMITS = ("1 s", "80 ms")
+"""The two parts' titles, painted above them, and their dashed limits' labels."""
+LEGEND = ((UNDER, "a second in time"), (FRAME_UNDER, "an 80 ms step in time"),
           (OVER, "too slow: the reply lags"))
 
 
@@ -25,11 +29,15 @@ class CadenceChart(QWidget):
     def __init__(self, stats: CadenceStats, parent=None):
         super().__init__(parent)
         self.stats = stats
-        self.setMinimumSize(320, 160)
+        self.setMinimumSize(320, MIN_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setAccessibleName("Cadence chart")
         self.setToolTip("Top: the engine time each second of the model's speech took (SPEAK time); under the "
-                        "dashed 1 s line the model keeps up. Bottom: the engine time of each 80 ms frame.")
+                        "dashed 1 s line the model keeps up. Bottom: the engine time of each 80 ms step (frame).")
+
+    def painted_words(self) -> tuple[str, ...]:
+        """The words painted on the chart (for a test reading what the window says)."""
+        return TITLES + LIMITS
 
     def paintEvent(self, event):
         painter = QPainter(self)
@@ -42,8 +50,8 @@ class CadenceChart(QWidget):
         bottom = QRectF(area.left(), top.bottom() + title_h + 6, area.width(),
                         area.bottom() - top.bottom() - title_h - 6)
         text = palette.color(QPalette.ColorRole.Text)
-        self._title(painter, top, "Time to produce each second of speech", text)
-        self._title(painter, bottom, "Time to produce each 80 ms frame", text)
+        self._title(painter, top, TITLES[0], text)
+        self._title(painter, bottom, TITLES[1], text)
         self._draw_seconds(painter, top, text)
         first_frame = self._draw_frames(painter, bottom, text)
         self._time_axis(painter, bottom, first_frame * FRAME_S, text)
@@ -62,7 +70,7 @@ class CadenceChart(QWidget):
         slot = self._pixels_per_second(rect.width())
         shown = self.stats.seconds[-int(rect.width() // slot):]
         scale = max([1.25] + [1.1 * s for s in shown])
-        self._axes(painter, rect, scale, 1.0, "1 s", text)
+        self._axes(painter, rect, scale, 1.0, LIMITS[0], text)
         for i, value in enumerate(shown):
             h = rect.height() * value / scale
             painter.fillRect(QRectF(rect.left() + (i + 0.15) * slot, rect.bottom() - h,
@@ -73,7 +81,7 @@ class CadenceChart(QWidget):
         slot = self._pixels_per_second(rect.width()) * FRAME_S
         shown = self.stats.frame_times[-int(rect.width() // slot):]
         scale = max(0.1, 1.1 * float(shown.max())) if len(shown) else 0.1
-        self._axes(painter, rect, scale, FRAME_S, "80 ms", text)
+        self._axes(painter, rect, scale, FRAME_S, LIMITS[1], text)
         for i, value in enumerate(shown):
             h = rect.height() * value / scale
             painter.fillRect(QRectF(rect.left() + i * slot, rect.bottom() - h, slot, h),

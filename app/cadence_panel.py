@@ -15,6 +15,7 @@ from .cadence_chart import LEGEND, CadenceChart, colour
 from .cadence_gauge import CadenceGauge
 from .cadence_stats import CadenceStats
 from .engine_pane import EnginePane
+from .plain_words import OPTIONS, REFUSALS, STAGES, tip
 from .runtime_controls import RuntimeControls
 
 if TYPE_CHECKING:
@@ -38,30 +39,35 @@ class CadencePanel(QWidget):
         self.legend = QLabel(" &nbsp; ".join(f'<span style="color:{colour(self, role).name()}">■</span>&nbsp;'
                                              + words.replace(" ", "&nbsp;") for role, words in LEGEND))
         self.legend.setWordWrap(True)
-        self.speak_label = _detail(
-            "SPEAK time: the engine time spent producing each second of the model's speech. Over 1 s "
-            "(the cadence) that second fell behind; p99: 99 of 100 seconds took at most this long.")
-        self.frame_label = _detail(
-            "Engine time of each 80 ms frame (1/12.5 s of speech); an overrun took longer than the frame lasts.")
-        self.stage_label = _detail(
-            "Where a frame's time goes: encode (the microphone's audio to tokens), backbone (the large "
-            "transformer), depformer (the small one that writes the audio codes), decode (codes to speech).")
-        self.diffuplex_label = _detail(
-            "DiffuPlex lets one backbone run (a wake) predict several frames; the predicted frames it "
-            "plays run no backbone of their own. A revision: a wake that threw away a plan.")
-        self.refusal_label = _detail(
-            "Why predicted frames were not played, counted per wake: their confidence was below τ, the "
-            "user did not say what was predicted (verification), or, under LISTEN, the model would speak.")
-        self.memory_label = _detail(
-            "GPU memory the app uses now; the streaming state is the conversation's memory of what was said.")
-        self.audio_label = _detail(
-            "The microphone's audio waiting for the engine, and audio lost: an overflow drops microphone "
-            "audio, an underflow is a gap in the speaker's.")
+        self.speak_label = _detail(tip(
+            "The engine time spent producing each second of the model's speech. Over 1 s that second "
+            "fell behind (it was not on time); 99 in 100 within: 99 of 100 seconds took at most this long.",
+            "SPEAK time", "cadence", "p99"))
+        self.frame_label = _detail(tip(
+            "Engine time of each 80 ms step (1/12.5 s of speech); one too slow took longer than the step lasts.",
+            "frame", "overrun"))
+        self.stage_label = _detail(tip(
+            "Where a step's time goes: hearing you (the microphone's audio into tokens), the large model "
+            "(the transformer that thinks), the small model (the one that writes the voice's codes), making "
+            "the sound (codes into speech).", "encode", "backbone", "depformer", "decode"))
+        self.diffuplex_label = _detail(tip(
+            "DiffuPlex lets one run of the large model guess several steps ahead; the guessed steps it "
+            "plays need no run of their own. A plan dropped: a run that threw its guesses away.",
+            "wake", "revision"))
+        self.refusal_label = _detail(tip(
+            "Why guessed steps were not played, counted per run of the large model: their confidence was "
+            "below what is needed, you did not say what was guessed, or, guessing only while listening, "
+            "the model was about to speak.", "τ", "verification", "LISTEN"))
+        self.memory_label = _detail(tip(
+            "GPU memory the app uses now; the conversation memory holds what was said so far.", "streaming state"))
+        self.audio_label = _detail(tip(
+            "Audio waiting: the microphone's for the engine, the model's for the speaker. Lost: microphone "
+            "audio dropped, and gaps in the speaker's audio.", "queue", "overflow", "underflow"))
         self.change_label = _detail("A switch you changed: being prepared, or when it took effect.")
         self.controls = RuntimeControls(options, machine=machine)
         self.controls.changed.connect(self.options_changed)
         self.controls.adapter_requested.connect(self.adapter_requested)
-        controls_box = QGroupBox("Runtime (changes apply between frames)")
+        controls_box = QGroupBox("Engine switches (a change applies from the next step)")
         QVBoxLayout(controls_box).addWidget(self.controls)
         body = QWidget()
         details = QVBoxLayout(body)
@@ -77,6 +83,8 @@ class CadencePanel(QWidget):
         layout.addWidget(self.chart, 1)
         layout.addWidget(self.legend)
         layout.addWidget(self.engine_pane)
+        # As wide as the open pane needs, folded too: opening it must not move the splitter.
+        self.setMinimumWidth(max(layout.minimumSize().width(), body.minimumSizeHint().width()))
         self.reset()
 
     def reset(self, backlog_cap_s: float | None = None) -> None:
@@ -85,7 +93,7 @@ class CadencePanel(QWidget):
         self._backlog_cap_s = backlog_cap_s
         self.stats = CadenceStats()
         self.diffuplex = DiffuPlexStats()
-        self.diffuplex_label.setText("DiffuPlex: —")
+        self.diffuplex_label.setText("Guessing ahead (DiffuPlex): —")
         self.refusal_label.hide()
         self.chart.stats = self.stats
         self._refresh_labels()
@@ -105,7 +113,7 @@ class CadencePanel(QWidget):
         self._refresh_labels()
         memory = ("GPU memory in use: n/a (running on CPU)" if out.gpu_memory_bytes is None
                   else f"GPU memory in use: {out.gpu_memory_bytes / 2**30:.2f} GiB")
-        memory += f" · streaming state {out.state_bytes / 2**20:.1f} MiB"
+        memory += f" · conversation memory {out.state_bytes / 2**20:.1f} MiB"
         self.memory_label.setText(memory)
         self.audio_label.setText(_audio_line(report.counters, self._backlog_cap_s))
         change = _change_line(out, report.index)
@@ -136,30 +144,31 @@ class CadencePanel(QWidget):
     def _show_diffuplex(self) -> None:
         d = self.diffuplex
         if not d.frames:
-            self.diffuplex_label.setText("DiffuPlex: off (policy AR: the backbone runs every frame)")
+            self.diffuplex_label.setText("Guessing ahead (DiffuPlex): off, the large model runs every step")
             return
         self.diffuplex_label.setText(
-            f"DiffuPlex: {d.played_per_wake:.2f} predicted frames played per wake · "
-            f"{d.wakes_per_second:.2f} wakes/s · {d.revisions} revisions")
-        lines = d.refusal_lines()
+            f"Guessing ahead (DiffuPlex): {d.played_per_wake:.2f} guessed steps played per run of the large "
+            f"model · {d.wakes_per_second:.2f} runs a second · {d.revisions} plans dropped")
+        lines = [f"{count} × {REFUSALS.get(why, why)}"
+                 for why, count in sorted(d.refusals.items(), key=lambda item: -item[1])]
         if lines:
             tau = self.controls.options().tau
             confidence = "" if d.mean_confidence is None else \
-                f" (the predictions' mean confidence {d.mean_confidence:.2f}; τ is {tau:.2f})"
-            self.refusal_label.setText("Not played: " + "; ".join(lines) + confidence)
+                f" (the guesses' mean confidence {d.mean_confidence:.2f}; {tau:.2f} is needed)"
+            self.refusal_label.setText("Guesses not played: " + "; ".join(lines) + confidence)
         self.refusal_label.setVisible(bool(lines))
 
     def _refresh_labels(self) -> None:
         s = self.stats
         self.gauge.show_stats(s)
         self.speak_label.setText(
-            f"SPEAK per second: mean {s.speak_mean():.3f} s · p99 {s.speak_p99():.3f} s · "
-            f"seconds over cadence {s.seconds_over()}")
+            f"Each second of speech took {s.speak_mean():.3f} s on average · 99 in 100 within "
+            f"{s.speak_p99():.3f} s · {s.seconds_over()} seconds late")
         self.frame_label.setText(
-            f"Per frame: mean {1000 * s.frame_mean():.1f} ms · p99 {1000 * s.frame_p99():.1f} ms"
-            f" · overruns (> 80 ms) {s.frame_overruns()} of {s.frames}")
-        self.stage_label.setText("Stages per frame (mean): " + " · ".join(
-            f"{stage} {1000 * seconds:.1f} ms" for stage, seconds in s.stage_means().items()))
+            f"Each 80 ms step took {1000 * s.frame_mean():.1f} ms on average · 99 in 100 within "
+            f"{1000 * s.frame_p99():.1f} ms · {s.frame_overruns()} of {s.frames} too slow")
+        self.stage_label.setText("Where a step's time goes (average): " + " · ".join(
+            f"{STAGES.get(stage, stage)} {1000 * seconds:.1f} ms" for stage, seconds in s.stage_means().items()))
 
 
 def _detail(tooltip: str) -> QLabel:
@@ -171,31 +180,25 @@ def _detail(tooltip: str) -> QLabel:
 
 
 def _audio_line(c: AudioCounters, backlog_cap_s: float | None) -> str:
-    queue = f"mic queue {1000 * c.input_backlog_s:.0f} ms"
+    waiting = f"microphone {1000 * c.input_backlog_s:.0f} ms"
     if backlog_cap_s is not None:
-        queue += f" (capped at {1000 * backlog_cap_s:.0f} ms; {c.dropped_input_s:.2f} s dropped)"
-    line = (f"Audio: {queue} · mic overflows {c.input_overflows} · "
-            f"speaker underflows {c.output_underflows}")
-    if c.dropped_output_s:
-        line += f" · speaker queue full, {c.dropped_output_s:.2f} s dropped"
+        waiting += f" (at most {1000 * backlog_cap_s:.0f} ms; {c.dropped_input_s:.2f} s dropped)"
+    line = (f"Audio waiting: {waiting}, speaker {1000 * c.output_backlog_s:.0f} ms · lost: microphone "
+            f"{c.input_overflows} times, gaps in the speaker's audio {c.output_underflows}")
+    if c.dropped_output_s:  # the speaker fell further behind than allowed (AudioConfig.max_output_backlog_s)
+        line += f" · {c.dropped_output_s:.2f} s of speech skipped"
     return line
-
-
-_OPTION_NAMES = {"graph_replay": "graph replay", "demand_sized_state": "demand-sized state", "policy": "policy",
-                 "text_temperature": "text temperature", "text_top_k": "text top-k",
-                 "audio_temperature": "audio temperature", "audio_top_k": "audio top-k", "greedy": "greedy",
-                 "seed": "seed", "tau": "confidence τ", "block": "block K", "verify": "verification"}
 
 
 def _change_line(out: FrameOutput, index: int) -> str | None:
     """What the frame says of a change of options: being prepared, or taken effect; else None."""
     def names(fields):
-        return ", ".join(_OPTION_NAMES.get(f, f) for f in fields)
+        return ", ".join(OPTIONS.get(f, f) for f in fields)
 
     if out.applied:
         return f"Applied at {index * FRAME_SECONDS:.1f} s: {names(out.applied)}."
     if out.preparing is not None:
         fields, recorded, total = out.preparing
-        return (f"Preparing {names(fields)}: recording graphs, {recorded} of {total}. "
-                "The conversation goes on as it was until they are ready.")
+        return (f"Preparing {names(fields)}: {recorded} of {total} parts ready. "
+                "The conversation goes on as it was until they all are.")
     return None

@@ -22,6 +22,7 @@ def _codec(args) -> None:
         AudioOutput,
         CodecSession,
         OutputFiles,
+        check_distinct,
         check_writable,
         limit_cpu_threads,
         load_model_mimi,
@@ -29,6 +30,7 @@ def _codec(args) -> None:
         select_device,
     )
 
+    check_distinct({"--input": args.input, "--model": args.model}, {"--output": args.output})
     check_writable(args.output)
     output_format(args.output)
     device = select_device(args.device)

@@ -89,13 +89,28 @@ def _remote_fit(client, name: str, weights: str, device) -> str:
     return text + ("; fits: " if plan.memory.fits else "; does not fit: ") + plan.memory.describe()
 
 
-def _download(args) -> None:
-    from engine import DownloadCancelled, HubClient, plan_download, select_device, size_text
+_TOKEN_HINTS = {"gated": "; set HF_TOKEN, or run `duplexcadence login`",
+                "token": "; store it with `duplexcadence login` (or set HF_TOKEN)"}
+"""What a token failure's next step is from a terminal (the engine's message says what failed)."""
 
+
+def _download(args) -> None:
+    from engine import HubError
+    try:
+        _fetch(args)
+    except HubError as exc:
+        raise ValueError(f"{exc}{_TOKEN_HINTS.get(exc.reason, '')}") from None
+
+
+def _fetch(args) -> None:
+    from huggingface_hub.utils import logging as hub_logging
+
+    from engine import DownloadCancelled, HubClient, HubError, plan_download, select_device, size_text
+    hub_logging.set_verbosity_error()  # its retries are its own; the one line it ends in is ours
     client = HubClient()
     plan = plan_download(client, args.name, args.weights, select_device(args.device))
     if plan.remote.gated and not client.token:
-        raise ValueError(client.gated_hint(plan.remote.repo) + "; set HF_TOKEN, or run `duplexcadence login`")
+        raise HubError(client.gated_hint(plan.remote.repo), "gated")
     if plan.note:
         print(plan.note, file=sys.stderr)
     if plan.memory is not None and not plan.memory.fits:
@@ -106,21 +121,30 @@ def _download(args) -> None:
         folder = client.download(plan.remote, bar.show, cancel)
     except (KeyboardInterrupt, DownloadCancelled):
         cancel.set()
-        bar.end()
         raise ValueError(f"{plan.remote.repo}: download stopped; the complete files are kept, run the same "
                          "command to fetch the rest") from None
-    bar.end()
+    finally:
+        bar.end()  # an error, too, is a line of its own
     print(f"downloaded {plan.remote.repo} to {folder}; talk with it: duplexcadence --model {plan.remote.repo}",
           file=sys.stderr)
 
 
 class _ProgressLine:
-    """One line on stderr, redrawn a few times a second."""
+    """On a terminal, one line on stderr redrawn a few times a second; piped (to a log, or
+    another program), plain lines: one as each file starts, and one at each tenth of the whole."""
 
     def __init__(self):
         self._last, self._shown = 0.0, False
+        self._plain = not sys.stderr.isatty()
+        self._file, self._tenth = None, 0
 
     def show(self, progress) -> None:
+        if self._plain:
+            tenth = 10 * progress.done_bytes // max(1, progress.total_bytes)
+            if progress.file != self._file or tenth > self._tenth:
+                self._file, self._tenth = progress.file, tenth
+                print(f"{progress.file}: {progress.describe()}", file=sys.stderr, flush=True)
+            return
         now = time.monotonic()
         if now - self._last < PROGRESS_EVERY_S and progress.done_bytes < progress.total_bytes:
             return
@@ -130,7 +154,7 @@ class _ProgressLine:
         sys.stderr.flush()
 
     def end(self) -> None:
-        if self._shown:
+        if self._shown and not self._plain:
             sys.stderr.write("\n")
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import math
 import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("duplexcadence.conversation")
 IDLE_WAIT_S = 0.004  # between polls of the microphone ring while no frame is complete
+SKIP_TOLD_EVERY = 25  # frames: the window hears of speech skipped at most this often, and at the end
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ConversationSignals(QObject):
     started = pyqtSignal()          # prompts done, audio running
     frame = pyqtSignal(object)      # FrameReport
     notice = pyqtSignal(str)        # something the user should know; the conversation goes on
+    warning = pyqtSignal(str)       # the same, for the message bar: something went wrong
     failed = pyqtSignal(str)        # the conversation had to stop; says why
     finished = pyqtSignal(object)   # ConversationEnd, always last
 
@@ -70,6 +73,11 @@ class ConversationWorker(threading.Thread):
         self._muted = False
         self._echo_changed: EchoSettings | None = None  # for the recording's notes
         self._stopping = threading.Event()
+        # Frames waiting for what the speaker played meanwhile (the recording's model channel):
+        # (microphone frame, the model's text, notes to make before it).
+        self._unrecorded: deque[tuple[np.ndarray, str, list]] = deque()
+        self._skipped_s = self._skipped_told_s = 0.0
+        self._skip_told_at = -SKIP_TOLD_EVERY
 
     def set_options(self, options: RuntimeOptions) -> None:
         """GUI thread: checked now, applied by the engine before its next frame (the
@@ -116,14 +124,14 @@ class ConversationWorker(threading.Thread):
         if self.recorder is None:
             return
         try:
+            self._record_played(final=True)
             self.recorder.close()
         except OSError as exc:  # e.g. the disk filled up: what was flushed is still there
             log.exception("closing the recording failed")
             self.signals.failed.emit(f"The recording could not be completed: {exc}")
 
     def _converse(self) -> None:
-        self._reset_session()
-        if self._stopping.is_set():  # stopped while the prompts played
+        if not self._reset_session() or self._stopping.is_set():  # refused, or stopped while the prompts played
             return
         self.link.start()
         self.signals.started.emit()
@@ -143,27 +151,66 @@ class ConversationWorker(threading.Thread):
             if self._muted:
                 frame = np.zeros_like(frame)
             out = self.session.step(frame)
-            self.link.write_frame(out.pcm)
+            self._count_skipped(index, self.link.write_frame(out.pcm))
             if self.recorder is not None:
+                notes = []
                 if self.session.options is not options:  # applied with this frame
                     options = self.session.options
-                    self.recorder.note_options(dataclasses.asdict(options))
+                    notes.append((self.recorder.note_options, dataclasses.asdict(options)))
                 echo, self._echo_changed = self._echo_changed, None
                 if echo is not None:
-                    self.recorder.note_audio_processing(dataclasses.asdict(echo))
-                self.recorder.add_frame(frame, out.pcm, out.text)
+                    notes.append((self.recorder.note_audio_processing, dataclasses.asdict(echo)))
+                self._unrecorded.append((frame, out.text, notes))
+            self._record_played()
             self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
                                                 self.link.output_level_dbfs(), self.link.echo_state()))
             index += 1
 
-    def _reset_session(self) -> None:
-        """A fresh conversation; PersonaPlex replays its voice and role prompts first."""
+    def _record_played(self, final: bool = False) -> None:
+        """Each frame is recorded once the speaker has played what goes beside it."""
+        for played in self.link.played_frames(final):  # taken without a recorder too: not kept
+            if not self._unrecorded:
+                break
+            frame, text, notes = self._unrecorded.popleft()
+            for note, value in notes:
+                note(value)
+            self.recorder.add_frame(frame, played, text)
+
+    def _count_skipped(self, index: int, skipped_s: float) -> None:
+        """Speech the speaker never played: marked in the recording, told in the window."""
+        if skipped_s:
+            self._skipped_s += skipped_s
+            if self.recorder is not None:
+                self.recorder.note_speaker_skip(index, skipped_s, self.link.counters().output_backlog_s)
+        due = index - self._skip_told_at >= SKIP_TOLD_EVERY
+        if self._skipped_s > self._skipped_told_s and (due or not skipped_s):
+            self._skipped_told_s, self._skip_told_at = self._skipped_s, index
+            marked = " The recording marks where." if self.recorder is not None else ""
+            self.signals.warning.emit(
+                f"The speaker fell more than {self.link.config.max_output_backlog_s:g} s behind the model "
+                f"(the computer could not keep up for a while): {self._skipped_s:.2f} s of the model's "
+                f"speech was skipped, not played.{marked}")
+
+    def _reset_session(self) -> bool:
+        """A fresh conversation; PersonaPlex replays its voice and role prompts first. False
+        when they are refused (too long, an unreadable voice prompt): the window says why."""
         if self.persona is None:
             self.session.reset()
-            return
+            return True
         from engine import Persona
+
+        from .prompt_progress import PromptProgress, window_prompt_text
+        persona = Persona(*self.persona)
+        try:
+            self.session.check_persona(persona)
+        except ValueError as exc:
+            log.warning("prompts refused: %s", exc)
+            self.signals.failed.emit(f"The conversation did not start: {exc}")
+            return False
         self.signals.notice.emit("Playing the voice and role prompts to the model…")
-        self.session.reset(Persona(*self.persona), cancelled=self._stopping.is_set)
+        progress = PromptProgress(lambda done, total: self.signals.notice.emit(window_prompt_text(done, total)))
+        self.session.reset(persona, cancelled=self._stopping.is_set, progress=progress)
+        return True
 
 
 def _dbfs(frame: np.ndarray) -> float:

@@ -1,8 +1,9 @@
 """One conversation at a time: starting it (loading the chosen model first when needed),
 stopping it, muting, runtime switches reaching the engine thread, and each frame it reports
-shown in the conversation view, the cadence panel and the level meter. Start is enabled only
-while the model the picker shows is loaded and nothing loads: a click then always means a
-conversation, at once (the picker's Load button is where loading, with its progress, is)."""
+shown in the conversation view, the cadence panel and the level meter. Start is enabled while
+a model is loaded (the one loaded, whichever the picker shows) and nothing loads: a click then
+always means a conversation, at once (the picker's Load button is where loading, with its
+progress, is)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +19,7 @@ from .cadence_panel import CadencePanel
 from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
 from .conversation_view import ConversationView
 from .device_picker import DevicePicker
+from .echo_cancel import HEARD_DB
 from .file_feed import FileFeed
 from .message_bar import MessageBar
 from .model_controller import ModelController
@@ -29,6 +31,7 @@ from .recorder import ConversationRecorder
 class ConversationController(QObject):
     status = pyqtSignal(str)  # for the status bar; "" clears it
     recording_shown = pyqtSignal(object, str)  # a recording's Path, and what it is ("Recording to", ...)
+    _link_notice = pyqtSignal(str, str)  # the audio link's (text, kind), from the engine thread
 
     def __init__(self, models: ModelController, settings: AppSettings, audio_config: AudioConfig, *,
                  start_button: QPushButton, stop_button: QPushButton, record_box: QCheckBox,
@@ -49,6 +52,7 @@ class ConversationController(QObject):
         self.signals.frame.connect(self._show_frame)
         self.signals.notice.connect(self.status)
         self.signals.failed.connect(message_bar.show_message)
+        self.signals.warning.connect(lambda text: message_bar.show_message(text, "warning"))
         self.signals.finished.connect(self._on_finished)
         self._busy = False
         models.ready.connect(self._on_model_ready)
@@ -63,7 +67,9 @@ class ConversationController(QObject):
         device_picker.speaker_muted_changed.connect(self._on_speaker_gain)
         device_picker.echo_changed.connect(self._on_echo)
         device_picker.notice.connect(lambda text: self._message_bar.show_message(text, "info"))
-        device_picker.device_lost.connect(lambda text: self._message_bar.show_message(text, "info"))
+        device_picker.device_lost.connect(lambda text: self._message_bar.show_message(text, "warning"))
+        device_picker.device_chosen.connect(self._on_device_chosen)
+        self._link_notice.connect(self._show_link_notice)
         self._update_start()
 
     @property
@@ -74,7 +80,7 @@ class ConversationController(QObject):
         """Talk through the chosen devices, or through `feed` (e.g. a FileFeed)."""
         if self.worker is not None:
             return
-        loaded = self._models.chosen_model()
+        loaded = self._models.loaded  # the one loaded, whichever the picker shows now
         if loaded is None:
             self._start_when_loaded, self._pending_feed = True, feed
             self._models.load()
@@ -127,14 +133,15 @@ class ConversationController(QObject):
                 f"No {missing} found. Connect one: it shows in the Audio box (press Refresh if it does not).")
             return None
         try:
-            return AudioLink(microphone, speaker, self.audio_config, echo=self._device_picker.echo_settings())
+            return AudioLink(microphone, speaker, self.audio_config, echo=self._device_picker.echo_settings(),
+                             notify=self._link_notice.emit)
         except AudioDeviceError as exc:
             self._message_bar.show_message(str(exc))
             return None
 
     def _persona(self, loaded: LoadedModel) -> tuple[str | None, str] | None:
         """PersonaPlex's (voice, role) as chosen now (and remembered); None for other models."""
-        if not loaded.voices:
+        if not loaded.takes_role:
             return None
         voice, role = self._model_picker.persona()
         self._model_picker.remember_persona()
@@ -185,10 +192,10 @@ class ConversationController(QObject):
             ready, why = False, "A conversation is running."
         elif self._busy:
             ready, why = False, "Wait for the model (or its predictor) to finish loading."
-        elif self._models.chosen_model() is None:
-            ready, why = False, "Load the chosen model first (Load, above): Start is ready once it is."
+        elif self._models.loaded is None:
+            ready, why = False, "Load a model first (Load, in the Model box): Start is ready once it is."
         else:
-            ready, why = True, "Start talking with the loaded model."
+            ready, why = True, f"Talk with {self._models.loaded.name}, the model loaded."
         self._start_button.setEnabled(ready)
         self._start_button.setToolTip(why)
 
@@ -219,15 +226,26 @@ class ConversationController(QObject):
         if self.worker is not None:
             self.worker.set_echo(settings)
 
+    def _on_device_chosen(self, kind: str, device) -> None:
+        """Mid-conversation: the conversation moves to `device` (None: the microphone is gone,
+        silence), as the engine thread gets to it; a file feed has no devices to move."""
+        link = self.worker.link if self.worker is not None else None
+        if isinstance(link, AudioLink):
+            link.use_device(kind, device)
+
+    def _show_link_notice(self, text: str, kind: str) -> None:
+        if kind == "status":
+            self.status.emit(text)
+        else:
+            self._message_bar.show_message(text, kind)
+
 
 def _echo_text(echo) -> str:
-    """The Audio box's echo line: the state in words, with how much echo it removes."""
+    """The Audio box's echo line: the state in words (short: a longer line would widen the
+    Audio box, and the window), and, once learned, how much echo it removes."""
     if echo.state == "off":
         return "off"
-    if echo.state == "converging":  # short: a longer line would widen the Audio box, and the window
-        return "learning the room"
-    # Under a few dB there was little echo to remove (the user talking, or a quiet speaker):
-    # "0 dB removed" would read as a fault.
-    heard = echo.attenuation_db is not None and echo.attenuation_db >= 3
-    removed = f", {echo.attenuation_db:.0f} dB removed" if heard else ""
-    return f"active{removed}"
+    if echo.state == "converging":  # it learns from the model's own voice
+        return "learning the room…" if echo.voice_s > 0 else "learns the room when the model speaks"
+    heard = echo.attenuation_db is not None and echo.attenuation_db >= HEARD_DB
+    return f"learned: {echo.attenuation_db:.0f} dB of echo removed" if heard else "learned: no echo heard"

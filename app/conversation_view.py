@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 from PyQt6.QtCore import pyqtSignal
-from PyQt6.QtGui import QPalette, QTextCharFormat, QTextCursor
+from PyQt6.QtGui import QFontMetrics, QPalette, QTextCharFormat, QTextCursor
 from PyQt6.QtWidgets import (
     QApplication,
     QFileDialog,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
-    QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +31,7 @@ LINE_S = 10.0         # ... and so does one this long after its line's mark (a l
 SPEAKING_DBFS = -40.0  # the model's output above this level is speech, not silence
 HOLD_FRAMES = 5       # speaking stays shown this many frames after the last loud one (no flicker)
 TEXT_SCALE = 1.5
+RECORDING = "Recording"
 
 
 def time_mark(seconds: float) -> str:
@@ -56,11 +57,11 @@ class ConversationView(QWidget):
         font = self.text.font()
         font.setPointSizeF(font.pointSizeF() * TEXT_SCALE)
         self.text.setFont(font)
-        self.copy_button = QPushButton("Copy")
+        self.copy_button = _text_button("Copy")
         self.copy_button.setToolTip("Copy the selected words, or all of them, to the clipboard.")
-        self.save_button = QPushButton("Save…")
+        self.save_button = _text_button("Save…")
         self.save_button.setToolTip("Save the words as text, with their time marks.")
-        self.clear_button = QPushButton("Clear")
+        self.clear_button = _text_button("Clear")
         self.clear_button.setToolTip("Clear the words shown (a recording's transcript is kept).")
         top = QHBoxLayout()
         for widget in leading:
@@ -71,6 +72,7 @@ class ConversationView(QWidget):
         top.addStretch(1)
         for widget in (self.copy_button, self.save_button, self.clear_button):
             top.addWidget(widget)
+        self._reserve_room()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
@@ -98,7 +100,7 @@ class ConversationView(QWidget):
         self._append(("" if self.text.document().isEmpty() else "\n\n") + title, self._aside)
         self.clock.setText("0:00")
         dot = f'<span style="color:{colour(self, OVER).name()}">●</span>'
-        self.recording.setText(f"{dot} Recording" if recording else "")
+        self.recording.setText(f"{dot} {RECORDING}" if recording else "")
         self.recording.setVisible(recording)
         self._show_speaking(False)
 
@@ -156,10 +158,34 @@ class ConversationView(QWidget):
         self.text.setTextCursor(cursor)
         self.text.ensureCursorVisible()
 
+    def _reserve_room(self) -> None:
+        """The top row is as wide in a conversation as out of one: the states' widest text, the
+        clock's, and the recording mark's room kept while it is hidden. Were it to widen when a
+        conversation starts, the splitter would squeeze the panel beside it."""
+        bold = self.indicator.font()
+        bold.setBold(True)
+        widest = max(QFontMetrics(font).horizontalAdvance(text) for font, text in (
+            (self.indicator.font(), "Not in a conversation"), (bold, "● Model speaking"), (bold, "○ Model listening")))
+        self.indicator.setMinimumWidth(widest + 2)
+        self.clock.setMinimumWidth(self.clock.fontMetrics().horizontalAdvance("00:00") + 2)
+        self.recording.setText(f"● {RECORDING}")
+        self.recording.setMinimumWidth(self.recording.sizeHint().width())
+        policy = self.recording.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.recording.setSizePolicy(policy)
+
     def _show_speaking(self, speaking: bool) -> None:
         self.indicator.setText("● Model speaking" if speaking else "○ Model listening")
         shade = f" color: {colour(self, UNDER).name()};" if speaking else ""
         self.indicator.setStyleSheet("font-weight: bold;" + shade)
+
+
+def _text_button(text: str) -> QToolButton:
+    """A button as wide as its word: a push button's 80 px minimum, three times over, would
+    crowd the top row."""
+    button = QToolButton()
+    button.setText(text)
+    return button
 
 
 def _dbfs(pcm: np.ndarray) -> float:

@@ -9,10 +9,12 @@ import threading
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from PyQt6.QtCore import QObject, QStandardPaths, pyqtSignal
+from PyQt6.QtCore import QObject, QStandardPaths, Qt, QUrl, pyqtSignal
+from PyQt6.QtGui import QDesktopServices
 from PyQt6.QtWidgets import QMessageBox, QWidget
 
 log = logging.getLogger("duplexcadence")
+LOG_NAME = "duplexcadence.log"
 
 
 def default_log_dir() -> Path:
@@ -20,10 +22,26 @@ def default_log_dir() -> Path:
     return Path(base) / "logs"
 
 
+def show_log(parent: QWidget, path: Path | None = None) -> QMessageBox | None:
+    """Help → Show log: the log file (default: the app's) in the desktop's viewer, else its folder
+    in the file manager; where neither opens (no desktop handler), a dialog with its path, which
+    it returns (open, for the caller to keep)."""
+    path = path or default_log_dir() / LOG_NAME
+    for target in (path, path.parent):
+        if target.exists() and QDesktopServices.openUrl(QUrl.fromLocalFile(str(target))):
+            return None
+    text = f"The log is {path}" if path.exists() else f"Nothing is logged yet; the log will be {path}"
+    box = QMessageBox(QMessageBox.Icon.Information, "Log", f"{text} (this desktop opened neither it nor its "
+                      "folder).", QMessageBox.StandardButton.Ok, parent)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    box.open()
+    return box
+
+
 def setup_logging(log_dir: Path) -> Path:
     """Route the app's and the engine's log records to a rotating file; returns its path."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "duplexcadence.log"
+    path = log_dir / LOG_NAME
     handler = RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8",
                                   delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s "
@@ -67,6 +85,8 @@ class CrashReporter(QObject):
                           "Something went wrong, but the app is still running.",
                           QMessageBox.StandardButton.Ok, self.parent_window)
         box.setInformativeText(f"{summary}\n\nThe details were written to:\n{self.log_path}")
+        box.addButton("Show log", QMessageBox.ButtonRole.ActionRole).clicked.connect(
+            lambda: show_log(self.parent_window, self.log_path))
         box.setModal(False)
         box.show()
         self.last_dialog = box

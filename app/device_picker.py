@@ -21,11 +21,11 @@ from PyQt6.QtWidgets import (
 from . import audio_devices, sound_server
 from .app_settings import AppSettings
 from .audio_devices import AudioDevice
+from .device_choices import DeviceChoices, item_text, lost_text
 from .echo_cancel import EchoSettings
 
 METER_FLOOR_DB = -60
 KINDS = ("input", "output")
-WHAT = {"input": "microphone", "output": "speaker"}
 NONE_FOUND = {"input": "No microphone found", "output": "No speaker found"}
 # Plugging a headset sends a burst of events (its sink, its source, a new default): one
 # refresh after the burst, not one per event.
@@ -38,16 +38,15 @@ class DevicePicker(QGroupBox):
     volume_changed = pyqtSignal(float)        # the speaker's gain, 0..1
     echo_changed = pyqtSignal(object)         # EchoSettings
     device_lost = pyqtSignal(str)             # a running conversation's device went away: what to tell
-    notice = pyqtSignal(str)                  # a remembered device is missing: what to tell
+    device_chosen = pyqtSignal(str, object)   # mid-conversation: (kind, device) to move to; None: silence
+    notice = pyqtSignal(str)                  # a remembered device is missing, or back: what to tell
 
     def __init__(self, settings: AppSettings, parent=None):
         super().__init__("Audio", parent)
         self.settings = settings
-        self._devices: dict[str, list[AudioDevice]] = {}
+        self._shown: dict[str, tuple] = {}  # per list: the devices listed, and an unplugged one in use
         self._running = False
-        self._in_use: dict[str, AudioDevice | None] = {}
-        self._report_loss = False
-        self._told: set[str] = set()          # keys of missing devices the user was told about
+        self._choices = DeviceChoices(settings)
         self._pending_notices: list[str] = []
         self._build_widgets()
         self._build_layout()
@@ -94,9 +93,10 @@ class DevicePicker(QGroupBox):
                                           "the speaker plays it, out of what the microphone hears.")
         self.echo_state = QLabel()
         self.echo_state.setWordWrap(True)  # a long state wraps rather than widening the Audio box
-        self.echo_state.setToolTip("What echo cancellation is doing. Converging: still learning how sound "
-                                   "travels from your speaker to your microphone (the first seconds). "
-                                   "Active: removing the echo. Off: not running.")
+        self.echo_state.setToolTip("What echo cancellation is doing. Learning the room (converging): how sound "
+                                   "travels from your speaker to your microphone, from the model's first "
+                                   "seconds of speech. Learned: how much echo it removes, or that none was "
+                                   "heard (headphones). Off: not running.")
         self.noise_suppression = QCheckBox("Noise suppression")
         self.noise_suppression.setChecked(echo.noise_suppression)
         self.noise_suppression.setToolTip("Turns down steady background noise (fans, hum) before the model "
@@ -148,8 +148,8 @@ class DevicePicker(QGroupBox):
         self.volume.valueChanged.connect(self._on_volume)
         for box in (self.echo_cancellation, self.noise_suppression, self.high_pass):
             box.toggled.connect(self._on_echo)
-        self.microphone.activated.connect(lambda: self._remember("input"))
-        self.speaker.activated.connect(lambda: self._remember("output"))
+        self.microphone.activated.connect(lambda: self._on_chosen("input"))
+        self.speaker.activated.connect(lambda: self._on_chosen("output"))
 
     # --- devices ------------------------------------------------------------------------
     def refresh(self, rescan: bool = False) -> None:
@@ -158,7 +158,7 @@ class DevicePicker(QGroupBox):
         is skipped while a conversation runs, as it would close the conversation's streams."""
         if rescan and not self._running:
             audio_devices.rescan()
-            self._devices.clear()  # PortAudio's indices may have moved: rebuild the items
+            self._shown.clear()  # PortAudio's indices may have moved: rebuild the items
         for kind in KINDS:
             self._show(kind, audio_devices.list_devices(kind))
 
@@ -166,20 +166,17 @@ class DevicePicker(QGroupBox):
         return self._combo(kind).currentData()
 
     def set_running(self, running: bool, uses_devices: bool = True) -> None:
-        """Devices are fixed while a conversation runs (`uses_devices`: through the selected
-        devices rather than from a file); the lists still follow the sound server, so that a
-        device unplugged meanwhile is reported."""
+        """While a conversation runs through the selected devices (`uses_devices`, rather than
+        from a file), the lists follow them: another device picked, the one in use unplugged
+        or back, each is emitted as `device_chosen` (and the loss as `device_lost`). Refresh
+        waits: re-initialising PortAudio would close the conversation's streams."""
         self._running = running
-        self._in_use = {kind: self.selected(kind) for kind in KINDS} if running else {}
-        self._report_loss = running and uses_devices
+        self._choices.follow({kind: self.selected(kind) for kind in KINDS} if running and uses_devices else None)
         self.refresh_button.setEnabled(not running)
         if not running:
             self.meter.setValue(METER_FLOOR_DB)
             self.output_meter.setValue(METER_FLOOR_DB)
-            self.refresh()  # the remembered choices again, not those the conversation held on to
-        for kind in KINDS:
-            combo = self._combo(kind)
-            combo.setEnabled(not running and combo.currentData() is not None)
+        self.refresh()  # the remembered choices again, not those the conversation held on to
 
     def _combo(self, kind: str) -> QComboBox:
         return self.microphone if kind == "input" else self.speaker
@@ -189,49 +186,38 @@ class DevicePicker(QGroupBox):
 
     def _show(self, kind: str, devices: list[AudioDevice]) -> None:
         combo = self._combo(kind)
-        if devices != self._devices.get(kind):  # unchanged lists are left alone (an open popup stays)
-            self._devices[kind] = devices
+        index = self._choices.choose(kind, devices)
+        lost = self._choices.lost.get(kind)
+        if (devices, lost) != self._shown.get(kind):  # unchanged lists are left alone (an open popup stays)
+            self._shown[kind] = (devices, lost)
             combo.clear()
             for device in devices:
-                combo.addItem(_item_text(device, devices), device)
+                combo.addItem(item_text(device, devices), device)
                 combo.setItemData(combo.count() - 1, device.server_name or device.key,
                                   Qt.ItemDataRole.ToolTipRole)
-            if not devices:
+            if lost is not None:
+                combo.addItem(lost_text(lost), lost)
+            elif not devices:
                 combo.addItem(audio_devices.PORTAUDIO_MISSING or NONE_FOUND[kind], None)
-        combo.setCurrentIndex(self._choice(kind, devices))
-        combo.setEnabled(bool(devices) and not self._running)
+        combo.setCurrentIndex(index)
+        combo.setEnabled(bool(devices) or lost is not None)
+        self._emit(self._choices.take_events())
 
-    def _choice(self, kind: str, devices: list[AudioDevice]) -> int:
-        """Which item to select: the device in use while running, else the remembered one;
-        the system default when that is gone (saying so once)."""
-        default = next((i for i, d in enumerate(devices) if d.is_default), 0)
-        if self._running:
-            in_use = self._in_use.get(kind)
-            found = None if in_use is None else _find(devices, in_use.key)
-            # The sound server moves a stream whose device went away to the default by itself;
-            # a list that no longer comes from the server means the server went away (and the
-            # stream with it, which the conversation reports).
-            if (found is None and self._report_loss and in_use is not None and in_use.server_name is not None
-                    and audio_devices.server_listed(devices)):
-                # The default from now on, even should the device come back: the stream stays
-                # where the server moved it.
-                self._in_use[kind] = None
-                self._told.add(in_use.key)  # (no "not connected" notice for it after this)
-                self.device_lost.emit(
-                    f"The {WHAT[kind]} “{in_use.name}” was unplugged: the sound server moved the "
-                    "conversation to the default; pick another in Audio.")
-            return default if found is None else found
-        key = self.settings.device_key(kind)
-        found = _find(devices, key)
-        if found is not None:
-            self._told.discard(key)  # back: a later absence is news again
-            return found
-        if key and key not in self._told and _same_family(devices, key):
-            self._told.add(key)
-            label = self.settings.device_label(kind) or key
-            self._announce(f"The {WHAT[kind]} “{label}” is not connected: using the system default "
-                           "until it is back.")
-        return default
+    def _on_chosen(self, kind: str) -> None:
+        self._choices.chosen(kind, self.selected(kind))
+        self.refresh()  # an unplugged device's item goes once another is picked
+        self._emit(self._choices.take_events())
+
+    def _emit(self, events: list[tuple[str, object]]) -> None:
+        for what, value in events:
+            if what == "notice":
+                self._announce(value)
+            elif what == "lost":
+                self.device_lost.emit(value)
+            elif what == "back":
+                self.notice.emit(value)
+            else:
+                self.device_chosen.emit(*value)
 
     def _announce(self, text: str) -> None:
         # The first listing runs in __init__, before anyone could connect to `notice`.
@@ -242,12 +228,6 @@ class DevicePicker(QGroupBox):
         notices, self._pending_notices = self._pending_notices, []
         for text in notices:
             self.notice.emit(text)
-
-    def _remember(self, kind: str) -> None:
-        device = self.selected(kind)
-        if device is not None:
-            self.settings.set_device_key(kind, device.key)
-            self.settings.set_device_label(kind, device.name)
 
     # --- switches and meters --------------------------------------------------------------
     def is_muted(self) -> bool:
@@ -307,28 +287,6 @@ class _Relay(QObject):
 
 def _meter_value(dbfs: float) -> int:
     return int(max(METER_FLOOR_DB, min(0.0, dbfs)))
-
-
-def _find(devices: list[AudioDevice], key: str) -> int | None:
-    return next((i for i, d in enumerate(devices) if d.key == key), None)
-
-
-def _same_family(devices: list[AudioDevice], key: str) -> bool:
-    """Whether `key` names a device of the kind listed now (a sound server's, or a PortAudio
-    host API's): only then is its absence news. One remembered before the app listed the
-    server's devices ("ALSA: default"), or Windows' MME before WASAPI was preferred, just
-    is not comparable."""
-    family = key.split(": ", 1)[0]
-    return any(d.key.split(": ", 1)[0] == family for d in devices)
-
-
-def _item_text(device: AudioDevice, devices: list[AudioDevice]) -> str:
-    """The device's name; its server name or host API beside it where two share a name (two
-    "Null Output" sinks, the same card under two host APIs)."""
-    text = device.name
-    if sum(d.name == device.name for d in devices) > 1:
-        text += f" — {device.server_name or device.host_api}"
-    return text + (" (system default)" if device.is_default else "")
 
 
 def _small(text: str) -> QLabel:

@@ -26,6 +26,12 @@ ACTIVE_DB = 15.0
 """Echo attenuation over the last half second of the model's voice above which the canceller
 counts as active (converged); below it, while the model speaks, it is converging."""
 WINDOW = 50  # chunks: half a second
+LEARNED_S = 5.0
+"""Seconds of the model's voice after which the canceller has learned the room: AEC3 converges
+within a few seconds of it. By then, little attenuation means little echo to remove
+(headphones, a quiet speaker), not a canceller still learning."""
+HEARD_DB = 3.0
+"""Attenuation below which there was little echo to remove: "0 dB removed" would read as a fault."""
 MAX_DELAY_MS = 500
 FAR_ACTIVE = 1e-5  # mean square of a far-end chunk (-50 dBFS) that counts as the model speaking
 MIC_HEARS = 1e-6  # mean square of a microphone chunk (-60 dBFS) with something in it to cancel
@@ -47,12 +53,15 @@ class EchoSettings:
 @dataclass(frozen=True)
 class EchoState:
     state: str
-    """"off", "converging" (the model has not spoken long enough to learn the echo) or "active"."""
+    """"off", "converging" (the model has not spoken long enough to learn the echo), "active",
+    or "no_echo" (learned: the model spoke LEARNED_S and its voice barely reached the microphone)."""
     attenuation_db: float | None
     """How much quieter the microphone is after processing while the model speaks (last 0.5 s)."""
     ms_per_frame: float
     """CPU time of the whole canceller (resampling, conversions, the module) per 80 ms of
     microphone audio: the mean so far, on the engine thread."""
+    voice_s: float = 0.0
+    """Seconds of the model's voice the canceller has heard played so far."""
 
 
 def _module(settings: EchoSettings):
@@ -220,6 +229,7 @@ class EchoCanceller:
         """Per chunk: mean squares of the far chunk fed just before it (0 if none), of the chunk
         and of what the module made of it."""
         self._chunks = 0
+        self._voice_chunks = 0  # near chunks processed while the model's voice was playing
         self._spent = 0.0
         self._active = False
         self._delay_ms = -1
@@ -280,6 +290,7 @@ class EchoCanceller:
         out = np.divide(self._apm.pcm[far_rows:rows], FULL_SCALE, dtype=np.float32)
         self._levels.extend(zip(far_levels, levels_in[far_rows:], _mean_squares(out)))
         self._chunks += rows - far_rows
+        self._voice_chunks += sum(level > FAR_ACTIVE for level in far_levels)
         return out.reshape(-1)
 
     def _far_ready(self) -> np.ndarray:
@@ -322,7 +333,11 @@ class EchoCanceller:
             self._active = self._active or attenuation >= ACTIVE_DB  # converged once: AEC3 stays so
         elif len(speaking) >= WINDOW // 2:
             self._active = True  # the model speaks and the microphone hears nearly nothing of it
-        return EchoState("active" if self._active else "converging", attenuation, self._ms_per_frame())
+        voice_s = self._voice_chunks * CHUNK / APM_RATE
+        state = "active" if self._active else "converging"
+        if not self._active and voice_s >= LEARNED_S:
+            state = "active" if attenuation is not None and attenuation >= HEARD_DB else "no_echo"
+        return EchoState(state, attenuation, self._ms_per_frame(), voice_s)
 
     def _ms_per_frame(self) -> float:
         return 1000 * self._spent / self._chunks * 8 if self._chunks else 0.0

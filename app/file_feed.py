@@ -20,6 +20,7 @@ class FileFeed:
         self.description = f"{Path(path).name} → engine (reply not played)"
         self._frames_read = 0
         self._started_at = None
+        self._said: list[np.ndarray] = []
 
     def start(self) -> None:
         self._started_at = time.monotonic()
@@ -36,8 +37,14 @@ class FileFeed:
         self._frames_read += 1
         return frame
 
-    def write_frame(self, pcm: np.ndarray) -> None:
-        pass
+    def write_frame(self, pcm: np.ndarray) -> float:
+        self._said.append(np.array(pcm, dtype=np.float32))
+        return 0.0
+
+    def played_frames(self, final: bool = False) -> list[np.ndarray]:
+        """Nothing is played: the recording's model channel holds what the model said."""
+        said, self._said = self._said, []
+        return said
 
     def output_level_dbfs(self) -> float:
         return -120.0  # nothing is played

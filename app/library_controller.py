@@ -8,12 +8,13 @@ import os
 import time
 from pathlib import Path
 
-from PyQt6.QtCore import QObject
+from PyQt6.QtCore import QEvent, QObject
 from PyQt6.QtWidgets import QMessageBox, QWidget
 
 from engine import READY, free_bytes, missing_files, size_text
 
 from .app_settings import AppSettings
+from .download_advice import ADVICE, download_failure
 from .message_bar import MessageBar
 from .model_controller import ModelController
 from .model_library import (
@@ -46,10 +47,12 @@ class LibraryController(QObject):
         self.last_dialog: QMessageBox | None = None
         self._download_after_check: tuple[str, str | None] | None = None
         self._load_after_scan: str | None = None
+        self._listed_once = False
         self._shown_at, self._shown_file = 0.0, ""
         s = self.signals
         s.listed.connect(self._on_listed)
         s.refreshed.connect(self._on_refreshed)
+        s.rescanned.connect(self._on_rescanned)
         s.planned.connect(self._on_planned)
         s.progress.connect(self._on_progress)
         s.downloaded.connect(self._on_downloaded)
@@ -65,6 +68,9 @@ class LibraryController(QObject):
         # An int4 load may have made the model's int4 copy: its entry then says where, and its size.
         models.ready.connect(lambda loaded: LibraryScan(self.hub, self.signals, self.settings.model_folders,
                                                         refresh=True).start())
+        # A download or removal made from a terminal (the CLI) is noticed when the user comes back
+        # to the window: every click on it activates it first. See _on_rescanned.
+        parent.installEventFilter(self)
 
     def rescan(self) -> None:
         LibraryScan(self.hub, self.signals, self.settings.model_folders).start()
@@ -75,6 +81,25 @@ class LibraryController(QObject):
             self._picker.select(self._load_after_scan)
             self._load_after_scan = None
             self._models.load()
+        elif not self._listed_once:
+            self._models.offer_remembered()
+        self._listed_once = True
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.WindowActivate and self._listed_once and not self.downloading():
+            LibraryScan(self.hub, self.signals, self.settings.model_folders, signal="rescanned").start()
+        return False
+
+    def _on_rescanned(self, entries: list) -> None:
+        """The models on this machine, read again on activation: shown only when they changed.
+        Why on activation rather than a QFileSystemWatcher on the cache: the cache may not exist
+        yet, a download writes deep in it (watches are not recursive), folders may be anywhere,
+        and the user cannot act on a change before coming back to the window."""
+        if self.downloading() or entries == list(self._picker.entries.values()):
+            return
+        log.info("the models on this machine changed (a download or removal made outside the window)")
+        self.plans.clear()
+        self._picker.set_entries(entries)
 
     def _on_refreshed(self, entries: list) -> None:
         """The entries' details updated in place: the list, the choice and what it needs stay."""
@@ -104,25 +129,37 @@ class LibraryController(QObject):
         self._picker.show_fit_checking()
         DownloadCheck(self.hub, self.signals, name, weights, self.device).start()
 
-    def _on_planned(self, name: str, weights, plan, error: str) -> None:
+    def _on_planned(self, name: str, weights, plan, error: str, reason: str) -> None:
         key = (name, weights)
+        client = self.hub.client()
         if plan is not None:
             self.plans[key] = plan
+            gated = plan.remote.gated and not client.token  # Download cannot work before a token
+            why = f"{client.gated_hint(plan.remote.repo)}. {ADVICE['gated'].next_step}" if gated else ""
+            self._picker.set_blocked(name, weights, why, token=True)
+        else:
+            text, advice = download_failure(name, error, reason)
+            self._picker.set_blocked(name, weights, "" if advice.retry else text, advice.token)
         if key == self._download_after_check:
             self._download_after_check = None
             if plan is None:
-                self._picker.set_done(f"Could not download {name}.")
+                self._say_failed(name, text)
             else:
                 self._start(name, plan)
         if key != (self._picker.source(), self._picker.chosen_weights()):
             return
         if plan is None:
-            self._picker.show_fit(error, None)
+            self._picker.show_fit(text, None)
             return
-        client = self.hub.client()
         if plan.remote.gated and not client.token:
             self._picker.show_gated(client.page(plan.remote.repo))
         self._picker.show_needs(self._describe(plan), plan.memory is None or plan.memory.fits)
+
+    def _say_failed(self, name: str, text: str) -> None:
+        """A download the user asked for failed: in the window (and what to do), and in the log."""
+        log.warning("%s", text)
+        self._picker.set_done(f"{name}: not downloaded.")
+        self._message_bar.show_message(text, "error")
 
     def _describe(self, plan) -> str:
         client = self.hub.client()
@@ -173,11 +210,16 @@ class LibraryController(QObject):
         self._load_after_scan = repo  # talk at once: it loads as soon as the list has it
         self.rescan()
 
-    def _on_download_failed(self, name: str, message: str) -> None:
+    def _on_download_failed(self, name: str, message: str, reason: str) -> None:
         self._models.busy_changed.emit(False)
         self.plans.clear()
-        self._picker.set_done(f"{name}: not downloaded.")
-        self._message_bar.show_message(message, "info" if "cancelled" in message else "error")
+        if reason == "cancelled":
+            self._picker.set_done(f"{name}: not downloaded.")
+            self._message_bar.show_message(message, "info")
+        else:
+            text, advice = download_failure(name, message, reason)
+            self._picker.set_blocked(name, self._picker.chosen_weights(), "" if advice.retry else text, advice.token)
+            self._say_failed(name, text)
         self.rescan()  # a partial download shows as one to finish
 
     # --- removing, folders, tokens ------------------------------------------------------
@@ -221,6 +263,7 @@ class LibraryController(QObject):
             overridden = " (HF_TOKEN in the environment is used before it)" if os.environ.get("HF_TOKEN") else ""
             self._message_bar.show_message(f"Access token stored for {text or 'your account'}{overridden}.", "info")
             self.plans.clear()
+            self._picker.unblock_all()  # what a token can unblock is asked again
             self.check_choice()
         else:
             self._message_bar.show_message(f"The token was not stored: {text}")

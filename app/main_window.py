@@ -12,8 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
-from PyQt6.QtCore import Qt, QTimer, QUrl
-from PyQt6.QtGui import QDesktopServices, QIcon
+from PyQt6.QtCore import Qt, QTimer
+from PyQt6.QtGui import QIcon
 from PyQt6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -24,7 +24,6 @@ from PyQt6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -36,7 +35,7 @@ from .audio_io import AudioConfig
 from .cadence_panel import CadencePanel
 from .conversation_controller import ConversationController
 from .conversation_view import ConversationView
-from .crash_reporting import CrashReporter, default_log_dir, setup_logging
+from .crash_reporting import CrashReporter, default_log_dir, setup_logging, show_log
 from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
 from .device_picker import DevicePicker
 from .library_controller import LibraryController
@@ -49,7 +48,7 @@ from .runtime_controls import machine_reasons
 from .settings_dialog import SettingsDialog
 from .theme import apply_theme
 from .wheel_guard import guard_wheel
-from .window_fit import default_size, keep_combos_narrow
+from .window_fit import ElidedLabel, default_size, elide_combos, keep_combos_narrow
 
 log = logging.getLogger("duplexcadence")
 
@@ -67,6 +66,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(self.info.display_name)
         self.setWindowIcon(QIcon(str(self.info.icon)))
         self.settings = settings or AppSettings()
+        self._settings_report = self.settings.repair()  # before anything reads them
         self.last_dialog: QMessageBox | None = None
         self._recording_path = str(self.settings.recordings_dir)
         self._build_widgets(device)
@@ -96,6 +96,11 @@ class MainWindow(QMainWindow):
         self.hint_bar = MessageBar("Got it")
         if not self.settings.headphones_hint_done:
             self.hint_bar.show_message(HEADPHONES_HINT, "info")
+        # Said once: the values it names are gone from the settings file.
+        self.settings_bar = MessageBar("Got it")
+        if self._settings_report is not None:
+            self.settings_bar.show_message(self._settings_report.message(), "warning")
+            self.settings_bar.label.setToolTip("Back to their defaults: " + ", ".join(self._settings_report.names()))
         self.message_bar = MessageBar()
         self.model_picker = ModelPicker(self.settings)
         self.device_picker = DevicePicker(self.settings)
@@ -108,10 +113,9 @@ class MainWindow(QMainWindow):
                                    "its transcript, in the recordings folder.")
         self.record_box.setChecked(self.settings.record)
         # The path is always shown (and can be copied): a desktop may have no file manager.
-        self.recording_label = QLabel()
+        # A long path must not widen the window: it ends in "…", and is whole in its tooltip.
+        self.recording_label = ElidedLabel()
         self.recording_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # A long path must not widen the window: it is cut on the right, and whole in its tooltip.
-        self.recording_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.copy_path_button = QPushButton("Copy path")
         self.change_folder_button = QPushButton("Change folder…")
         self.change_folder_button.setToolTip("Choose where recordings go (from the next conversation).")
@@ -137,44 +141,33 @@ class MainWindow(QMainWindow):
         keep_combos_narrow(self.model_picker, self.device_picker)
         central = QWidget()
         layout = QVBoxLayout(central)
-        for item in (self.hint_bar, self.message_bar):
+        for item in (self.settings_bar, self.hint_bar, self.message_bar):
             layout.addWidget(item)
         layout.addLayout(pickers)
         layout.addWidget(self._conversation_area(), 1)
         self.setCentralWidget(central)
+        elide_combos(central)
 
     def _conversation_area(self) -> QSplitter:
         """The conversation, then the cadence panel beside it."""
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.conversation_view)
-        # With the Engine pane open the panel scrolls rather than squeezes its switches; folded,
-        # it asks for its whole height, so the window's minimum holds it without a scroll bar.
+        # The panel scrolls where the window has no room for all of it (the Engine pane open,
+        # message bars on a small screen) rather than being cut; its chart gives way first.
         self.panel_area = QScrollArea()
         self.panel_area.setWidget(self.panel)
         self.panel_area.setWidgetResizable(True)
         self.panel_area.setFrameShape(QScrollArea.Shape.NoFrame)
         self.panel_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll_bar = self.panel_area.verticalScrollBar().sizeHint().width()
+        self.panel_area.setMinimumWidth(self.panel.minimumWidth() + scroll_bar)
         splitter.addWidget(self.panel_area)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
         splitter.setSizes([720, 480])
-        self._fit_panel_area(self.panel.engine_pane.is_expanded())
         return splitter
 
-    def _fit_panel_area(self, expanded: bool) -> None:
-        """Folded, the panel's area asks for the panel's whole height at its narrowest (its
-        lines wrap there), and never scrolls; open, the pane scrolls within that height."""
-        area, panel = self.panel_area, self.panel
-        if not expanded:
-            area.setMinimumSize(panel.minimumSizeHint().width() + area.verticalScrollBar().sizeHint().width(),
-                                panel.heightForWidth(panel.minimumSizeHint().width()))
-        area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if expanded
-                                        else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        if expanded:  # show what was opened
-            QTimer.singleShot(0, lambda: area.verticalScrollBar().setValue(panel.engine_pane.y()))
-
     def _connect(self) -> None:
-        self.models.failed.connect(self._show_load_failure)
         self.conversation_view.failed.connect(self.message_bar.show_message)
         self.panel.engine_pane.toggled.connect(self._on_engine_pane)
         self.conversation.status.connect(self._show_status)
@@ -199,13 +192,13 @@ class MainWindow(QMainWindow):
             self, "Keyboard shortcuts", shortcuts.help_text()))
         self.gpu_action = help_menu.addAction("Install GPU support…", lambda: self.offer_gpu_support())
         self.gpu_action.setVisible(self._gpu_offer() is not None)
-        help_menu.addAction("Open log folder", lambda: QDesktopServices.openUrl(
-            QUrl.fromLocalFile(str(default_log_dir()))))
+        help_menu.addAction("Show log", self.open_log)
         help_menu.addAction(f"About {self.info.display_name}", self.show_about)
 
     def open_settings(self) -> None:
         """The Settings dialog, modal to the window only: a conversation goes on behind it."""
-        persona = self.model_picker.persona() if self.model_picker.voice.count() > 1 else None  # PersonaPlex only
+        loaded = self.models.loaded
+        persona = self.model_picker.persona() if loaded is not None and loaded.takes_role else None  # PersonaPlex
         self.settings_dialog = dialog = SettingsDialog(self.settings, self, persona=persona)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # one per opening, gone when closed
         dialog.sampling_changed.connect(self.panel.set_sampling)
@@ -221,13 +214,19 @@ class MainWindow(QMainWindow):
 
     def _on_engine_pane(self, expanded: bool) -> None:
         self.settings.engine_pane_open = expanded
-        self._fit_panel_area(expanded)
+        if expanded:  # show what was opened
+            area = self.panel_area
+            QTimer.singleShot(0, lambda: area.verticalScrollBar().setValue(self.panel.engine_pane.y()))
 
     def _start_or_stop(self) -> None:
         if self.stop_button.isEnabled():
             self.conversation.stop()
         elif self.start_button.isEnabled():
             self.conversation.start()
+
+    def open_log(self) -> None:
+        """The log in the desktop's viewer, else its folder, else a dialog saying where it is."""
+        self.last_dialog = show_log(self) or self.last_dialog
 
     def show_about(self) -> None:
         info = self.info
@@ -264,11 +263,6 @@ class MainWindow(QMainWindow):
         from .gpu_support_dialog import GpuSupportDialog
         self.gpu_dialog = GpuSupportDialog(manifest, gpu, self)
         self.gpu_dialog.open()
-
-    def _show_load_failure(self, source: str, message: str) -> None:
-        self.last_dialog = QMessageBox(QMessageBox.Icon.Critical, "Could not load the model",
-                                       message, QMessageBox.StandardButton.Ok, self)
-        self.last_dialog.open()
 
     def _show_status(self, text: str) -> None:
         if text:

@@ -14,10 +14,12 @@ log = logging.getLogger("duplexcadence.library")
 class LibrarySignals(QObject):
     listed = pyqtSignal(list)                  # [engine.ModelEntry]
     refreshed = pyqtSignal(list)               # the same, read again after a load (an int4 copy it made)
-    planned = pyqtSignal(str, object, object, str)  # name, weights, DownloadPlan or None, error ("" for none)
+    rescanned = pyqtSignal(list)               # the same, read again to notice changes made outside the window
+    # name, weights, DownloadPlan or None, error ("" for none), its reason (engine.HubError.reason, or "twin")
+    planned = pyqtSignal(str, object, object, str, str)
     progress = pyqtSignal(object)              # engine.Progress
     downloaded = pyqtSignal(str, str)          # the name chosen, the repository downloaded
-    download_failed = pyqtSignal(str, str)     # name, one line (cancelled: says so)
+    download_failed = pyqtSignal(str, str, str)  # name, one line, its reason ("cancelled" included)
     removed = pyqtSignal(str, str)             # name, what happened
     token_checked = pyqtSignal(bool, str)      # saved, account name or why not
 
@@ -44,12 +46,14 @@ class _Job(threading.Thread):
     def __init__(self, name: str, hub: HubAccess, signals: LibrarySignals):
         super().__init__(name=name, daemon=True)
         self.hub, self.signals = hub, signals
+        self.reason = "other"  # after a failure: engine.HubError.reason, or "other"
 
     def run(self) -> None:
         from engine import CheckpointError
         try:
             self.work()
         except CheckpointError as exc:  # HubError included: the Hub, the network, the disk
+            self.reason = getattr(exc, "reason", "other")
             self.failed(str(exc))
         except Exception as exc:
             log.exception("%s failed", self.name)
@@ -65,14 +69,15 @@ class _Job(threading.Thread):
 class LibraryScan(_Job):
     """`refresh`: the list read again to update what the entries say, not to offer it anew."""
 
-    def __init__(self, hub, signals, folders: list[str], refresh: bool = False):
+    def __init__(self, hub, signals, folders: list[str], refresh: bool = False, signal: str = "listed"):
+        """`signal`: the LibrarySignals one that carries the list ("refreshed" with `refresh`)."""
         super().__init__("library-scan", hub, signals)
-        self.folders, self.refresh = folders, refresh
+        self.folders, self.signal = folders, "refreshed" if refresh else signal
 
     def work(self) -> None:
         from engine import list_models
         entries = list_models(self.hub.client().cache_dir, self.folders)
-        (self.signals.refreshed if self.refresh else self.signals.listed).emit(entries)
+        getattr(self.signals, self.signal).emit(entries)
 
     def failed(self, message: str) -> None:
         log.warning("listing the models failed: %s", message)
@@ -88,10 +93,20 @@ class DownloadCheck(_Job):
     def work(self) -> None:
         from engine import plan_download, select_device
         plan = plan_download(self.hub.client(), self.model, self.weights, select_device(self.device))
-        self.signals.planned.emit(self.model, self.weights, plan, "")
+        self.signals.planned.emit(self.model, self.weights, plan, "", "")
 
     def failed(self, message: str) -> None:
-        self.signals.planned.emit(self.model, self.weights, None, message)
+        if self.reason == "not_found" and self.weights in ("int8", "int4") and self._as_stored_exists():
+            self.reason = "twin"  # int8 and int4 download its official int8 twin: that is missing, not the model
+        self.signals.planned.emit(self.model, self.weights, None, message, self.reason)
+
+    def _as_stored_exists(self) -> bool:
+        from engine import CheckpointError, plan_download, select_device
+        try:
+            plan_download(self.hub.client(), self.model, None, select_device(self.device))
+        except CheckpointError:
+            return False
+        return True
 
 
 class ModelDownload(_Job):
@@ -104,13 +119,14 @@ class ModelDownload(_Job):
         try:
             self.hub.client().download(self.plan.remote, self.signals.progress.emit, self.cancel)
         except DownloadCancelled:
+            self.reason = "cancelled"
             self.failed("Download cancelled; the files already complete are kept for next time.")
             return
         log.info("downloaded %s", self.plan.remote.repo)
         self.signals.downloaded.emit(self.model, self.plan.remote.repo)
 
     def failed(self, message: str) -> None:
-        self.signals.download_failed.emit(self.model, message)
+        self.signals.download_failed.emit(self.model, message, self.reason)
 
 
 class ModelRemoval(_Job):

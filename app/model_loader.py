@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("duplexcadence.loader")
 
+BAD_FILES = ("Its files cannot be used as they are: for a downloaded model, Remove it and download it again; "
+             "for a folder, replace the file named.")
+SEE_THE_LOG = "The details are in the log (Help → Show log)."
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -30,6 +34,12 @@ class LoadedModel:
     capabilities: dict        # option name -> None if usable, else why not
     predictor: str            # the DiffuPlex predictor file loaded with the model ("" for none)
     notice: str = ""          # something about the load the user should know ("" for nothing)
+    weights: str | None = None  # as chosen for the load ("bf16", "int8", "int4"; None: as stored)
+
+    @property
+    def takes_role(self) -> bool:
+        """It takes a role prompt (PersonaPlex), whether or not it has voice prompts."""
+        return bool(self.default_role)
 
 
 class LoaderSignals(QObject):
@@ -43,37 +53,58 @@ class LoaderSignals(QObject):
 
 
 class ModelLoader(threading.Thread):
+    """Loads a model and builds its session. After `failed`, `kept` is the model to talk with
+    (the previous one, or None) and `advice` what the user can do ("" when the message says it)."""
+
     def __init__(self, source: str, device: str, signals: LoaderSignals, previous: LoadedModel | None = None,
                  weights: str | None = None):
-        """`previous`: the LoadedModel being replaced; its session is closed here, off the GUI
-        thread, before the new model takes memory. `weights`: "bf16", "int8", "int4" or None (as the
-        checkpoint holds them)."""
+        """`previous`: the LoadedModel in use. It stays loaded until the new model is; only when the
+        two do not fit the device's memory together is it closed first, and then loaded again if the
+        new one fails. It is closed here, off the GUI thread. `weights`: "bf16", "int8", "int4" or
+        None (as the checkpoint holds them)."""
         super().__init__(name="engine-loader", daemon=True)
         self.source, self.device, self.signals = source, device, signals
         self.previous, self.weights = previous, weights
+        self.kept, self.advice = previous, ""
 
     def run(self) -> None:
         self.signals.progress.emit("Starting the engine…")
         try:
-            from engine import CheckpointError, DeviceMemoryError
+            from engine import CheckpointError, DeviceMemoryError, HubError
         except Exception as exc:  # a broken installation: say so instead of dying
             log.exception("importing the engine failed")
+            self.advice = SEE_THE_LOG
             self.signals.failed.emit(self.source, f"The engine could not start: {exc}")
             return
         try:
-            self.signals.loaded.emit(self._load())
+            loaded = self._load()
         except (CheckpointError, DeviceMemoryError) as exc:
-            self.signals.failed.emit(self.source, str(exc))
+            if isinstance(exc, CheckpointError) and not isinstance(exc, HubError):
+                self.advice = BAD_FILES
+            self._failed(str(exc))
+            return
         except Exception as exc:  # anything else is a bug or an environment problem: log it
             log.exception("loading %s failed", self.source)
-            self.signals.failed.emit(self.source, f"{self.source}: {type(exc).__name__}: {exc}")
+            self.advice = SEE_THE_LOG
+            self._failed(f"{self.source}: {type(exc).__name__}: {exc}")
+            return
+        if self.kept is not None:  # the new model is ready: the one it replaces goes, if not gone yet
+            self.kept.session.close()
+        self.signals.loaded.emit(loaded)
+
+    def _failed(self, message: str) -> None:
+        """The previous model, if it had to be closed for room, is loaded again before `failed`."""
+        if self.previous is not None and self.kept is None:
+            self.signals.progress.emit(f"Loading {self.previous.source} again…")
+            again = ModelLoader(self.previous.source, self.device, self.signals, weights=self.previous.weights)
+            try:
+                self.kept = again._load()
+            except Exception:
+                log.exception("loading %s again failed", self.previous.source)
+        self.signals.failed.emit(self.source, message)
 
     def _load(self) -> LoadedModel:
         import torch
-
-        if self.previous is not None:
-            self.previous.session.close()
-            self.previous = None
 
         from engine import (
             CheckpointError,
@@ -93,10 +124,14 @@ class ModelLoader(threading.Thread):
         # Which torch: in an installed app, the bundled CPU build or fetched GPU support.
         log.info("torch %s (CUDA %s) from %s", torch.__version__, torch.version.cuda, torch.__file__)
         label = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
-        if device.startswith("cuda"):  # the replaced model's memory back to the device before asking what is free
-            gc.collect()
-            torch.cuda.empty_cache()
-        memory = plan_memory(self.source, self.weights, device)
+        memory = plan_memory(self.source, self.weights, device)  # a bad checkpoint fails here, nothing freed
+        if self.previous is not None and not fits_beside(memory):
+            self.previous.session.close()  # two 7B models rarely fit: the previous one makes room
+            self.kept = None
+            if device.startswith("cuda"):  # its memory back to the device before asking what is free
+                gc.collect()
+                torch.cuda.empty_cache()
+            memory = plan_memory(self.source, self.weights, device)
         memory.check()  # before any weight is read: a model that does not fit is refused, not half-loaded
         self.signals.progress.emit(f"Loading {self.source} on {label}…")
         with reporting_progress(self.signals.weights_read.emit):
@@ -122,7 +157,20 @@ class ModelLoader(threading.Thread):
                            default_role=session.default_role, device_label=label,
                            device_reason=why_this_device(device), memory=memory.describe(),
                            capabilities=session.capabilities(),
-                           predictor=predictor.name if predictor else "", notice=notice)
+                           predictor=predictor.name if predictor else "", notice=notice, weights=self.weights)
+
+
+def fits_beside(memory) -> bool:
+    """Whether a model of this engine.MemoryPlan fits while the one in use stays loaded: the GPU's
+    free memory was measured with it there; on the CPU, the memory the system has available."""
+    if memory.free_bytes is not None:
+        return memory.fits
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False  # not known (not Linux): make room first, as a failure loads the previous again
+    return memory.need_bytes <= available
 
 
 class PredictorLoader(threading.Thread):

@@ -40,6 +40,7 @@ class ModelPicker(QGroupBox):
         super().__init__("Model", parent)
         self.settings = settings
         self.entries: dict[str, object] = {}  # name -> engine.ModelEntry, as last listed
+        self._blocked: dict[tuple[str, str | None], tuple[str, bool]] = {}  # see set_blocked
         self.combo = QComboBox()
         self.combo.setMinimumContentsLength(28)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
@@ -148,7 +149,7 @@ class ModelPicker(QGroupBox):
         ready = entry is None or entry.state == READY
         self.action_button.setText("Load" if ready else "Download" if entry.state == REMOTE else "Finish download")
         self.remove_button.setVisible(entry is not None and entry.origin == "Hugging Face" and entry.state != REMOTE)
-        self.token_button.setVisible(entry is not None and entry.gated)
+        self._show_block()
         about = entry.about if entry else ""
         if entry is not None and entry.location is not None:
             about += f" · {entry.location}"
@@ -167,6 +168,35 @@ class ModelPicker(QGroupBox):
         entry = self.entry()
         self.about.setText(f"{entry.about}. <b>Gated</b>: accept its licence on <a href='{page}'>its Hub page</a>, "
                            "then give an access token.")
+
+    def set_blocked(self, name: str, weights: str | None, why: str = "", token: bool = False) -> None:
+        """Downloading `name` for `weights` cannot work as things are: Download is disabled, `why`
+        in its tooltip; `token`: an access token is the way on (its button shows). "" lifts it."""
+        if why:
+            self._blocked[(name, weights)] = (why, token)
+        else:
+            self._blocked.pop((name, weights), None)
+        self._show_block()
+
+    def unblock_all(self) -> None:
+        self._blocked.clear()
+        self._show_block()
+
+    def blocked(self) -> tuple[str, bool]:
+        """(why, token) for the chosen model's download ("" when it can work, or it is on this machine)."""
+        entry = self.entry()
+        if entry is None or entry.state == READY:
+            return "", False
+        return self._blocked.get((self.source(), self.chosen_weights()), ("", False))
+
+    def _show_block(self) -> None:
+        entry, (why, token) = self.entry(), self.blocked()
+        self.token_button.setVisible(bool(entry is not None and entry.gated or token))
+        self.action_button.setToolTip(why)
+        if why:
+            self.action_button.setEnabled(False)
+        elif self.combo.isEnabled():  # not while a download or a load holds the controls
+            self.action_button.setEnabled(True)
 
     # --- what it needs ------------------------------------------------------------------
     def show_fit_for(self, source: str, weights: str | None, text: str, fits: object) -> None:
@@ -191,6 +221,7 @@ class ModelPicker(QGroupBox):
 
     def _weights_chosen(self) -> None:
         self.settings.model_weights = self.weights.currentData()
+        self._show_block()
         self.choice_changed.emit()
 
     # --- progress -----------------------------------------------------------------------
@@ -233,6 +264,8 @@ class ModelPicker(QGroupBox):
         for widget in (self.combo, self.weights, self.folder_button, self.hub_button, self.action_button,
                        self.remove_button, self.token_button):
             widget.setEnabled(enabled)
+        if enabled and self.blocked()[0]:
+            self.action_button.setEnabled(False)
 
     def set_running(self, running: bool) -> None:
         """A conversation holds the model and its prompts: nothing here changes while it runs."""
@@ -241,8 +274,10 @@ class ModelPicker(QGroupBox):
             widget.setEnabled(not running)
 
     # --- PersonaPlex ----------------------------------------------------------------------
-    def show_persona(self, voices: list[str], default_role: str = "") -> None:
-        """PersonaPlex models take a voice and a role prompt; others hide the fields."""
+    def show_persona(self, voices: list[str], default_role: str = "", takes_role: bool = False,
+                     owner: str = "") -> None:
+        """The fields the loaded model (`owner`) declares: its voice prompts, and a role prompt
+        if it takes one (PersonaPlex, even without voices); the others are hidden."""
         saved_voice, saved_role = self.settings.persona()
         self.voice.clear()
         self.voice.addItems(voices)
@@ -251,8 +286,11 @@ class ModelPicker(QGroupBox):
             self.voice.setCurrentText(saved_voice)
         self.role.setPlaceholderText(default_role or "Role prompt")
         self.role.setText(saved_role)
-        for widget in (self.voice, self.role, *self.persona_labels):
-            widget.setVisible(bool(voices))
+        for widgets, shown, what in (((self.voice, self.persona_labels[0]), bool(voices), "voice prompts"),
+                                     ((self.role, self.persona_labels[1]), takes_role, "a role prompt")):
+            for widget in widgets:
+                widget.setVisible(shown)
+                widget.setToolTip(f"{owner}, the loaded model, takes {what}." if owner else "")
 
     def persona(self) -> tuple[str | None, str]:
         """The chosen voice prompt (None: none) and role prompt text."""

@@ -19,10 +19,12 @@ from engine import (
     AudioOutput,
     DiffuPlexStats,
     OutputFiles,
+    check_distinct,
     check_writable,
     output_format,
 )
 
+from .prompt_progress import cli_prompt_progress
 from .transcript import words_with_times
 
 ROLE_SHOWN = 40
@@ -33,7 +35,8 @@ class Progress:
     """A one-line progress bar on stderr, redrawn at most ten times a second; the line is
     ended however the work ends (Ctrl-C included)."""
 
-    def __init__(self, total: int, stream=None, unit: str = "frames"):
+    def __init__(self, total: int | None, stream=None, unit: str = "frames"):
+        """`total` None: unknown until the end (a stream), the count alone is shown."""
         # sys.stderr as it is now, not at import (a test's captured stream may be gone by then)
         self.total, self.stream, self._last, self.unit = total, stream or sys.stderr, 0.0, unit
         self._open = False
@@ -48,40 +51,53 @@ class Progress:
 
     def update(self, done: int) -> None:
         now = time.monotonic()
-        if done < self.total and now - self._last < 0.1:
+        if (self.total is None or done < self.total) and now - self._last < 0.1:
             return
         self._last = now
-        width = 30
-        filled = width * done // max(self.total, 1)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.unit}")
+        if self.total is None:
+            self.stream.write(f"\r{done} {self.unit}")
+        else:
+            width = 30
+            filled = width * done // max(self.total, 1)
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.unit}")
         self._open = True
         self.stream.flush()
 
 
 def run_offline(args) -> None:
     """The runtime's fast path is on: it never changes the output."""
-    from engine import DuplexSession, Persona, RuntimeOptions, limit_cpu_threads, load_model, select_device
+    from engine import (
+        DuplexSession,
+        Persona,
+        RuntimeOptions,
+        check_persona,
+        limit_cpu_threads,
+        load_model,
+        select_device,
+    )
 
     # Everything the user can get wrong is checked before minutes of work, not after.
+    check_distinct({"--input": args.input, "--adapter": args.adapter},
+                   {"--output": args.output, "--transcript": args.transcript})
     outputs = [Path(p) for p in (args.output, args.transcript) if p]
     for path in outputs:
         check_writable(path)
     output_format(args.output)
-    if len({p.resolve() for p in outputs}) < len(outputs):
-        raise ValueError(f"{args.output}: the transcript would overwrite the audio output")
     device = select_device(args.device)
     limit_cpu_threads(device)
     options = RuntimeOptions(seed=args.seed, greedy=args.greedy, policy=args.policy, tau=args.tau,
                              block=args.block, verify=args.verify)
     if args.adapter and not Path(args.adapter).is_file():
         raise ValueError(f"{args.adapter}: no such adapter file")
+    persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
+    if persona is not None:  # from the config and the prompt files alone, before the weights load
+        check_persona(args.model, persona.voice, persona.role)
     source = AudioInput(args.input)
     # Locked before minutes of work: a second job on the same output refuses at once.
     with OutputFiles(*outputs) as out:
         model = load_model(args.model, device=device, weights=args.weights)
-        persona = Persona(args.voice, args.role or "") if (args.voice or args.role) else None
         adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
-        session = DuplexSession(model, options, persona, predictor=adapter)
+        session = DuplexSession(model, options, persona, predictor=adapter, prompt_progress=cli_prompt_progress())
         pieces, stats = [], DiffuPlexStats()
         replies = _replies(session, source, pieces, stats)
         try:
@@ -109,7 +125,7 @@ def run_offline(args) -> None:
 def _replies(session, source: AudioInput, pieces: list[str], stats: DiffuPlexStats):
     """The model's reply frame by frame as the input streams in, cut to the input's length;
     its text pieces and DiffuPlex statistics are collected on the way."""
-    with Progress(-(-source.expected // FRAME_SIZE)) as progress:
+    with Progress(None if source.expected is None else -(-source.expected // FRAME_SIZE)) as progress:
         for i, (frame, samples) in enumerate(source.frames()):
             result = session.step(frame)
             pieces.append(result.text)

@@ -1,5 +1,8 @@
-"""Recording of a conversation: a stereo 32-bit float WAV (user left, model right, as the
-engine heard and spoke them) and a transcript JSON beside it.
+"""Recording of a conversation: a stereo 32-bit float WAV and a transcript JSON beside it. Left:
+the microphone's frames as the model heard them; right: what the speaker played meanwhile (its
+volume aside; app/played_track.py), so late speech is late and skipped speech is missing, as
+the user heard it. The JSON's words keep the model's time; `speaker_skips` marks what the
+speaker skipped.
 
 Both are written while the conversation runs and flushed about once a second, so a crash
 or a lost device keeps everything up to the last flush: the WAV is written here (libsndfile
@@ -82,6 +85,22 @@ class ConversationRecorder:
         """Options changed mid conversation: keep when, so the recording can be read."""
         seconds = round(self.frames * FRAME_SIZE / ENGINE_RATE, 2)
         self._record.setdefault("option_changes", []).append({"t": seconds, **options})
+
+    def note_speaker_skip(self, frame: int, seconds: float, behind_s: float) -> None:
+        """The model's audio of `frame` was skipped, never played (the speaker was `behind_s`
+        behind): one entry per run of frames, where it begins in the model's audio (`t`,
+        `sample`), how long, and how far behind the speaker was (the gap is that much later in
+        the model channel)."""
+        skips = self._record.setdefault("speaker_skips", [])
+        sample = frame * FRAME_SIZE
+        last = skips[-1] if skips else None
+        if last and last["sample"] + last["frames"] * FRAME_SIZE == sample:
+            last["frames"] += 1
+            last["seconds"] = round(last["seconds"] + seconds, 3)
+        else:
+            skips.append({"t": round(sample / ENGINE_RATE, 2), "sample": sample, "frames": 1,
+                          "seconds": round(seconds, 3), "behind_s": round(behind_s, 2)})
+        self._record["speaker_skipped_s"] = round(sum(skip["seconds"] for skip in skips), 3)
 
     def note_audio_processing(self, processing: dict) -> None:
         """The microphone path's processing changed mid conversation."""

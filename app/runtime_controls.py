@@ -21,6 +21,11 @@ from PyQt6.QtWidgets import (
 from engine import MAX_BLOCK, POLICIES, TOGGLES, RuntimeOptions
 
 from .cuda_torch import find_nvidia_gpu
+from .plain_words import POLICIES as POLICY_WORDS
+from .plain_words import SWITCH_TERMS as TOGGLE_TERMS
+from .plain_words import TOGGLES as TOGGLE_WORDS
+from .plain_words import reason as plain_reason
+from .plain_words import tip
 
 
 def _reason_label() -> QLabel:
@@ -32,8 +37,9 @@ def _reason_label() -> QLabel:
 
 
 NO_MODEL_REASON = "load a model: what this machine can use shows here"
-POLICY_HELP = ("How often the large model (the backbone) runs. AR: every 80 ms frame. LISTEN: DiffuPlex plays "
-               "frames it predicted while the model stays silent. SPEAK: also while it speaks.")
+POLICY_HELP = tip("How often the large model runs. Every step: every 80 ms. Guessing ahead (DiffuPlex): one run "
+                  "guesses several steps, played while the model stays silent, or while it speaks too.",
+                  "policy", "backbone", "AR", "LISTEN", "SPEAK")
 
 
 def machine_reasons(device: str) -> dict[str, str | None] | None:
@@ -44,6 +50,12 @@ def machine_reasons(device: str) -> dict[str, str | None] | None:
     if device != "cpu" and (device != "auto" or find_nvidia_gpu() is not None):
         return None
     return {name: toggle.unavailable("cpu") for name, toggle in TOGGLES.items()}
+
+
+def _row_label(text: str, term: str) -> QLabel:
+    label = QLabel(text)
+    label.setToolTip(tip(text, term))
+    return label
 
 
 class RuntimeControls(QWidget):
@@ -57,26 +69,26 @@ class RuntimeControls(QWidget):
         self._chosen = options
         self._machine = machine or {}
         self.policy = QComboBox()
-        for value, label in POLICIES.items():
-            self.policy.addItem(label, value)
+        for value in POLICIES:
+            self.policy.addItem(POLICY_WORDS[value], value)
         self.policy_reason = _reason_label()
         layout = QFormLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addRow("Policy", self.policy)
+        layout.addRow(_row_label("Large model runs", "policy"), self.policy)
         layout.addRow(self.policy_reason)
         # DiffuPlex's knobs: the confidence a predicted frame needs, and the frames a wake predicts.
         self.tau = QDoubleSpinBox()
         self.tau.setRange(0.0, 1.0)
         self.tau.setSingleStep(0.05)
-        self.tau.setToolTip("DiffuPlex: a predicted frame is played only with at least this confidence.")
+        self.tau.setToolTip(tip("DiffuPlex: a guessed step is played only with at least this confidence.", "τ"))
         self.block = QSpinBox()
         self.block.setRange(1, MAX_BLOCK)
-        self.block.setToolTip("DiffuPlex: future frames one backbone wake predicts (K).")
-        self.verify = QCheckBox("Check predictions against the user's audio")
-        self.verify.setToolTip("DiffuPlex: a predicted frame whose user prediction differs from what the "
-                               "user said wakes the backbone early.")
-        layout.addRow("Confidence τ", self.tau)
-        layout.addRow("Block K", self.block)
+        self.block.setToolTip(tip("DiffuPlex: the steps one run of the large model guesses ahead.", "block K"))
+        self.verify = QCheckBox("Check guesses against what you say")
+        self.verify.setToolTip(tip("DiffuPlex: a guessed step whose guess of your voice differs from what you "
+                                   "said runs the large model early.", "verification", "wake"))
+        layout.addRow(_row_label("Confidence needed", "τ"), self.tau)
+        layout.addRow(_row_label("Steps guessed at once", "block K"), self.block)
         layout.addRow(self.verify)
         self.adapter_label = QLabel("none")
         self.adapter_button = QPushButton("Choose…")
@@ -87,8 +99,8 @@ class RuntimeControls(QWidget):
         layout.addRow("Predictor", adapter_row)
         self.toggles: dict[str, QCheckBox] = {}
         self.reasons: dict[str, QLabel] = {}
-        for name, toggle in TOGGLES.items():
-            self.toggles[name] = QCheckBox(toggle.label)
+        for name in TOGGLES:
+            self.toggles[name] = QCheckBox(TOGGLE_WORDS[name])
             self.reasons[name] = _reason_label()
             layout.addRow(self.toggles[name])
             layout.addRow(self.reasons[name])
@@ -140,17 +152,20 @@ class RuntimeControls(QWidget):
             box.setEnabled(reasons is not None and reason is None)
             box.setChecked(getattr(self._chosen, name) and not never and (reasons is None or reason is None))
             why = f"Unavailable on this machine: {never}" if never else f"Unavailable: {reason}"
-            box.setToolTip(TOGGLES[name].help if reason is None else why)
-            # Beside it, not only on hover; "load a model" is said once, under the policy.
-            self._show_reason(self.reasons[name], why if never or (reasons is not None and reason) else None)
+            box.setToolTip(tip(TOGGLES[name].help if reason is None else why, *TOGGLE_TERMS[name]))
+            # Beside it, not only on hover, in its words; "load a model" is said once, under the policy.
+            shown = f"Unavailable{' on this machine' if never else ''}: {plain_reason(name, never or reason or '')}"
+            self._show_reason(self.reasons[name], shown if never or (reasons is not None and reason) else None)
         model = self.policy.model()
         unavailable = []
-        for row, (value, label) in enumerate(POLICIES.items()):
+        for row, value in enumerate(POLICIES):
             reason = None if reasons is None else reasons.get(f"policy.{value}")
             model.item(row).setEnabled(reason is None)
-            model.item(row).setData(f"Unavailable: {reason}" if reason else None, Qt.ItemDataRole.ToolTipRole)
+            # The engine's name for the choice, and why it cannot be made here.
+            model.item(row).setData(POLICIES[value] + (f"\nUnavailable: {reason}" if reason else ""),
+                                    Qt.ItemDataRole.ToolTipRole)
             if reason:
-                unavailable.append(f"{label}: unavailable: {reason}")
+                unavailable.append(f"{POLICY_WORDS[value]}: unavailable: {reason}")
         self.policy.setEnabled(reasons is not None)
         self.policy.setToolTip("\n".join([POLICY_HELP, *unavailable]))
         self._show_reason(self.policy_reason, NO_MODEL_REASON if reasons is None else "\n".join(unavailable))

@@ -7,11 +7,18 @@ clients when one comes or goes, so the app can follow plugging without a restart
 
 Every call here makes its own short connection: a pulsectl connection must only be used by
 one thread, and listing is rare (start-up, and after a device event).
+
+The watch also keeps the model from hearing itself: a server moves a stream whose device went
+away to its default, and with no other microphone left the default source is the monitor of
+the default sink, the one our speaker plays to. Our capture stream found on a monitor of a sink
+our playback is on is muted there at once (milliseconds after the move), until the window
+reopens the microphone where the user wants it or the loop is gone.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -62,6 +69,32 @@ def _connect() -> pulsectl.Pulse:
     return pulse
 
 
+def guard_self_capture(pulse, muted: set[int], pid: str | None = None) -> None:
+    """Mute our process's capture streams that are on the monitor of a sink one of our playback
+    streams is on; unmute those muted here once they are not. `muted`: the indices muted here,
+    kept by the caller between calls. `pid`: whose streams are ours (this process's)."""
+    pid = pid or str(os.getpid())
+
+    def ours(stream) -> bool:
+        return stream.proplist.get("application.process.id") == pid
+
+    sinks = {stream.sink for stream in pulse.sink_input_list() if ours(stream)}
+    monitors = {source.index: source.description for source in pulse.source_list()
+                if source.monitor_of_sink is not None and source.monitor_of_sink in sinks}
+    captures = [stream for stream in pulse.source_output_list() if ours(stream)]
+    for stream in captures:
+        loop = stream.source in monitors
+        if loop and not stream.mute:
+            pulse.source_output_mute(stream.index, True)
+            muted.add(stream.index)
+            log.warning("the sound server put our microphone stream on “%s”, what our speaker plays: "
+                        "muted it there, so that the model does not hear itself", monitors[stream.source])
+        elif not loop and stream.index in muted:
+            pulse.source_output_mute(stream.index, False)
+            muted.discard(stream.index)
+    muted.intersection_update(stream.index for stream in captures)  # ended streams
+
+
 def list_devices(kind: str) -> list[ServerDevice] | None:
     """The server's sources (`kind="input"`) or sinks (`"output"`): the default first, then
     real devices, then monitors. None when no server is reachable."""
@@ -95,6 +128,8 @@ class ServerWatch:
         self._pulse = None  # the connection event_listen runs on, while it does
         self._lock = threading.Lock()  # guards _pulse between the thread and stop()
         self._thread = threading.Thread(target=self._run, name="sound-server-watch", daemon=True)
+        self._guard_due = False  # a stream of someone's moved or came: look for our self-capture
+        self._muted: set[int] = set()  # our capture streams the guard muted
 
     @property
     def available(self) -> bool:
@@ -137,7 +172,7 @@ class ServerWatch:
                 pulse.close()
 
     def _listen(self, pulse) -> None:
-        pulse.event_mask_set("sink", "source", "server")
+        pulse.event_mask_set("sink", "source", "server", "sink_input", "source_output")
         pulse.event_callback_set(self._on_event)
         with self._lock:
             if self._stop.is_set():
@@ -146,15 +181,25 @@ class ServerWatch:
         # Once subscribed: a server that just appeared (or came back) may have devices the
         # last listing did not see, and so may one that changed between that and now.
         self._notify()
+        self._guard_due = True
         try:
             # A timeout, so that a stop() racing the loop's start (event_listen_stop does
             # nothing before the loop polls) still ends it soon.
             while not self._stop.is_set():
+                if self._guard_due:  # on this connection: no new one to wait for
+                    self._guard_due = False
+                    try:
+                        guard_self_capture(pulse, self._muted)
+                    except pulsectl.PulseOperationFailed:  # a stream ended as it was looked at
+                        self._guard_due = True
                 pulse.event_listen(timeout=0.5)
         except pulsectl.PulseDisconnected:
             log.info("the sound server went away; looking for it every %.0f s", self.retry_s)
 
     def _on_event(self, event) -> None:
+        if event.facility in ("sink_input", "source_output"):  # a stream came, moved or went
+            self._guard_due = True  # the guard looks, once the loop has stopped
+            raise pulsectl.PulseLoopStop
         # Sinks and sources send "change" events all the time (volume, idle, running);
         # only arrivals, departures and server changes (a new default) alter the lists.
         if event.facility == "server" or event.t in ("new", "remove"):

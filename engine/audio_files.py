@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import soxr
 
 from .errors import AudioInputError, AudioOutputError
 from .frame import FRAME_SIZE, SAMPLE_RATE
-from .output_files import OutputFiles
+from .output_files import OutputFiles, real_file
 
 MIN_RATE = 8000
 """Hz. Telephone speech, the lowest rate anyone records speech at; below it a header is
@@ -25,6 +26,15 @@ thousands would make each block read gigabytes."""
 BLOCK_FRAMES = 1 << 16
 """Frames decoded at a time: at most 8 MB even at MAX_RATE and MAX_CHANNELS."""
 _READ_ERRORS = (sf.LibsndfileError, RuntimeError, OSError)
+STREAMED_FORMATS = frozenset({"AIFF", "AU", "AVR", "IRCAM", "MAT4", "MAT5", "MPC2K", "NIST", "OGG", "PAF", "PVF",
+                              "SVX", "W64", "WAV", "WAVEX"})
+"""What libsndfile reads whole from a pipe (standard input, a FIFO): it reads these front to
+back. Others it must seek in (FLAC, CAF, MP3, RF64...): from a pipe it fails or stops short."""
+_STREAMED = f"give it as a file, or pipe one of {', '.join(sorted(STREAMED_FORMATS))}"
+STDIN = "-"
+"""The input name for standard input."""
+_NOT_FILES = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+              (stat.S_ISDIR, "a folder"))
 
 
 def _source(path: Path):
@@ -46,36 +56,98 @@ class AudioInput:
 
     def __init__(self, path: str | Path, sample_rate: int = SAMPLE_RATE, channel: int | None = None):
         self.path, self.sample_rate, self.channel = Path(path), sample_rate, channel
-        if not self.path.exists():
-            raise AudioInputError(f"{self.path}: file not found")
-        try:
-            with _source(self.path) as source:
-                info = sf.info(source)
-        except _READ_ERRORS as exc:
-            raise AudioInputError(f"{self.path}: not a readable audio file ({exc})") from None
+        self.name = "standard input (-)" if str(path) == STDIN else str(self.path)
+        """The input as errors name it."""
+        self._stream: sf.SoundFile | None = None  # standard input or a FIFO: open once, read once
+        if str(path) == STDIN:
+            if os.isatty(0):
+                raise AudioInputError(f"{self.name}: is a terminal; pipe audio into it (e.g. < IN.wav)")
+            info = self._open_stream(0, closefd=False)
+        else:
+            info = self._open_file()
         self.rate, self.channels = info.samplerate, info.channels
         if not MIN_RATE <= self.rate <= MAX_RATE:
-            raise AudioInputError(f"{self.path}: sample rate {self.rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz "
+            self.close()
+            raise AudioInputError(f"{self.name}: sample rate {self.rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz "
                                   "(a broken header?)")
         if not 1 <= self.channels <= MAX_CHANNELS:
-            raise AudioInputError(f"{self.path}: {self.channels} channels; at most {MAX_CHANNELS} are read")
+            self.close()
+            raise AudioInputError(f"{self.name}: {self.channels} channels; at most {MAX_CHANNELS} are read")
         if channel is not None and channel >= self.channels:
-            raise AudioInputError(f"{self.path}: no channel {channel + 1} (the file has {self.channels})")
-        if info.frames == 0:
-            raise AudioInputError(f"{self.path}: the file holds no audio samples")
-        self.expected = int(info.frames * sample_rate / self.rate + 0.5)
-        """Samples the whole file gives at `sample_rate` (as the file declares its length)."""
+            self.close()
+            raise AudioInputError(f"{self.name}: no channel {channel + 1} (the file has {self.channels})")
+        known = self._stream is None or self._stream.seekable()  # a pipe's header may not know its length
+        if known and info.frames == 0:
+            self.close()
+            raise AudioInputError(f"{self.name}: the file holds no audio samples")
+        self.expected = int(info.frames * sample_rate / self.rate + 0.5) if known else None
+        """Samples the whole file gives at `sample_rate` (as the file declares its length); None
+        for a stream whose length is known only at its end."""
         self.given = 0
         """Samples given so far."""
 
+    def _open_file(self):
+        """The file's declared format, read without decoding; a FIFO opened as a stream; other
+        things that are not files refused."""
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            raise AudioInputError(f"{self.name}: file not found") from None
+        except OSError as exc:
+            raise AudioInputError(f"{self.name}: cannot be read ({exc.strerror})") from None
+        if stat.S_ISFIFO(mode):
+            try:
+                fd = os.open(self.path, os.O_RDONLY)  # waits for the writer, as reading a FIFO does
+            except OSError as exc:
+                raise AudioInputError(f"{self.name}: cannot be read ({exc.strerror})") from None
+            return self._open_stream(fd, closefd=True)
+        for test, what in _NOT_FILES:
+            if test(mode):
+                raise AudioInputError(f"{self.name}: is {what}, not an audio file; give an audio file, a FIFO, "
+                                      f"or {STDIN} for standard input")
+        try:
+            with _source(self.path) as source:
+                return sf.info(source)
+        except _READ_ERRORS as exc:
+            raise AudioInputError(f"{self.name}: not a readable audio file ({exc})") from None
+
+    def _open_stream(self, fd: int, closefd: bool) -> sf.SoundFile:
+        """A pipe opened once: its header is read here and its samples by chunks(), never
+        twice (what is read from a pipe is gone)."""
+        try:
+            self._stream = sf.SoundFile(fd, closefd=closefd)
+        except _READ_ERRORS as exc:
+            if closefd:  # soundfile may have closed it already
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            raise AudioInputError(f"{self.name}: not readable as a stream of audio ({exc}); {_STREAMED}") from None
+        if not self._stream.seekable() and self._stream.format not in STREAMED_FORMATS:
+            found = self._stream.format
+            self.close()
+            raise AudioInputError(f"{self.name}: {found} cannot be read from a pipe (it must be seeked in); "
+                                  f"{_STREAMED}")
+        return self._stream
+
+    def close(self) -> None:
+        """Let go of a stream not read to its end (a file is opened only while it is read)."""
+        if self._stream is not None:
+            self._stream.close()
+
     def chunks(self):
-        """The samples, in order, as float32 arrays of up to a block's length (after resampling)."""
+        """The samples, in order, as float32 arrays of up to a block's length (after resampling).
+        A stream (standard input, a FIFO) gives them once."""
         resampler = None
         if self.rate != self.sample_rate:
             resampler = soxr.ResampleStream(self.rate, self.sample_rate, 1, dtype="float32", quality="HQ")
+        if self._stream is not None and self._stream.closed:
+            raise AudioInputError(f"{self.name}: a stream is read once; it has been read")
         self.given = 0
         try:
-            with _source(self.path) as source, sf.SoundFile(source) as f:
+            with contextlib.ExitStack() as opened:
+                if self._stream is not None:
+                    f = opened.enter_context(self._stream)
+                else:
+                    f = opened.enter_context(sf.SoundFile(opened.enter_context(_source(self.path))))
                 while True:
                     data = f.read(BLOCK_FRAMES, dtype="float32", always_2d=True)
                     last = data.shape[0] < BLOCK_FRAMES
@@ -88,9 +160,9 @@ class AudioInput:
                     if last:
                         break
         except _READ_ERRORS as exc:
-            raise AudioInputError(f"{self.path}: not a readable audio file ({exc})") from None
+            raise AudioInputError(f"{self.name}: not a readable audio file ({exc})") from None
         if not self.given:
-            raise AudioInputError(f"{self.path}: the file holds no audio samples")
+            raise AudioInputError(f"{self.name}: the file holds no audio samples")
 
     def frames(self, frame_size: int = FRAME_SIZE):
         """(frame, samples): frames of `frame_size`, the last zero-padded, each with how many of
@@ -135,7 +207,7 @@ def check_writable(path: str | Path) -> None:
     path = Path(path)
     if path.is_dir():
         raise AudioOutputError(f"{path}: is a folder; give a file name")
-    folder = path.resolve().parent
+    folder = real_file(path).parent  # a link is written through: its target's folder
     if not folder.is_dir():
         raise AudioOutputError(f"{path}: the folder to write it in does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):

@@ -19,7 +19,7 @@ from .errors import CheckpointError
 from .int4_kept import load_kept_int4
 from .lm.loader import build_lm
 from .lm.moshi_lm import MoshiLM
-from .lm.personaplex import VoicePrompt, load_voice
+from .lm.personaplex import VoicePrompt, check_prompt_length, load_voice, wrap_role
 from .mimi import Mimi, load_mimi
 from .paths import MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
 from .quant4 import is_int4
@@ -95,10 +95,7 @@ class DuplexModel:
         return path if path.is_file() else None
 
     def load_voice(self, name: str) -> VoicePrompt:
-        if name not in self.voices:
-            raise CheckpointError(f"{self.path}: no voice prompt named {name!r} "
-                                  f"(have: {', '.join(sorted(self.voices)) or 'none'})")
-        return load_voice(self.voices[name], self.cfg, self.device, self.lm.dtype)
+        return load_voice(voice_file(self.path, self.voices, name), self.cfg, self.device, self.lm.dtype)
 
     def text_piece(self, token: int) -> str:
         """The text of an output token; "" for padding, control pieces (<s>, </s>), unknown
@@ -170,8 +167,29 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu",
         # (engine.kernels.overlap).
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
-    return DuplexModel(name, root, lm, mimi, tokenizer, _voices(root) if cfg.variant == "personaplex" else {},
+    return DuplexModel(name, root, lm, mimi, tokenizer, voices_of(root) if cfg.variant == "personaplex" else {},
                        notice)
+
+
+def check_persona(path_or_name: str | Path, voice: str | None, role: str) -> None:
+    """Before a model's weights load: raise (one line) unless it takes this voice and role and
+    they fit its context (lm.personaplex.check_prompt_length). Reads only its config, its
+    LM file's header, its tokenizer and the voice prompt."""
+    ckpt = read_lm_checkpoint(path_or_name, layout_only=True)
+    if ckpt.cfg.variant != "personaplex":
+        if voice or role.strip():
+            raise ValueError(f"{ckpt.name} takes no voice or role prompt (only PersonaPlex does)")
+        return
+    frames = 0
+    if voice is not None:
+        path = voice_file(ckpt.root, voices_of(ckpt.root), voice)
+        frames = len(load_voice(path, ckpt.cfg, torch.device("cpu"), torch.float32).embeddings)
+    tokens = []
+    if role.strip():
+        name = file_in(ckpt.root, ckpt.meta.get("tokenizer_name", TOKENIZER_NAME), f"{ckpt.root}/config.json",
+                       key="tokenizer_name")
+        tokens = _read_tokenizer(name, ckpt.cfg).encode(wrap_role(role))
+    check_prompt_length(ckpt.cfg, voice, frames, len(tokens))
 
 
 def mimi_file(path_or_name: str | Path) -> Path:
@@ -238,7 +256,15 @@ def _read_tokenizer(path: Path, cfg: LMConfig) -> sentencepiece.SentencePiecePro
     return sp
 
 
-def _voices(root: Path) -> dict[str, Path]:
+def voice_file(root: Path, voices: dict[str, Path], name: str) -> Path:
+    """The file of the voice prompt `name` among a model's `voices`; CheckpointError without it."""
+    if name not in voices:
+        raise CheckpointError(f"{root}: no voice prompt named {name!r} (have: {', '.join(sorted(voices)) or 'none'})")
+    return voices[name]
+
+
+def voices_of(root: Path) -> dict[str, Path]:
+    """A PersonaPlex checkpoint's voice prompts by name (its voices.tgz unpacked once)."""
     folder, archive = root / "voices", root / "voices.tgz"
     if not folder.is_dir() and archive.is_file():
         # As the reference does: unpack the released voices.tgz beside it, once. Only with the

@@ -47,6 +47,9 @@ def resolve(path_or_name: str | Path, download: bool = False) -> tuple[Path, str
             return snapshot, text
         if download:
             return _download(text), text
+        unusable = _unusable_config(hf_cache_dir() / ("models--" + text.replace("/", "--")))
+        if unusable:  # downloaded, but no model: downloading again would not help
+            raise CheckpointError(f"{text}: {unusable}")
         raise CheckpointError(f"{text}: not downloaded yet ({hf_cache_dir()} has no complete copy); download it "
                               f"from the app's model list, or with `duplexcadence download {text}`")
     raise CheckpointError(f"{text}: no such directory, and not a repository name or 'demo'")
@@ -79,6 +82,17 @@ def _latest_snapshot(entry: Path) -> Path | None:
             return main
     candidates = [p for p in snapshots.iterdir() if not missing_files(p)]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+
+
+def _unusable_config(entry: Path) -> str | None:
+    """Why the config.json of the snapshot `refs/main` points at makes it no model, if it does."""
+    try:
+        main = entry / "snapshots" / (entry / "refs" / "main").read_text().strip()
+    except OSError:
+        return None
+    prefix = "usable config.json ("
+    missing = missing_files(main) if main.is_dir() else []
+    return next((m[len(prefix):-1] for m in missing if m.startswith(prefix)), None)
 
 
 def _download(repo: str) -> Path:

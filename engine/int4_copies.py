@@ -6,21 +6,22 @@ One copy per source file and kind of device it was quantized on, in `user_cache_
 named by the source's resolved path (a Hugging Face snapshot's file resolves to its blob,
 named by its sha256) and the device type: a GPU's sums may round otherwise than the CPU's,
 and a copy holds what quantizing on load there gives. The copy's own safetensors metadata
-records the source's path, size and modification time, the device type and the int4 layout's
-metadata; a copy whose record does not match is stale and never read.
+records the source's path, size and modification time, the device type, the int4 layout's
+metadata, its own format's version and each tensor's checksum (engine.tensor_checksums,
+compared as it is read); a copy whose record does not match is stale and never read.
 A copy is written under a temporary name in the same folder and renamed into place, so the
 name of a copy never holds a half-written file."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import re
 import time
 from pathlib import Path
 
+from .config.checks import parse_json
 from .paths import user_cache_dir
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ PART_SUFFIX = ".part"
 LEFTOVER_S = 3600
 """A temporary file this old is a crashed write's leftover (a live write keeps touching its own)."""
 _MAX_HEADER = 100 << 20
+COPY_FORMAT = "2"
+"""The metadata's "copy_format": raised when what a copy records changes (2: each tensor's
+checksum), so that a copy made by an earlier version is made again, never read unchecked."""
 
 
 def copies_folder() -> Path:
@@ -87,7 +91,7 @@ def read_header(path: Path) -> dict:
         length = int.from_bytes(f.read(8), "little")
         if not 2 <= length <= _MAX_HEADER:
             raise ValueError(f"header length {length} is not a safetensors header's")
-        header = json.loads(f.read(length))
+        header = parse_json(f.read(length).decode("utf-8"), str(path))  # nesting bounded: no RecursionError
     if not isinstance(header, dict):
         raise ValueError("the header is not a JSON object")
     return header
@@ -100,7 +104,10 @@ def header_metadata(path: Path) -> dict:
 
 
 def is_current(meta: dict) -> bool:
-    """Whether the source a copy's metadata records is there, unchanged."""
+    """Whether a copy's metadata is in this version's format and the source it records is
+    there, unchanged."""
+    if meta.get("copy_format") != COPY_FORMAT:
+        return False
     try:
         source = SourceFile.of(meta["source"])
     except (KeyError, OSError, TypeError):

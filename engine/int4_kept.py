@@ -2,13 +2,16 @@
 copy of it (engine.int4_copies), or makes one with exactly the quantization a load would do
 (engine.quant4's own functions) and then reads it. Where a copy cannot be kept (too little
 free space, a folder that cannot be written), the LM is quantized in memory as before, with
-a one-line warning for the log and the user."""
+a one-line warning for the log and the user. Every tensor of a copy is compared with the
+checksum written with it as it is read (engine.tensor_checksums); a damaged copy is made
+again, and the load's notice says so."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -19,16 +22,27 @@ from . import checkpoint
 from .checkpoint import check_layout, read_safetensors
 from .config.lm import LMConfig
 from .errors import CheckpointError
-from .int4_copies import SourceFile, copy_path, header_metadata, is_current, part_path, remove_leftovers
+from .int4_copies import COPY_FORMAT, SourceFile, copy_path, is_current, part_path, read_header, remove_leftovers
 from .library.progress import size_text
 from .lm.loader import build_lm, weights_choice
 from .lm.moshi_lm import MoshiLM
 from .quant4 import SCALE, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
+from .tensor_checksums import mismatch, recorded, to_metadata
 
 log = logging.getLogger(__name__)
 RESERVE_BYTES = 500 * 10**6
 """Free space a copy leaves on its disk: a cache of ours never fills the user's disk."""
 _HEADER_BYTES = 1 << 20
+SUMMED_BESIDE_FROM = {"cpu": 256 << 20}
+"""Device types whose copies of at least this size are summed from the file by a thread while
+the load reads it: on the CPU, a pass over the parameters afterwards would add all its time,
+while the thread's reads, in file order, run ahead of the load's. Other copies are summed once
+loaded, over the parameters where they landed: a GPU sums them in microseconds, and on a small
+copy the thread's switches cost more than its sums."""
+
+
+class DamagedCopy(CheckpointError):
+    """A kept copy whose bytes differ from the checksums written with them."""
 
 
 def load_kept_int4(cfg: LMConfig, tensors: dict, lm_path: Path, device: torch.device, dtype: torch.dtype
@@ -41,15 +55,17 @@ def load_kept_int4(cfg: LMConfig, tensors: dict, lm_path: Path, device: torch.de
     source = SourceFile.of(lm_path)
     copy = copy_path(source, device.type)
     layout, names = _int4_module(cfg)
-    lm = _read_copy(copy, source, cfg, device, dtype)
+    lm, damage = _read_copy(copy, source, cfg, device, dtype)
     if lm is not None:
         return lm, ""
+    damage = damage and f"{lm_path}: its int4 copy {copy} was damaged ({damage})"
     problem = _cannot_keep(copy, _file_bytes(layout, tensors))
     if problem is None:
         quantized = _quantize(tensors, names, device, lm_path.name)
         check_layout(layout, quantized, lm_path)  # a checkpoint that does not fit is named, never kept
         try:
-            _write(quantized, copy, {**int4_metadata(), **source.metadata(), "quantized_on": device.type})
+            write_copy(quantized, copy, {**int4_metadata(), **source.metadata(), "quantized_on": device.type,
+                                     "copy_format": COPY_FORMAT})
         except (OSError, SafetensorError) as exc:  # the disk filled meanwhile, a name in the way
             problem = f"writing {copy} failed ({getattr(exc, 'strerror', None) or exc})"
         del quantized
@@ -58,10 +74,13 @@ def load_kept_int4(cfg: LMConfig, tensors: dict, lm_path: Path, device: torch.de
         log.warning("%s", notice)
         # After a failed write this quantizes a second time: build_lm takes int4 tensors only
         # with the file whose metadata describes them.
-        return build_lm(cfg, tensors, lm_path, device, dtype, "int4"), notice
+        lm = build_lm(cfg, tensors, lm_path, device, dtype, "int4")
+        return lm, f"{damage}; {notice.removeprefix(f'{lm_path}: ')}" if damage else notice
     log.info("%s: quantized to int4 once, kept as %s", lm_path, copy)
     try:
-        return build_lm(cfg, read_safetensors(copy), copy, device, dtype, "int4"), ""
+        return read_kept(copy, cfg, device, dtype), f"{damage}; quantized again and kept" if damage else ""
+    except DamagedCopy as exc:  # changed between its writing and its reading: the disk or memory
+        message = f"{exc} right after it was written"
     except CheckpointError as exc:  # the source's values (a NaN), found reading what was made of it
         message = str(exc).replace(f"{copy}: ", f"{lm_path}: ", 1)
     _discard(copy, "its first load failed")
@@ -76,44 +95,82 @@ def _int4_module(cfg: LMConfig) -> tuple[MoshiLM, list[str]]:
     return lm, int4_layout(lm)
 
 
-def _read_copy(copy: Path, source: SourceFile, cfg: LMConfig, device, dtype) -> MoshiLM | None:
-    """The LM from the kept copy, or None where there is none to read: a stale one (its source
-    changed, or another version's layout) or a broken one is discarded, logged."""
+def _read_copy(copy: Path, source: SourceFile, cfg: LMConfig, device, dtype) -> tuple[MoshiLM | None, str]:
+    """The LM from the kept copy, or None where there is none to read, and what was wrong with
+    a damaged one ("" for none): a stale one (its source changed, another version's layout or
+    format) is discarded quietly, a damaged one with a warning."""
     if not copy.is_file():
-        return None
+        return None, ""
     try:
-        meta = header_metadata(copy)
+        meta = read_header(copy).get("__metadata__")
+        meta = meta if isinstance(meta, dict) else {}
     except (OSError, ValueError) as exc:
         return _discard(copy, f"not a readable safetensors file ({exc})")
+    if meta.get("copy_format") != COPY_FORMAT:
+        return _discard(copy, "made by an earlier version, without checksums", quiet=True)
     if not (is_current(meta) and meta.get("source") == str(source.path)):
         return _discard(copy, "made from an earlier version of the source file", quiet=True)
     if not {**int4_metadata(), "quantized_on": device.type}.items() <= meta.items():
         return _discard(copy, "made in another int4 layout", quiet=True)
     try:
-        lm = _build_from(copy, cfg, device, dtype)
+        lm = read_kept(copy, cfg, device, dtype)
     except CheckpointError as exc:
         problem = str(exc).removeprefix(f"{copy}: ")
     else:
         log.info("%s: int4 weights read from the kept copy %s", source.path, copy)
-        return lm
+        return lm, ""
     # Discarded once its mapped tensors are gone with the failed call (Windows deletes no
     # mapped file).
     return _discard(copy, problem)
 
 
-def _build_from(copy: Path, cfg: LMConfig, device, dtype) -> MoshiLM:
+def read_kept(copy: Path, cfg: LMConfig, device: torch.device, dtype: torch.dtype, check: bool = True) -> MoshiLM:
+    """The LM from a kept copy, every tensor compared with the checksum written with it
+    (DamagedCopy names the first that differs; `check` False, for bench.int4_copy_check: none).
+    A large copy on the CPU is summed by a thread, the file's tensors in file order, while the
+    load copies them (its reads run ahead of the load's, which waits less for the disk); the
+    others are summed once loaded, the parameters where they landed (SUMMED_BESIDE_FROM)."""
+    try:
+        header = read_header(copy)
+        expected = recorded(header.get("__metadata__") or {}) if check else {}
+    except (OSError, ValueError) as exc:
+        raise DamagedCopy(f"{copy}: {exc}") from None
     tensors = read_safetensors(copy)
     if not is_int4(tensors):  # build_lm would quantize it, not read it
         raise CheckpointError(f"{copy}: holds no int4 weights")
-    return build_lm(cfg, tensors, copy, device, dtype, "int4")  # the layout, keys and shapes checked
+    if not check:
+        return build_lm(cfg, tensors, copy, device, dtype, "int4")
+    with ThreadPoolExecutor(1, thread_name_prefix="int4-copy-check") as pool:  # a thread only once submitted to
+        beside = None
+        if copy.stat().st_size >= SUMMED_BESIDE_FROM.get(device.type, float("inf")):
+            in_file = sorted(tensors, key=lambda k: header[k]["data_offsets"][0])
+            beside = pool.submit(mismatch, {k: tensors[k] for k in in_file}, expected)
+        try:
+            lm = build_lm(cfg, tensors, copy, device, dtype, "int4")  # the layout, keys and shapes checked
+        except CheckpointError:  # a damaged value (a NaN) is named as damage
+            _damaged(copy, beside.result() if beside else mismatch(tensors, expected))
+            raise
+        if beside:
+            _damaged(copy, beside.result())
+            return lm
+    landed = lm.state_dict()  # cast ones (float tensors in another dtype) from the file
+    _damaged(copy, mismatch({k: landed[k] if landed[k].dtype == t.dtype else t for k, t in tensors.items()}, expected))
+    return lm
 
 
-def _discard(copy: Path, why: str, quiet: bool = False) -> None:
+def _damaged(copy: Path, problem: str | None) -> None:
+    if problem:
+        raise DamagedCopy(f"{copy}: {problem}")
+
+
+def _discard(copy: Path, why: str, quiet: bool = False) -> tuple[None, str]:
+    """None, and `why` where the user should hear of it (not `quiet`)."""
     (log.info if quiet else log.warning)("%s: %s; discarded, it is made again", copy, why)
     try:
         copy.unlink(missing_ok=True)
     except OSError as exc:  # the new copy's rename says it again, and the load goes on in memory
         log.warning("%s: could not remove it (%s)", copy, exc.strerror or exc)
+    return None, "" if quiet else why
 
 
 def _file_bytes(layout: MoshiLM, tensors: dict) -> int:
@@ -159,11 +216,13 @@ def _quantize(tensors: dict, names: list[str], device: torch.device, label: str)
     return tensors
 
 
-def _write(tensors: dict, copy: Path, metadata: dict[str, str]) -> None:
-    """All or nothing: a temporary name beside the copy, synced, renamed into place."""
+def write_copy(tensors: dict, copy: Path, metadata: dict[str, str]) -> None:
+    """All or nothing: a temporary name beside the copy, synced, renamed into place. The
+    metadata records each tensor's checksum."""
     part = part_path(copy)
     try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(part), metadata=metadata)
+        tensors = {k: v.contiguous() for k, v in tensors.items()}
+        save_file(tensors, str(part), metadata={**metadata, **to_metadata(tensors)})
         with open(part, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(part, copy)

@@ -2,7 +2,10 @@
 renamed into place only when every file of the set is complete, so an existing file survives
 any failure. Two renames are not one atomic step: the set is locked while it is written (a
 second job on the same output refuses at once, naming it), and the files it replaces are kept
-under a second name until all of it is in place, so a rename failing midway puts them back."""
+under a second name until all of it is in place, so a rename failing midway puts them back.
+An output given as a link is written through it: its target is locked and replaced, the link
+kept. Holding an output's lock proves no live job is writing it, so the hidden files a killed
+job left beside it (`.NAME.XXXXXXXX.part`, `.old`) are removed then."""
 from __future__ import annotations
 
 import contextlib
@@ -35,13 +38,21 @@ class OutputFiles:
 
     def __init__(self, *targets: str | Path):
         self.targets = [Path(t) for t in targets]
+        # What each name leads to (links followed): the file locked, written beside and replaced.
+        self._real = {target: real_file(target) for target in self.targets}
+        for i, target in enumerate(self.targets):
+            for other in self.targets[:i]:
+                if same_file(target, other):
+                    raise OutputError(errno.EINVAL, f"{target}: is the same file as {other}, another output "
+                                                    "of this job; give each output its own file")
         self._temporary: dict[Path, tuple[Path, int]] = {}  # target -> (temporary, its mode)
         self._locks: list[_Lock] = []
 
     def __enter__(self) -> OutputFiles:
         try:
-            for target in sorted(self.targets, key=lambda t: str(t.resolve())):
-                self._locks.append(_Lock(target))
+            for target in sorted(self.targets, key=lambda t: str(self._real[t])):
+                self._locks.append(_Lock(self._real[target], target))
+                remove_leftovers(self._real[target])
         except BaseException:
             self._release()
             raise
@@ -55,8 +66,9 @@ class OutputFiles:
             raise ValueError(f"{target}: not one of this set's outputs")
         if target in self._temporary:  # asked again: the same file (another would be left behind)
             return self._temporary[target][0]
+        real = self._real[target]
         while True:
-            path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+            path = real.with_name(f".{real.name}.{secrets.token_hex(4)}.part")
             try:
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
             except FileExistsError:
@@ -92,14 +104,14 @@ class OutputFiles:
         kept: dict[Path, Path | None] = {}  # target -> its previous file under a second name
         try:
             for target, (path, _) in self._temporary.items():
-                kept[target] = _keep(target)
-                os.replace(path, target)
+                kept[target] = _keep(self._real[target])
+                os.replace(path, self._real[target])
         except BaseException:
             for target, old in kept.items():  # the set as it was
                 if old is not None:
-                    os.replace(old, target)
+                    os.replace(old, self._real[target])
                 elif target not in self._temporary or not self._temporary[target][0].exists():
-                    target.unlink(missing_ok=True)
+                    self._real[target].unlink(missing_ok=True)
             raise
         for old in kept.values():
             if old is not None:
@@ -114,7 +126,7 @@ class OutputFiles:
         if code in _NO_SPACE:
             # Errors that do not say where (safetensors') come from the last output begun.
             target = mine or next(reversed(self._temporary), self.targets[-1])
-            return OutputError(code, f"no space left on {device_of(target)} writing {target}")
+            return OutputError(code, f"no space left on {device_of(self._real[target])} writing {target}")
         if isinstance(exc, OSError) and mine is not None:
             return OutputError(code, f"{mine}: {exc.strerror or exc}")
         return exc
@@ -134,6 +146,65 @@ class OutputFiles:
 def _rust_errno(exc: BaseException) -> int | None:
     found = _RUST_OS_ERROR.search(str(exc))
     return int(found.group(1)) if found else None
+
+
+def real_file(path: str | Path) -> Path:
+    """The file `path` names, links followed (also a link to a file not made yet), as an
+    absolute path; OutputError for a loop of links."""
+    real = Path(os.path.realpath(path))
+    if real.is_symlink():  # realpath stops at a link only when the links go round
+        raise OutputError(errno.ELOOP, f"{path}: a loop of links (it leads back to itself); give a file name")
+    return real
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether `a` and `b` are one file, whatever their spelling: the same device and inode
+    (links, hard links and relative spellings included); for a name whose file does not exist
+    yet, the same path once links are followed. "-" is standard input."""
+    identities = []
+    for path in (a, b):
+        try:
+            st = os.fstat(0) if str(path) == "-" else os.stat(path)
+            identities.append((st.st_dev, st.st_ino))
+        except OSError:
+            identities.append(os.path.realpath(path))
+    return identities[0] == identities[1]
+
+
+def check_distinct(inputs: dict[str, str | Path | None], outputs: dict[str, str | Path | None]) -> None:
+    """OutputError, before any work, when an output is one of the job's inputs (writing it
+    would replace what the job reads) or two outputs are one file (see same_file). The keys
+    name the options, as the user gave them (e.g. "--input"); None values, and inputs that are
+    no file (a model given by name), are left out."""
+    given_in = [(name, path) for name, path in inputs.items()
+                if path is not None and (str(path) == "-" or os.path.exists(path))]
+    given_out = [(name, path) for name, path in outputs.items() if path is not None]
+    for i, (name, path) in enumerate(given_out):
+        for other, source in given_in:
+            if same_file(path, source):
+                raise OutputError(errno.EINVAL, f"{path}: {name} is the same file as {other} {source} (writing it "
+                                                f"would replace the input); choose another {name.lstrip('-')}")
+        for other, earlier in given_out[:i]:
+            if same_file(path, earlier):
+                raise OutputError(errno.EINVAL, f"{path}: {name} is the same file as {other} {earlier}; give "
+                                                "each its own file")
+
+
+_LEFTOVER = r"\.[0-9a-f]{8}\.(?:part|old)"
+
+
+def remove_leftovers(real: Path) -> None:
+    """The temporary and kept files a killed job left beside `real`; called with its lock
+    held (they are only made under it, so no live job owns them)."""
+    pattern = re.compile(re.escape(f".{real.name}") + _LEFTOVER)
+    try:
+        names = os.listdir(real.parent)
+    except OSError:
+        return
+    for name in names:
+        if pattern.fullmatch(name):
+            with contextlib.suppress(OSError):
+                os.unlink(real.parent / name)
 
 
 def _keep(target: Path) -> Path | None:
@@ -175,11 +246,12 @@ def device_of(path: Path) -> str:
     return f"{found} (mounted at {mount})" if found else str(mount)
 
 class _Lock:
-    """An exclusive lock on `.NAME.lock` beside an output, held until release; the kernel
-    drops it if the process dies, so a crash never leaves the output locked."""
+    """An exclusive lock on `.NAME.lock` beside the file `real` (an output's, links followed:
+    every name for it shares the lock), held until release; the kernel drops it if the process
+    dies, so a crash never leaves the output locked. `target`: the name errors give."""
 
-    def __init__(self, target: Path):
-        self.path = target.with_name(f".{target.name}.lock")
+    def __init__(self, real: Path, target: Path):
+        self.path = real.with_name(f".{real.name}.lock")
         while True:
             fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o666)
             if not _try_lock(fd):

@@ -76,10 +76,13 @@ class Preparing(NamedTuple):
 
 class DuplexSession:
     def __init__(self, model: DuplexModel, options: RuntimeOptions | None = None,
-                 persona: Persona | None = None, predictor: str | Path | None = None):
+                 persona: Persona | None = None, predictor: str | Path | None = None,
+                 prompt_progress: Callable[[int, int], None] | None = None):
         """`predictor`: a DiffuPlex adapter file for the LISTEN and SPEAK policies (see
-        load_predictor)."""
+        load_predictor). `prompt_progress(done, total)`: told each frame of PersonaPlex's
+        prompts, at every reset that does not give its own."""
         self.model = model
+        self.prompt_progress = prompt_progress
         self.device = model.device
         self.generator = torch.Generator(device=self.device)
         options = options or RuntimeOptions()
@@ -268,10 +271,18 @@ class DuplexSession:
         self.conversation.configure(self.options)
         self.reset()
 
-    def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False) -> bool:
+    def check_persona(self, persona: Persona) -> None:
+        """Raise (one line) unless this model takes `persona`, its prompts take at most half
+        the model's context and its voice prompt reads; before a reset with it, which would
+        play them (a long role takes minutes)."""
+        self.conversation.check_persona(persona)
+
+    def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False,
+              progress: Callable[[int, int], None] | None = None) -> bool:
         """Start a new conversation (optionally with a new persona); weights stay loaded.
         PersonaPlex replays its prompts here; `cancelled()` is checked every prompt frame and
-        returns False if it stopped the replay (reset again before stepping)."""
+        returns False if it stopped the replay (reset again before stepping); `progress(done,
+        total)` is told every prompt frame (default: prompt_progress)."""
         if persona is not None:
             self.conversation.set_persona(persona)
         self._apply_pending(wait=True)
@@ -279,7 +290,7 @@ class DuplexSession:
         self.nonfinite_samples = 0
         self.generator.manual_seed(self.options.seed)
         self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
-        self.options, done = self.conversation.reset(self.options, cancelled)
+        self.options, done = self.conversation.reset(self.options, cancelled, progress or self.prompt_progress)
         return done
 
     @torch.no_grad()

@@ -156,13 +156,15 @@ class FakeHub:
                 connection.shutdown(socket.SHUT_RDWR)
 
     def add_repo(self, repo_id: str, files: dict[str, bytes | Path], *, gated: bool = False,
-                 lfs_min_size: int = 1024) -> str:
+                 lfs_min_size: int = 1024, sha: str | None = None) -> str:
         """Serve a model repo with these files (name -> bytes, or a Path read when served). Returns its commit sha,
-        derived from the content. Files of at least lfs_min_size bytes are LFS files, as the Hub lists them."""
+        derived from the content, or `sha` (a repository duplicated on the Hub keeps its commits: two repos can
+        have the same one). Files of at least lfs_min_size bytes are LFS files, as the Hub lists them."""
         entries = {name: _make_file(name, source, lfs_min_size) for name, source in files.items()}
-        sha = hashlib.sha1(json.dumps([repo_id, sorted((n, f.blob_id) for n, f in entries.items())]).encode())
-        self._repos[repo_id] = _Repo(entries, sha.hexdigest(), gated)
-        return sha.hexdigest()
+        sha = sha or hashlib.sha1(json.dumps([repo_id, sorted((n, f.blob_id) for n, f in entries.items())]).encode()
+                                  ).hexdigest()
+        self._repos[repo_id] = _Repo(entries, sha, gated)
+        return sha
 
     def accept_token(self, token: str, user: str = "tester", *, accepted: tuple[str, ...] = ()) -> None:
         """A valid access token for `user`; `accepted`: the gated repos whose licence this user accepted."""

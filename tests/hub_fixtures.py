@@ -4,12 +4,16 @@ and a repository that is not a duplex model."""
 from __future__ import annotations
 
 import io
+import os
+import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from engine.paths import DEMO_MODEL_DIR, LM_NAME
+from engine.paths import DEMO_MODEL_DIR, LM_NAME, MIMI_NAME, TOKENIZER_NAME
 from tests.fake_hub import FakeHub
 
 BF16, Q8, GATED, NOT_A_MODEL = ("kyutai/moshiko-pytorch-bf16", "kyutai/moshiko-pytorch-q8",
@@ -49,3 +53,47 @@ def hub(q8_folder):
         server.accept_token(STRANGER_TOKEN, "stranger")
         yield server
 
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+INSTALLED = Path(sys.executable).with_name("duplexcadence")
+
+
+def duplexcadence(hub, home: Path, *args, token: str | None = None, stdin: str | None = None,
+                  env: dict | None = None, **popen) -> subprocess.CompletedProcess:
+    """The installed `duplexcadence` command, as a user runs it, against `hub` (HF_ENDPOINT) with
+    its cache and token under `home` (HF_HOME); this checkout's code first on its path."""
+    assert INSTALLED.is_file(), f"{INSTALLED}: the project is not installed in this environment"
+    return subprocess.run([str(INSTALLED), *args], capture_output=True, text=True, input=stdin, timeout=300,
+                          env=cli_env(hub, home, token, env), **popen)
+
+
+def cli_env(hub, home: Path, token: str | None = None, env: dict | None = None) -> dict:
+    out = {**os.environ, "HF_ENDPOINT": hub.endpoint if hub is not None else "http://127.0.0.1:9",
+           "HF_HOME": str(home), "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    out.pop("HF_TOKEN", None)
+    if token:
+        out["HF_TOKEN"] = token
+    return out
+
+
+def tiny_model(lm: bytes = b"L" * 4096, **more: bytes) -> dict[str, bytes]:
+    """A repository in the official layout whose files are a few kilobytes of filler: enough to
+    download, list and remove (nothing loads it)."""
+    return {"config.json": b"{}", LM_NAME: lm, TOKENIZER_NAME: b"T" * 2048, MIMI_NAME: b"M" * 3072, **more}
+
+
+def bytes_in(folder: Path) -> int:
+    """The bytes the files in `folder` hold, each file once (links are not counted)."""
+    seen, total = set(), 0
+    for path in folder.rglob("*"):
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
+
+
+def cache_folder(cache: Path, repo: str) -> Path:
+    """Where the client keeps a model repository in its cache (models--owner--name)."""
+    return cache / ("models--" + repo.replace("/", "--"))

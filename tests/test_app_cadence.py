@@ -73,13 +73,13 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
         panel.add_frame(_report(_timings(0.11), [1.375] if i in (12, 24) else [], 3 * 2**30, counters,
                                 204 * 2**20))
     assert _colour_count(panel.chart, OVER) > 0
-    assert "overruns (> 80 ms) 25 of 50" in panel.frame_label.text()
-    assert "seconds over cadence 2" in panel.speak_label.text()
+    assert "25 of 50 too slow" in panel.frame_label.text()
+    assert "2 seconds late" in panel.speak_label.text()
     assert "3.00 GiB" in panel.memory_label.text()
-    assert "streaming state 204.0 MiB" in panel.memory_label.text()
-    assert "backbone 48.0 ms" in panel.stage_label.text()  # mean of 30 and 66 ms
-    assert "speaker underflows 2" in panel.audio_label.text()
-    assert "capped at 320 ms" in panel.audio_label.text()
+    assert "conversation memory 204.0 MiB" in panel.memory_label.text()
+    assert "large model 48.0 ms" in panel.stage_label.text()  # mean of 30 and 66 ms
+    assert "gaps in the speaker's audio 2" in panel.audio_label.text()
+    assert "at most 320 ms" in panel.audio_label.text()
     panel.reset()
     assert panel.stats.frames == 0
     assert _colour_count(panel.chart, OVER) == 0
@@ -95,7 +95,7 @@ def test_panel_says_when_a_change_is_prepared_and_when_it_took_effect(qtbot):
     preparing = FrameOutput(pcm, "", None, timings, (), 0, None, preparing=Preparing(("audio_top_k", "greedy"), 12, 50))
     panel.add_frame(FrameReport(40, preparing, -60.0, counters))
     assert not panel.change_label.isHidden()
-    assert "Preparing audio top-k, greedy: recording graphs, 12 of 50" in panel.change_label.text()
+    assert "Preparing audio top-k, greedy: 12 of 50 parts ready" in panel.change_label.text()
     panel.add_frame(FrameReport(41, FrameOutput(pcm, "", None, timings, (), 0, None), -60.0, counters))
     assert "12 of 50" in panel.change_label.text()  # a frame without news keeps the line
     applied = FrameOutput(pcm, "", None, timings, (), 0, None, applied=("audio_top_k", "greedy"))
@@ -153,7 +153,7 @@ def test_the_headline_says_whether_the_model_keeps_up_and_by_how_much(qtbot):
     counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
     assert panel.gauge.headline.text().startswith("Waiting")
     panel.add_frame(_report(_timings(0.01), [0.11], None, counters))
-    assert panel.gauge.headline.text() == "Keeping up: 9.1× headroom"  # 1 / 0.11 s per second
+    assert panel.gauge.headline.text() == "Keeping up: 9.1× as fast as needed"  # 1 / 0.11 s per second
     assert "0.11 s" in panel.gauge.detail.text()
     for _ in range(5):  # the last seconds decide: the model has fallen behind
         panel.add_frame(_report(_timings(0.1), [1.4], None, counters))
@@ -176,12 +176,12 @@ def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
     for i, report in enumerate(reports):
         out = FrameOutput(pcm, "", None, _timings(0.01), (), 0, None, diffuplex=report)
         panel.add_frame(FrameReport(i, out, -60.0, counters))
-    assert panel.diffuplex_label.text().startswith("DiffuPlex: 0.25 predicted frames played per wake")
+    assert panel.diffuplex_label.text().startswith(
+        "Guessing ahead (DiffuPlex): 0.25 guessed steps played per run of the large model")
     assert panel.refusal_label.text() == (
-        "Not played: 2 × the prediction's confidence was below τ; 1 × the user did not say what was "
-        "predicted (the predictions' mean confidence 0.47; τ is 0.50)")
-    assert panel.stage_label.text().count("backbone") == 1  # one backbone figure, in the stages
-    assert "backbone" not in panel.diffuplex_label.text()
+        "Guesses not played: 2 × the guess was less sure than needed; 1 × you did not say what was "
+        "guessed (the guesses' mean confidence 0.47; 0.50 is needed)")
+    assert panel.stage_label.text().count("large model") == 1  # one large-model figure, in the stages
     assert all(label.toolTip() for label in (panel.speak_label, panel.frame_label, panel.stage_label,
                                               panel.diffuplex_label, panel.refusal_label, panel.memory_label,
                                               panel.audio_label))

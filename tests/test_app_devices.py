@@ -11,6 +11,7 @@ import pytest
 from app import audio_devices
 from app.app_settings import AppSettings
 from app.audio_io import AudioConfig, AudioLink
+from app.device_choices import LOST
 from app.device_picker import METER_FLOOR_DB, DevicePicker
 from app.echo_cancel import APM_RATE, EchoSettings
 from app.main_window import MainWindow
@@ -238,15 +239,14 @@ def test_unplugging_the_speaker_in_use_mid_conversation(plugged, picker, qtbot):
         assert "dc_desk" in plugged.stream_devices("sink")
         with qtbot.waitSignal(picker.device_lost, timeout=EVENT_TIMEOUT_MS):
             plugged.unload(module)
-        assert lost == ["The speaker “Desk speakers” was unplugged: the sound server moved the conversation "
-                        "to the default; pick another in Audio."]
+        assert lost == [LOST["output"].format(name="Desk speakers")] and "pick another speaker" in lost[0]
         # The server moved the stream to the default speaker, and it plays on there (PortAudio
         # was not re-initialised under it: that would have stopped it).
         frames = engine.frames
         qtbot.wait(1500)
         assert engine.frames >= frames + 10 and engine.problems == []
         assert plugged.stream_devices("sink").count(SPEAKER_SINK) == 2  # the fixture's keeper and ours
-        assert picker.selected("output").is_default and not picker.speaker.isEnabled()
+        assert picker.speaker.currentText() == "Desk speakers (unplugged)" and picker.speaker.isEnabled()
     finally:
         engine.stop()
         link.close()

@@ -167,7 +167,8 @@ def test_a_broken_copy_is_discarded_and_made_again(damage, caplog):
     model, quantizing = load_reporting("demo")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and f"{path}: " in warnings[0] and "discarded, it is made again" in warnings[0]
-    assert quantizing and model.notice == ""
+    assert quantizing and model.notice.startswith(f"{DEMO_MODEL_DIR / LM_NAME}: its int4 copy {path} was damaged (")
+    assert model.notice.endswith("); quantized again and kept")
     assert_same(model.lm.state_dict(), on_load("demo"))
     assert only_copy().path == path
     assert_same(load_model("demo", weights="int4").lm.state_dict(), on_load("demo"))

@@ -140,7 +140,7 @@ def test_voice_files_are_loaded_as_tensors_only(setup, tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"embeddings": torch.zeros(3, 1, 1, 64), "cache": torch.zeros(1, 17, 4, dtype=torch.long),
                 "extra": _Payload()}, path)
-    with pytest.raises(CheckpointError, match=r"evil\.pt: not a readable voice prompt"):
+    with pytest.raises(CheckpointError, match=r"evil\.pt: holds code or objects that are not plain tensors"):
         load_voice(path, cfg, torch.device("cpu"), torch.float32)
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match=r"junk\.pt"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,16 +82,41 @@ def check_depth(data: Any, source: str, limit: int = MAX_DEPTH) -> None:
             stack.extend((child, depth + 1) for child in children)
 
 
+_JSON_MARKS = re.compile(r'[\[\]{}"\\]')
+
+
+def check_json_nesting(text: str, source: str, limit: int = MAX_DEPTH) -> None:
+    """CheckpointError if JSON text opens lists and objects deeper than `limit`, found by
+    scanning its brackets outside strings before anything parses it (json's own parser
+    recurses once a level: 100,000 levels would overflow the stack)."""
+    depth, in_string, skip = 0, False, -1
+    for mark in _JSON_MARKS.finditer(text):
+        char, at = mark.group(), mark.start()
+        if at == skip:  # the character after a backslash in a string
+            continue
+        if in_string:
+            if char == "\\":
+                skip = at + 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                raise CheckpointError(f"{source}: nested deeper than {limit} levels")
+        elif char in "]}":
+            depth -= 1
+
+
 def parse_json(text: str, source: str) -> Any:
-    """JSON text (a file's, or a metadata string's) as data, its nesting checked; problems
-    raise CheckpointError naming `source`."""
+    """JSON text (a file's, or a metadata string's) as data, its nesting checked before it is
+    parsed; problems raise CheckpointError naming `source`."""
+    check_json_nesting(text, source)
     try:
         data = json.loads(text)
-    except RecursionError:
-        raise CheckpointError(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # a syntax error, or an integer of more digits than Python converts
         raise CheckpointError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    check_depth(data, source)
     return data
 
 

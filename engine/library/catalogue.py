@@ -3,6 +3,7 @@ repository the loader needs (the official layout)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 
 from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
@@ -32,6 +33,30 @@ KNOWN_MODELS = (
                "choose (English)", gated=True),
 )
 KNOWN = {m.repo: m for m in KNOWN_MODELS}
+
+
+def close_names(name: str, limit: int = 4) -> list[str]:
+    """The known repositories a shortened or mistyped name may mean: those containing it
+    ("moshiko"), else the closest ones, whole or without the owner (difflib's ratio)."""
+    text = name.strip().lower()
+    if not text:
+        return []
+    found = [m.repo for m in KNOWN_MODELS if text in m.repo.lower() and name.strip() != m.repo]
+    if found:
+        return found[:limit]
+    ratios: dict[str, float] = {}
+    for m in KNOWN_MODELS:
+        for spelling in (m.repo.lower(), m.repo.split("/")[-1].lower()):
+            ratio = difflib.SequenceMatcher(None, text, spelling).ratio()
+            ratios[m.repo] = max(ratios.get(m.repo, 0.0), ratio)
+    best = max(ratios.values())
+    return sorted((r for r, ratio in ratios.items() if ratio >= max(_CLOSE, best - 0.03) and r != name.strip()),
+                  key=lambda r: -ratios[r])[:limit]
+
+
+_CLOSE = 0.75
+"""difflib's ratio from which a known name counts as close (a letter or two mistyped)."""
+
 
 OPTIONAL_FILES = ("voices.tgz", PREDICTOR_NAME, "mimi_config.json")
 """Downloaded when a repository has them: PersonaPlex's voice prompts, a DiffuPlex predictor

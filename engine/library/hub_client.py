@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -13,8 +12,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import HubError
+from ..config.checks import MAX_CONFIG_BYTES, read_json
+from ..errors import CheckpointError, HubError
+from .cache_layout import downloaded_for, record_downloaded_for, remove_incomplete, repo_folder
 from .catalogue import needed_files
+from .hub_failures import describe_failure
 from .progress import DownloadCancelled, Progress, ProgressMeter, size_text
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,8 @@ class RemoteModel:
     gated: bool
     config: dict | None
     """Its config.json, when it has one and it could be read (a gated one needs the token)."""
+    entry: str = ""
+    """The library entry it is downloaded for, when not itself (a bf16 entry's int8 twin)."""
 
     @property
     def size(self) -> int:
@@ -68,11 +72,14 @@ class HubClient:
             info = self._api.model_info(repo, files_metadata=True, token=self.token or False)
             sizes = {s.rfilename: s.size or 0 for s in info.siblings or ()}
             gated = bool(getattr(info, "gated", False))
+            _check_config_size(repo, "config.json", sizes)
             config = self._config(repo, info.sha) if "config.json" in sizes else None
         try:
             names = needed_files(set(sizes), config, weights, repo)
         except ValueError as exc:
-            raise HubError(str(exc)) from None
+            raise HubError(str(exc), "not_a_model") from None
+        for name in names:
+            _check_config_size(repo, name, sizes)
         names.sort(key=lambda name: sizes[name])  # small files first: the LM, when it comes, completes the model
         return RemoteModel(repo, info.sha, {name: sizes[name] for name in names}, gated, config)
 
@@ -85,10 +92,9 @@ class HubClient:
         except GatedRepoError:  # read once the licence is accepted and a token given
             return None
         try:
-            config = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            return None
-        return config if isinstance(config, dict) else None
+            return read_json(path)  # the loader's bounds: the size on disk too, and nesting
+        except CheckpointError as exc:
+            raise HubError(str(exc).replace(str(path), f"{repo}/config.json"), "not_a_model") from None
 
     def tensor_names(self, remote: RemoteModel, filename: str) -> list[str] | None:
         """The tensor names in a safetensors file on the Hub, from its header alone (ranged
@@ -117,7 +123,7 @@ class HubClient:
         free = free_bytes(self.cache_dir)
         if need > free:
             raise HubError(f"{remote.repo}: the download needs {size_text(need)} and {_existing(self.cache_dir)} "
-                           f"has {size_text(free)} free; free some space or set HF_HOME to a larger disk")
+                           f"has {size_text(free)} free; free some space or set HF_HOME to a larger disk", "disk")
 
     def snapshot_folder(self, repo: str, revision: str) -> Path:
         """Where the client keeps the files of `repo` at `revision` (its cache layout)."""
@@ -130,12 +136,24 @@ class HubClient:
         """Fetches the files of `remote` not yet in the cache; returns the snapshot folder.
         A file becomes part of the snapshot only once complete and checked (the client's
         size and hash checks); a cancelled or failed download keeps the complete files, and
-        the next download fetches only the rest. Raises HubError or DownloadCancelled."""
-        from huggingface_hub import hf_hub_download
+        the next download fetches only the rest. A file left half-written (`.incomplete`) is
+        kept while it is still to be fetched (a resume needs it), and removed on cancel or
+        once its file is complete. Raises HubError or DownloadCancelled."""
         if remote.gated and not self.token:  # said before a byte is fetched, not after a refusal
-            raise HubError(self.gated_hint(remote.repo))
+            raise HubError(self.gated_hint(remote.repo), "gated")
         self.check_disk(remote)
         meter = ProgressMeter(remote.repo, remote.size, report, cancel or threading.Event())
+        folder = repo_folder(self.cache_dir, remote.repo)
+        try:
+            snapshot = self._fetch(remote, meter)
+        except DownloadCancelled:
+            remove_incomplete(folder)
+            raise
+        remove_incomplete(folder, finished_only=True)
+        return snapshot
+
+    def _fetch(self, remote: RemoteModel, meter: ProgressMeter) -> Path:
+        from huggingface_hub import hf_hub_download
         snapshot = self.snapshot_folder(remote.repo, remote.revision)
         for index, (name, size) in enumerate(remote.files.items()):
             meter.start_file(name)
@@ -150,7 +168,11 @@ class HubClient:
             # hook is only logged: the file completes, and the download stops here.
             meter.check_cancelled()
             if index == 0 and snapshot not in Path(path).parents:
-                raise HubError(f"{remote.repo}: the repository changed while downloading; try again")
+                raise HubError(f"{remote.repo}: the repository changed while downloading; try again", "server")
+            if index == 0:  # its folder exists now; a twin's download belongs to its entry from here on
+                folder = repo_folder(self.cache_dir, remote.repo)
+                with self._errors(remote.repo):
+                    record_downloaded_for(folder, downloaded_for(folder) | {remote.entry or remote.repo})
         return snapshot
 
     def save_token(self, token: str) -> str:
@@ -171,57 +193,32 @@ class HubClient:
     # --- errors -------------------------------------------------------------------------
     @contextlib.contextmanager
     def _errors(self, repo: str, kept: int = 0):
-        """Turns what the client raises into one line for the user; anything that is neither
-        the Hub's nor the network's is a bug, raised as it is."""
+        """Turns what the client raises into one line for the user (and the log); anything that
+        is neither the Hub's nor the network's nor the disk's is a bug, raised as it is."""
         try:
             yield
         except (HubError, DownloadCancelled):
             raise
         except Exception as exc:
-            message = describe_failure(exc, repo, self)
-            if message is None:
+            described = describe_failure(exc, repo, self)
+            if described is None:
                 raise
+            message, reason = described
             if kept:
                 message += f"; kept the {size_text(kept)} already downloaded"
-            raise HubError(message) from None
+            log.info("%s (%s: %s)", message, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            raise HubError(message, reason) from None
 
 
-def describe_failure(exc: BaseException, repo: str, client: HubClient) -> str | None:
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if isinstance(exc, GatedRepoError):
-        if status == 403 or client.token:
-            return (f"{repo}: the licence is not accepted for this token's account; accept it at "
-                    f"{client.page(repo)}, then download again")
-        return client.gated_hint(repo)
-    if isinstance(exc, RepositoryNotFoundError):
-        return f"{repo}: no such model repository on {client.endpoint} (or it is private)"
-    if isinstance(exc, RevisionNotFoundError):
-        return f"{repo}: the Hub has no 'main' revision for it"
-    if isinstance(exc, LocalEntryNotFoundError) or _is_network_error(exc):  # a subclass of the next
-        return f"{repo}: cannot reach {client.endpoint} ({type(exc).__name__}); check the network"
-    if isinstance(exc, EntryNotFoundError):
-        return f"{repo}: a file it lists is missing on the Hub ({exc})"
-    if isinstance(exc, HfHubHTTPError) and status == 401:
-        return f"{repo}: the Hub refused the access token (invalid or expired); give a new one"
-    if isinstance(exc, HfHubHTTPError) and status is not None:
-        return f"{repo}: the Hub answered HTTP {status}; try again later"
-    if isinstance(exc, OSError):  # the client's size/hash checks, a full disk, a read-only cache
-        return f"{repo}: {exc}"
-    return None
+_CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 
 
-def _is_network_error(exc: BaseException) -> bool:
-    """The client's HTTP library raises its own connection and timeout errors (httpx or
-    requests, by version), which are not OSErrors."""
-    return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "requests", "urllib3", "httpcore"}
+def _check_config_size(repo: str, name: str, sizes: dict[str, int]) -> None:
+    """A config file larger than the loader reads is refused from the Hub's listing, before
+    its bytes are fetched."""
+    if name.endswith(_CONFIG_SUFFIXES) and sizes.get(name, 0) > MAX_CONFIG_BYTES:
+        raise HubError(f"{repo}/{name}: {size_text(sizes[name])} on the Hub, too large for a config file (at most "
+                       f"{size_text(MAX_CONFIG_BYTES)}); not downloaded", "not_a_model")
 
 
 def free_bytes(folder: Path) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import hub
-from ..errors import CheckpointError
+from ..errors import CheckpointError, HubError
 from ..int4_copies import KeptCopy, copies_folder, copies_of, read_header
 from ..paths import DEMO_MODEL_DIR
 from .catalogue import KNOWN, KNOWN_MODELS
@@ -142,7 +142,15 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
         repo, note = twin, f"int8: downloads {twin}, the official int8 files"
     if weights == "int4" and twin:  # half the download; int4 from int8 rows errs 0.5% more than from bf16
         repo, note = twin, f"int4: downloads {twin}, the official int8 files; {int4_kept_text()}"
-    remote = client.remote(repo, weights)
+    try:
+        remote = client.remote(repo, weights)
+    except HubError as exc:
+        if repo == name or exc.reason != "not_found":
+            raise
+        raise HubError(f"{name}: its int8 twin {repo} is not on {client.endpoint}; choose bf16 weights to download "
+                       f"{name} itself", "not_found") from None
+    if repo != name:  # the twin belongs to this entry: removing the entry removes it
+        remote = dataclasses.replace(remote, entry=name)
     lm_is_q8 = any(f.endswith(".q8.safetensors") for f in remote.files)
     chosen = weights or ("int8" if lm_is_q8 else "bf16")
     if chosen == "int8" and not lm_is_q8:

@@ -1,15 +1,13 @@
 """The models already on this machine: complete or partly downloaded snapshots in the
-Hugging Face cache (read with the client's own cache scan), and removing them with its
-deletion API."""
+Hugging Face cache, read with the client's own cache scan (removing them: removal.py)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
-from ..errors import HubError
-from ..int4_copies import copies_under, remove_copies
+from ..config.checks import read_json
+from ..errors import CheckpointError
 from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 from .catalogue import KNOWN, needed_files
 
@@ -34,6 +32,8 @@ def missing_files(folder: Path) -> list[str]:
     listing = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     try:
         files = needed_files(listing, local_config(folder), None, str(folder))
+    except CheckpointError as exc:
+        return [f"usable config.json ({exc})"]
     except ValueError as exc:
         if "not a duplex speech model" not in str(exc):
             return [f"usable config.json ({exc})"]
@@ -42,12 +42,10 @@ def missing_files(folder: Path) -> list[str]:
 
 
 def local_config(folder: Path) -> dict | None:
-    """A checkpoint folder's config.json, None without a readable one."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
+    """A checkpoint folder's config.json, None without one; CheckpointError naming the file for
+    one that cannot be read, or that is larger or nests deeper than a config may (the bounds
+    of engine.config.checks)."""
+    return read_json(folder / "config.json") if (folder / "config.json").exists() else None
 
 
 def cached_models(cache_dir: str | Path) -> list[CachedModel]:
@@ -74,29 +72,3 @@ def cached_models(cache_dir: str | Path) -> list[CachedModel]:
         if candidates:
             found.append(max(candidates, key=lambda c: c.complete))
     return found
-
-
-def remove_model(repo: str, cache_dir: str | Path) -> int:
-    """Frees every cached revision of `repo` (snapshots and the blobs no other revision
-    uses) and the int4 copies kept of its files (engine.int4_copies); returns the bytes freed."""
-    from huggingface_hub import scan_cache_dir
-    try:
-        info = scan_cache_dir(cache_dir)
-    except Exception as exc:
-        raise HubError(f"{repo}: cannot read the Hugging Face cache at {cache_dir} ({exc})") from None
-    repos = [r for r in info.repos if r.repo_id == repo and r.repo_type == "model"]
-    revisions = [rev.commit_hash for r in repos for rev in r.revisions]
-    if not revisions:
-        raise HubError(f"{repo}: not in the Hugging Face cache at {cache_dir}")
-    copies = [c for r in repos for c in copies_under(r.repo_path)]  # their sources resolve into it
-    strategy = info.delete_revisions(*revisions)
-    try:
-        strategy.execute()
-        freed = remove_copies(copies)
-    except OSError as exc:
-        raise HubError(f"{repo}: could not remove all of its files ({exc})") from None
-    # The client logs a file it could not delete and goes on: what is left says so.
-    left = [p for p in strategy.snapshots | strategy.blobs if p.exists()]
-    if left:
-        raise HubError(f"{repo}: could not remove {len(left)} of its files (in use, or no permission), e.g. {left[0]}")
-    return strategy.expected_freed_size + freed

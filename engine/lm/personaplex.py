@@ -3,13 +3,13 @@ and the reference's defaults. engine/prompts.py plays them to the model."""
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from pathlib import Path
 
 import torch
 
 from ..config.lm import LMConfig
 from ..errors import CheckpointError
+from ..pt_files import load_pt
 
 UNGENERATED = -2
 """The reference's marker for a cache slot never written (a very short voice prompt)."""
@@ -32,12 +32,7 @@ class VoicePrompt:
 def load_voice(path: str | Path, cfg: LMConfig, device: torch.device, dtype: torch.dtype) -> VoicePrompt:
     """Read a `voices/*.pt` file ({"embeddings", "cache"}); only tensors are unpickled."""
     path = Path(path)
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found") from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable voice prompt ({exc})") from None
+    data = load_pt(path, "voice prompt")  # mapped: a long prompt is refused before it is read
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a dict with keys 'embeddings' and 'cache'")
     for key in ("embeddings", "cache"):
@@ -48,8 +43,11 @@ def load_voice(path: str | Path, cfg: LMConfig, device: torch.device, dtype: tor
         raise CheckpointError(f"{path}: key embeddings has shape {list(emb.shape)}, expected [T, 1, 1, {cfg.dim}]")
     if not emb.dtype.is_floating_point:
         raise CheckpointError(f"{path}: key embeddings has dtype {emb.dtype}, expected floating point")
+    if emb.shape[0] > cfg.context:  # its start would be gone from the model's window before it ends
+        raise CheckpointError(f"{path}: a voice prompt of {emb.shape[0]} frames, longer than the model's "
+                              f"{cfg.context}-frame context (with a role, at most {cfg.context // 2} frames in all)")
     # Checked in the model's dtype: a large float32 value is infinite in float16.
-    emb = emb.to(dtype=dtype)
+    emb = emb.to(dtype=dtype, copy=True)  # a copy: the file is only mapped
     bad = int(emb.numel() - torch.isfinite(emb).sum())
     if bad:
         raise CheckpointError(f"{path}: key embeddings holds {bad} NaN or infinite values")
@@ -57,11 +55,28 @@ def load_voice(path: str | Path, cfg: LMConfig, device: torch.device, dtype: tor
     if tuple(cache.shape) != (1, cfg.n_q + 1, slots) or cache.dtype != torch.int64:
         raise CheckpointError(f"{path}: key cache has shape {list(cache.shape)} ({cache.dtype}), "
                               f"expected [1, {cfg.n_q + 1}, {slots}] int64")
-    cache = cache[0].T
+    cache = cache[0].T.clone()
     limits = torch.tensor([cfg.text_card] + [cfg.card] * cfg.n_q)
     if ((cache < UNGENERATED) | (cache > limits)).any():
         raise CheckpointError(f"{path}: key cache holds tokens outside the vocabularies")
     return VoicePrompt(path.stem, emb.to(device=device), cache.contiguous().to(device))
+
+
+def prompt_frames(voice_frames: int, role_tokens: int) -> int:
+    """Frames the prompts' replay plays (engine/families/moshi/prompts.py): the voice prompt,
+    half a second of silence, the role a token a frame, half a second again."""
+    return voice_frames + SILENCE_FRAMES + role_tokens + SILENCE_FRAMES
+
+
+def check_prompt_length(cfg: LMConfig, voice: str | None, voice_frames: int, role_tokens: int) -> None:
+    """ValueError in one line unless the prompts take at most half the model's context: the
+    rest is the conversation's, and a longer prompt takes minutes to play."""
+    total, limit = prompt_frames(voice_frames, role_tokens), cfg.context // 2
+    if total > limit:
+        voice_part = f"voice prompt {voice} ({voice_frames} frames)" if voice else "no voice prompt"
+        raise ValueError(f"the prompts are too long for {cfg.name}: {voice_part} and a role of {role_tokens} "
+                         f"tokens take {total} frames with their {2 * SILENCE_FRAMES} of silence; at most {limit} "
+                         f"(half the model's {cfg.context}-frame context): shorten the role or pick another voice")
 
 
 def wrap_role(text: str) -> str:

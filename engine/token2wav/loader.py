@@ -10,13 +10,13 @@ comes prepared (engine.token2wav.stream.Prompt).
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from pathlib import Path
 
 import torch
 
 from ..checkpoint import check_layout, load_into
 from ..errors import CheckpointError
+from ..pt_files import load_pt
 from .config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
 from .flow import Flow, new_noise
 from .vocoder import CausalHiFTGenerator
@@ -41,12 +41,7 @@ class Token2wavModel:
 
 def read_pt(path: Path) -> dict[str, torch.Tensor]:
     """A state dict from a `.pt` file, with weights_only=True; problems name the file."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: file not found")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a weights-only PyTorch state dict ({str(exc).splitlines()[0]})") from None
+    state = load_pt(path, "PyTorch state dict")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: expected a mapping of parameter names to tensors")
     return state

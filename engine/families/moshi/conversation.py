@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ...duplex_model import DuplexModel
-from ...lm.personaplex import DEFAULT_ROLE, wrap_role
+from ...lm.personaplex import DEFAULT_ROLE, check_prompt_length, wrap_role
 from ...options import RuntimeOptions
 from ...runtime.stages import Regeneration, StageRunner
 from ...state import Store
@@ -98,17 +98,32 @@ class MoshiConversation:
 
     def set_persona(self, persona: Persona | None) -> None:
         """Check the persona and prepare its prompts now, so a bad voice fails here."""
-        model = self.model
-        if model.variant != "personaplex":
-            if persona is not None and (persona.voice or persona.role):
-                raise ValueError(f"{model.name} takes no voice or role prompt (only PersonaPlex does)")
+        if self.model.variant != "personaplex":
+            self._prompts(persona)  # refuses prompts this model does not take
             self.persona, self._voice, self._role_tokens = Persona(), None, []
             return
         if persona is None:
             persona = Persona(next(iter(self.voices), None), DEFAULT_ROLE)
-        self._voice = model.load_voice(persona.voice) if persona.voice is not None else None
-        self._role_tokens = model.tokenizer.encode(wrap_role(persona.role)) if persona.role.strip() else []
+        self._voice, self._role_tokens = self._prompts(persona)
         self.persona = persona
+
+    def check_persona(self, persona: Persona) -> None:
+        """ValueError in one line unless this model takes `persona` and its prompts take at
+        most half its context (lm.personaplex.check_prompt_length); nothing is replayed."""
+        voice, role_tokens = self._prompts(persona)
+        if self.model.variant == "personaplex":
+            check_prompt_length(self.model.cfg, persona.voice, 0 if voice is None else len(voice.embeddings),
+                                len(role_tokens))
+
+    def _prompts(self, persona: Persona | None):
+        """(voice prompt or None, role tokens) of `persona`, read and checked."""
+        model = self.model
+        if model.variant != "personaplex":
+            if persona is not None and (persona.voice or persona.role):
+                raise ValueError(f"{model.name} takes no voice or role prompt (only PersonaPlex does)")
+            return None, []
+        voice = model.load_voice(persona.voice) if persona.voice is not None else None
+        return voice, model.tokenizer.encode(wrap_role(persona.role)) if persona.role.strip() else []
 
     def configure(self, options: RuntimeOptions) -> None:
         self.runner.configure(options)
@@ -127,11 +142,12 @@ class MoshiConversation:
         # The prompts' graphs are not recorded mid-conversation: their next use captures them.
         return self.runner.regenerate(lambda: self.frame.sampling_as(new), store, skip=is_prompt_key)
 
-    def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool]) -> tuple[RuntimeOptions, bool]:
+    def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool],
+              progress: Callable[[int, int], None] | None = None) -> tuple[RuntimeOptions, bool]:
         """A new conversation under `options`: the state sized for the predictor's wakes, zeroed,
-        and PersonaPlex's prompts replayed (`cancelled()` checked every prompt frame). Returns
-        the options in force (a DiffuPlex policy without a predictor falls back to AR) and
-        False if the prompts were cancelled."""
+        and PersonaPlex's prompts replayed (`cancelled()` checked and `progress(done, total)`
+        told every prompt frame). Returns the options in force (a DiffuPlex policy without a
+        predictor falls back to AR) and False if the prompts were cancelled."""
         self._size_for(self.predictor, options)
         if self.diffuplex is None and options.policy != "ar":
             log.warning("policy %s without a predictor: AR", options.policy)
@@ -140,12 +156,12 @@ class MoshiConversation:
         self.prompt_s = 0.0
         if self.model.variant != "personaplex":
             return options, True
-        return options, self._replay_prompts(cancelled)
+        return options, self._replay_prompts(cancelled, progress)
 
-    def _replay_prompts(self, cancelled: Callable[[], bool]) -> bool:
+    def _replay_prompts(self, cancelled: Callable[[], bool], progress: Callable[[int, int], None] | None) -> bool:
         started = time.perf_counter()
         with torch.no_grad():
-            done = replay_prompts(self.frame, self._voice, self._role_tokens, cancelled)
+            done = replay_prompts(self.frame, self._voice, self._role_tokens, cancelled, progress)
         if self.model.device.type == "cuda":  # the prompts' time is the device's: wait for it
             torch.cuda.synchronize(self.model.device)
         self.prompt_s = time.perf_counter() - started

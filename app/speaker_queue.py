@@ -1,0 +1,79 @@
+"""The model's audio on its way to the speaker, and what the speaker played.
+
+After a stall the engine catches up faster than real time; its audio then waits in the queue
+and plays late, up to `max_backlog_s` beyond the prebuffer. A frame that would wait longer is
+skipped whole (a cut inside a frame would click, and whole frames are what the recording can
+mark). The latency comes back in the model's pauses: while more than the prebuffer and a frame
+waits, a silent frame is left out (no speech is lost, and the reply is late only until the
+model next pauses). The callback keeps what it handed the device twice: after the volume (the echo
+canceller's far end: exactly what was played) and before it (the recording's model channel,
+app/played_track.py: the model's speech where and when it was played, at the model's level).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine import FRAME_SECONDS
+
+from .ring_buffer import SpscRing
+
+PLAYED_LOG_S = 8.0  # what the speaker played waits this long for the engine thread (a stall)
+QUIET_MEAN_SQUARE = 1e-5  # a frame below -50 dBFS is a pause: left out while the speaker is late
+
+
+class SpeakerQueue:
+    """Written by the engine thread (`put`), played by PortAudio's callback (`fill`)."""
+
+    def __init__(self, rate: int, prebuffer_s: float, max_backlog_s: float):
+        self.rate = rate
+        frame = int(np.ceil(rate * FRAME_SECONDS))
+        self.limit = int(rate * (prebuffer_s + max_backlog_s))  # queued beyond this: skip the frame
+        self.target = int(rate * prebuffer_s) + frame  # the queue's most when the engine keeps up
+        self.ring = SpscRing(self.limit + 2 * frame)  # a frame more, and soxr's uneven blocks
+        self.prebuffer = int(rate * prebuffer_s)
+        self.far = SpscRing(int(rate * PLAYED_LOG_S))     # after the volume: the echo canceller's
+        self.played = SpscRing(int(rate * PLAYED_LOG_S))  # before it: the recording's
+        self.played_lost = 0   # samples `played` refused (the engine thread did not come for them)
+        self.gain = 1.0        # the volume, applied as samples are handed to the device
+        self.t0: float | None = None  # PortAudio time the stream's first sample was played at
+        self.underflows = 0
+        self.dropped = 0       # samples skipped (at `rate`)
+        self._priming = True
+
+    # --- PortAudio's real-time thread: no allocation, no lock ------------------------
+    def fill(self, out: np.ndarray, dac_time: float) -> None:
+        if self.t0 is None:
+            self.t0 = dac_time
+        if self._priming and self.ring.available() < self.prebuffer:
+            out.fill(0)
+        else:
+            self._priming = False
+            n = self.ring.read_into(out)
+            if n < len(out):
+                out[n:] = 0
+                self.underflows += 1
+                self._priming = True
+        # Silence too: both logs follow the device's timeline.
+        taken = self.played.write(out)
+        if taken < len(out):
+            self.played_lost += len(out) - taken
+        if self.gain != 1.0:
+            out *= self.gain
+        self.far.write(out)
+
+    # --- the engine thread ------------------------------------------------------------
+    def late(self) -> bool:
+        """More waits than when the engine keeps up: a pause can be left out."""
+        return self.ring.available() > self.target
+
+    def full(self) -> bool:
+        """The speaker is more than the prebuffer and the allowed backlog behind: the next frame
+        is skipped (decided before it is resampled, so the cut falls between whole frames)."""
+        return self.ring.available() > self.limit
+
+    def put(self, samples: np.ndarray) -> None:
+        self.dropped += len(samples) - self.ring.write(samples)  # none, unless `full` was not asked
+
+    def backlog_s(self) -> float:
+        """How long the audio queued now will take to play."""
+        return self.ring.available() / self.rate
