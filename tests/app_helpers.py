@@ -45,6 +45,29 @@ def keep_torch_threads():
     torch.set_num_threads(threads)
 
 
+def demo_window(tmp_path, demo_model, audio_config):
+    """The main window with the demo model loaded and short prompts (a fast start), shown."""
+    from app.main_window import MainWindow
+    w = MainWindow(isolated_settings(tmp_path), device="cpu", audio_config=audio_config)
+    w.show()
+    w.model_picker.select("demo")
+    w.models.set_model(demo_model)
+    w.model_picker.voice.setCurrentText("No voice prompt")
+    w.model_picker.role.setText("Hi.")
+    return w
+
+
+def combo_texts(combo) -> list[str]:
+    return [combo.itemText(i) for i in range(combo.count())]
+
+
+def choose(combo, text: str) -> None:
+    """As the user does: pick an item (`activated` is what a click emits)."""
+    index = combo_texts(combo).index(text)
+    combo.setCurrentIndex(index)
+    combo.activated.emit(index)
+
+
 def load_selected(qtbot, window, picker) -> None:
     """Press the picker's Load and wait for the model to be ready."""
     with qtbot.waitSignal(window.models.ready, timeout=120_000):

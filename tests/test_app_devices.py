@@ -15,7 +15,7 @@ from app.device_choices import LOST
 from app.device_picker import METER_FLOOR_DB, DevicePicker
 from app.echo_cancel import APM_RATE, EchoSettings
 from app.main_window import MainWindow
-from tests.app_helpers import isolated_settings
+from tests.app_helpers import choose, combo_texts, isolated_settings
 from tests.audio_fixture import (
     MIC_SINK,
     SPEAKER_SINK,
@@ -45,17 +45,6 @@ def picker(qtbot, tmp_path):
     return p
 
 
-def _texts(combo) -> list[str]:
-    return [combo.itemText(i) for i in range(combo.count())]
-
-
-def _choose(combo, text: str) -> None:
-    """As the user does: pick an item (`activated` is what a click emits)."""
-    index = _texts(combo).index(text)
-    combo.setCurrentIndex(index)
-    combo.activated.emit(index)
-
-
 def _listed(combo) -> list:
     return [combo.itemData(i) for i in range(combo.count())]
 
@@ -66,14 +55,14 @@ def _pulse_index() -> int:
 
 @pytest.mark.audio
 def test_the_pickers_list_the_servers_devices_by_description(plugged, picker):
-    microphones = _texts(picker.microphone)
+    microphones = combo_texts(picker.microphone)
     # The default first (the fixture's microphone is a null sink's monitor), then the real
     # sources, then the other monitors; two sinks share "Null Output", so their names tell them apart.
     assert microphones[0] == f"Monitor of Null Output — {MIC_SINK}.monitor (system default)"
     assert microphones[1:3] == ["Webcam microphone", "Headset microphone"]
     assert set(microphones[3:]) == {f"Monitor of Null Output — {SPEAKER_SINK}.monitor",
                                     "Monitor of USB headset", "Monitor of HDMI monitor"}
-    assert _texts(picker.speaker) == [f"Null Output — {SPEAKER_SINK} (system default)",
+    assert combo_texts(picker.speaker) == [f"Null Output — {SPEAKER_SINK} (system default)",
                                       f"Null Output — {MIC_SINK}", "USB headset", "HDMI monitor"]
     devices = audio_devices.list_devices("output")
     assert [d.key for d in devices] == [f"PulseAudio: {name}" for name in (SPEAKER_SINK, MIC_SINK, *SINKS)]
@@ -85,7 +74,7 @@ def test_the_pickers_list_the_servers_devices_by_description(plugged, picker):
 def test_a_new_default_is_marked_without_a_restart(plugged, picker, qtbot):
     plugged.pactl("set-default-sink", "dc_usb")
     try:
-        qtbot.waitUntil(lambda: "USB headset (system default)" in _texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: "USB headset (system default)" in combo_texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
         assert picker.selected("output").server_name == "dc_usb"  # nothing chosen: the default is
     finally:
         plugged.pactl("set-default-sink", SPEAKER_SINK)
@@ -94,8 +83,8 @@ def test_a_new_default_is_marked_without_a_restart(plugged, picker, qtbot):
 
 @pytest.mark.audio
 def test_a_choice_is_remembered_by_name(plugged, picker, qtbot, tmp_path):
-    _choose(picker.microphone, "Headset microphone")
-    _choose(picker.speaker, "USB headset")
+    choose(picker.microphone, "Headset microphone")
+    choose(picker.speaker, "USB headset")
     assert picker.settings.device_key("input") == "PulseAudio: dc_headset_mic"
     assert picker.settings.device_key("output") == "PulseAudio: dc_usb"
     again = DevicePicker(isolated_settings(tmp_path))  # the same settings file, read afresh
@@ -136,11 +125,11 @@ def test_server_devices_open_at_the_echo_cancellers_rate(plugged):
 def test_plugging_and_unplugging_show_without_a_restart(plugged, picker, qtbot):
     module = plugged.add_sink("dc_bluetooth", "Bluetooth speaker")
     try:
-        qtbot.waitUntil(lambda: "Bluetooth speaker" in _texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
-        assert "Monitor of Bluetooth speaker" in _texts(picker.microphone)
+        qtbot.waitUntil(lambda: "Bluetooth speaker" in combo_texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
+        assert "Monitor of Bluetooth speaker" in combo_texts(picker.microphone)
     finally:
         plugged.unload(module)
-    qtbot.waitUntil(lambda: "Bluetooth speaker" not in _texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: "Bluetooth speaker" not in combo_texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
     assert picker.selected("output").is_default
 
 
@@ -159,7 +148,7 @@ def test_a_remembered_device_that_is_gone_gives_one_notice(plugged, qtbot, tmp_p
     # More listings, by hand and from server events, say nothing more.
     picker.refresh()
     module = plugged.add_sink("dc_other", "Other speaker")
-    qtbot.waitUntil(lambda: "Other speaker" in _texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: "Other speaker" in combo_texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
     plugged.unload(module)
     qtbot.wait(300)
     assert len(notices) == 1
@@ -220,8 +209,8 @@ class _Engine(threading.Thread):
 @pytest.mark.audio
 def test_unplugging_the_speaker_in_use_mid_conversation(plugged, picker, qtbot):
     module = plugged.add_sink("dc_desk", "Desk speakers")
-    qtbot.waitUntil(lambda: "Desk speakers" in _texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
-    _choose(picker.speaker, "Desk speakers")
+    qtbot.waitUntil(lambda: "Desk speakers" in combo_texts(picker.speaker), timeout=EVENT_TIMEOUT_MS)
+    choose(picker.speaker, "Desk speakers")
     # Echo cancellation is not what this is about (its own tests cover it): off, so that only
     # the streams and their routing are exercised.
     link = AudioLink(picker.selected("input"), picker.selected("output"), AudioConfig(stall_timeout_s=0.5),
@@ -273,7 +262,7 @@ def test_a_sound_server_going_away_is_no_unplugging(qtbot, tmp_path):
         audio.server.kill()
         qtbot.waitUntil(lambda: not audio_devices.server_listed(_listed(picker.speaker)),
                         timeout=EVENT_TIMEOUT_MS)
-        assert lost == [] and "pulse" in _texts(picker.speaker)
+        assert lost == [] and "pulse" in combo_texts(picker.speaker)
         picker.set_running(False)
     finally:
         audio.stop()

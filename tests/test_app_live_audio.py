@@ -9,8 +9,7 @@ import soundfile as sf
 import soxr
 
 from app.audio_io import ENGINE_RATE, AudioConfig  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
-from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
+from tests.app_helpers import demo_window, keep_torch_threads, load_demo  # noqa: F401
 from tests.audio_fixture import (
     SINK_RATE,
     SPEAKER_SINK,
@@ -29,14 +28,8 @@ def demo_model(qapp):
 
 @pytest.fixture
 def window(qtbot, tmp_path, demo_model, virtual_audio):
-    w = MainWindow(isolated_settings(tmp_path), device="cpu",
-                   audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
+    w = demo_window(tmp_path, demo_model, AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
     qtbot.addWidget(w)
-    w.show()
-    w.model_picker.select("demo")
-    w.models.set_model(demo_model)
-    w.model_picker.voice.setCurrentText("No voice prompt")  # short prompts: fast start
-    w.model_picker.role.setText("Hi.")
     yield w
     w.close()
 

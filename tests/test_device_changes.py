@@ -17,8 +17,7 @@ import soundfile as sf
 from app import audio_devices, sound_server
 from app.audio_io import ENGINE_RATE, AudioConfig, AudioDeviceError, AudioLink
 from app.device_choices import LOST
-from app.main_window import MainWindow
-from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
+from tests.app_helpers import choose, combo_texts, demo_window, keep_torch_threads, load_demo  # noqa: F401
 from tests.audio_fixture import (
     SINK_RATE,
     SPEAKER_SINK,
@@ -73,28 +72,11 @@ def desk(virtual_audio, tmp_path):
 
 @pytest.fixture
 def window(qtbot, tmp_path, demo_model, virtual_audio, desk):
-    w = MainWindow(isolated_settings(tmp_path), device="cpu",
-                   audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
+    w = demo_window(tmp_path, demo_model, AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
     qtbot.addWidget(w)
-    w.show()
-    w.model_picker.select("demo")
-    w.models.set_model(demo_model)
-    w.model_picker.voice.setCurrentText("No voice prompt")  # short prompts: fast start
-    w.model_picker.role.setText("Hi.")
-    qtbot.waitUntil(lambda: DESK in _texts(w.device_picker.microphone), timeout=EVENT_MS)
+    qtbot.waitUntil(lambda: DESK in combo_texts(w.device_picker.microphone), timeout=EVENT_MS)
     yield w
     w.close()
-
-
-def _texts(combo) -> list[str]:
-    return [combo.itemText(i) for i in range(combo.count())]
-
-
-def _choose(combo, text: str) -> None:
-    """As the user does: pick an item (`activated` is what a click emits)."""
-    index = _texts(combo).index(text)
-    combo.setCurrentIndex(index)
-    combo.activated.emit(index)
 
 
 def _no_processing(picker) -> None:
@@ -131,7 +113,7 @@ def _tone(frames: np.ndarray) -> np.ndarray:
 
 def test_the_microphone_unplugged_and_back_mid_conversation(qtbot, window, virtual_audio, desk, caplog):
     picker = window.device_picker
-    _choose(picker.microphone, DESK)
+    choose(picker.microphone, DESK)
     _no_processing(picker)
     _start(qtbot, window)
     _frames_pass(qtbot, window, 15)
@@ -182,16 +164,16 @@ def test_switching_microphone_and_speaker_mid_conversation(qtbot, window, virtua
     statuses = []
     window.conversation.status.connect(statuses.append)
     try:
-        qtbot.waitUntil(lambda: "USB headset" in _texts(picker.speaker), timeout=EVENT_MS)
+        qtbot.waitUntil(lambda: "USB headset" in combo_texts(picker.speaker), timeout=EVENT_MS)
         _start(qtbot, window)  # echo cancellation on: it starts over for the new microphone
         _frames_pass(qtbot, window, 10)
         assert picker.microphone.isEnabled() and picker.speaker.isEnabled()
-        _choose(picker.microphone, DESK)
+        choose(picker.microphone, DESK)
         qtbot.waitUntil(lambda: virtual_audio.stream_devices("source") == ["dc_desk.monitor"], timeout=EVENT_MS)
         _frames_pass(qtbot, window, 10)
         reached = subprocess.Popen(["parecord", "--device=dc_usb.monitor", "--file-format=wav", "--channels=1",
                                     f"--rate={SINK_RATE}", str(tmp_path / "usb.wav")], env=virtual_audio.env)
-        _choose(picker.speaker, "USB headset")
+        choose(picker.speaker, "USB headset")
         # Ours on the headset; on the old speaker only the fixture's silent keeper is left.
         qtbot.waitUntil(lambda: "dc_usb" in virtual_audio.stream_devices("sink"), timeout=EVENT_MS)
         assert virtual_audio.stream_devices("sink").count(SPEAKER_SINK) == 1
@@ -219,7 +201,7 @@ def test_switching_microphone_and_speaker_mid_conversation(qtbot, window, virtua
 
 def test_a_stalled_microphone_is_opened_again(qtbot, window, virtual_audio):
     picker = window.device_picker
-    _choose(picker.microphone, DESK)
+    choose(picker.microphone, DESK)
     _no_processing(picker)
     _start(qtbot, window)
     _frames_pass(qtbot, window, 10)
