@@ -36,6 +36,7 @@ SETTINGS = {
     "theme": "dark", "record": False, "engine_pane_open": True,
     "sampling": {"text_temperature": 0.5, "text_top_k": 10, "audio_temperature": 0.6, "audio_top_k": 100},
     "devices": {"input": ["PulseAudio: desk.monitor", "Desk"], "output": ["PulseAudio: usb", "USB headset"]},
+    "recordings_dir": "/srv/recordings/duplexcadence",
     "presets": [["Teacher", "DEMO", "You are a patient teacher."], ["Plain", "", "Answer briefly."]],
 }
 """The settings written through AppSettings' setters."""
@@ -135,7 +136,7 @@ def record_files(out: Path) -> dict:
         settings.set_device_key(kind, key)
         settings.set_device_label(kind, label)
     settings.persona_presets = [PersonaPreset(*p) for p in SETTINGS["presets"]]
-    settings.recordings_dir = "recordings"  # relative: the test reads it beside the file
+    settings.recordings_dir = SETTINGS["recordings_dir"]
     settings.q.sync()
     read = AppSettings(QSettings(str(out / "settings.ini"), QSettings.Format.IniFormat))
     expected = {key: getattr(read, key) for key in ("model_source", "model_weights", "speaker_volume",
@@ -143,6 +144,7 @@ def record_files(out: Path) -> dict:
                                                     "sampling")}
     expected["devices"] = {kind: [read.device_key(kind), read.device_label(kind)] for kind in ("input", "output")}
     expected["presets"] = [list(p) for p in read.persona_presets]
+    expected["recordings_dir"] = str(read.recordings_dir)
     recorder = ConversationRecorder(out / "recordings", "demo", {"seed": SEED, "policy": "ar"},
                                     {"echo_cancellation": True})
     rng = np.random.default_rng(0)
