@@ -148,7 +148,7 @@ def record_files(out: Path) -> dict:
     recorder = ConversationRecorder(out / "recordings", "demo", {"seed": SEED, "policy": "ar"},
                                     {"echo_cancellation": True})
     rng = np.random.default_rng(0)
-    for i, text in enumerate(["", " Hello", " there", "", " friend", "."]):
+    for text in ["", " Hello", " there", "", " friend", "."]:
         recorder.add_frame((0.1 * rng.standard_normal(1920)).astype(np.float32),
                            (0.1 * rng.standard_normal(1920)).astype(np.float32), text)
     recorder.close()
