@@ -8,7 +8,16 @@ import logging
 from pathlib import Path
 
 from PyQt6.QtCore import QObject, pyqtSignal
-from PyQt6.QtWidgets import QFileDialog, QLabel, QMessageBox, QWidget
+from PyQt6.QtWidgets import (
+    QAbstractSpinBox,
+    QFileDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QTextEdit,
+    QWidget,
+)
 
 from .app_settings import AppSettings
 from .cadence_panel import CadencePanel
@@ -145,7 +154,10 @@ class ModelController(QObject):
         else:
             text = f"Last time you talked with {source}; it is no longer complete here: {action.text()} fetches it."
         self._picker.status.setText(text)
-        action.setFocus()
+        # The first listing ends when it ends: never take the keys from a field being typed in.
+        # (The window's focus widget: the one that has the keys, or will once the window is active.)
+        if not isinstance(action.window().focusWidget(), (QLineEdit, QTextEdit, QPlainTextEdit, QAbstractSpinBox)):
+            action.setFocus()
 
     # --- its DiffuPlex predictor --------------------------------------------------------
     def choose_predictor(self, path: str | None = None) -> None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from PyQt6.QtWidgets import QWidget
+from PyQt6.QtWidgets import QLineEdit, QWidget
 
 from app.file_feed import FileFeed
 from app.main_window import MainWindow
@@ -142,6 +142,23 @@ def test_the_model_used_last_is_offered_with_load_and_not_loaded(qtbot, tmp_path
         picker.action_button.click()
     assert window.models.loaded.source == str(folder)
     window.close()
+
+
+def test_the_offer_never_takes_the_keys_from_a_field_being_typed_in(qtbot, tmp_path):
+    settings = isolated_settings(tmp_path)
+    settings.model_source = "demo"
+    window = MainWindow(settings, device="cpu")
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: "Last time" in window.model_picker.status.text(), timeout=30_000)
+    field = QLineEdit(window.centralWidget())  # as the role prompt, once a model shows it
+    field.show()
+    field.setFocus()  # the user clicked into it before the first listing ended
+    window.models.offer_remembered()  # as that listing's end calls it
+    assert window.focusWidget() is field
+    field.clearFocus()
+    window.models.offer_remembered()
+    assert window.focusWidget() is window.model_picker.action_button  # else Load has the keys
 
 
 def _cli(hub, home, *args):
