@@ -107,7 +107,7 @@ class CadencePanel(QWidget):
         DiffuPlex did in it, the memory in use after it, and the audio streams' health."""
         out = report.output
         self.stats.add_frame(out.timings)
-        self.diffuplex.add(out.diffuplex, out.timings)
+        self.diffuplex.add(out.report, out.timings)
         self._show_diffuplex()
         self.stats.add_seconds(list(out.speak_s))
         self._refresh_labels()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from engine import FRAME_SECONDS as FRAME_S
-from engine import STAGES
 
 
 class CadenceStats:
@@ -14,15 +13,16 @@ class CadenceStats:
         self._frame_s = np.zeros(1024, dtype=np.float64)
         self.frames = 0
         self.seconds: list[float] = []
-        self._stage_sums = dict.fromkeys(STAGES, 0.0)
+        self._stage_sums: dict[str, float] = {}  # the model's stages, as its frames' timings name them
 
     def add_frame(self, timings: dict) -> None:
         """A frame's engine timings in seconds: `total` and per stage."""
         if self.frames == len(self._frame_s):
             self._frame_s = np.concatenate([self._frame_s, np.zeros_like(self._frame_s)])
         self._frame_s[self.frames] = timings["total"]
-        for stage in STAGES:
-            self._stage_sums[stage] += timings.get(stage, 0.0)
+        for stage, seconds in timings.items():
+            if stage != "total":
+                self._stage_sums[stage] = self._stage_sums.get(stage, 0.0) + seconds
         self.frames += 1
 
     def add_seconds(self, speak_s: list[float]) -> None:

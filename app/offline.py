@@ -129,7 +129,7 @@ def _replies(session, source: AudioInput, pieces: list[str], stats: DiffuPlexSta
         for i, (frame, samples) in enumerate(source.frames()):
             result = session.step(frame)
             pieces.append(result.text)
-            stats.add(result.diffuplex, result.timings)
+            stats.add(result.report, result.timings)
             progress.update(i + 1)
             yield result.pcm[:samples]
 

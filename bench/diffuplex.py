@@ -61,7 +61,7 @@ def _run(session, frames: np.ndarray, accept: int | None) -> dict:
     records = []
     for frame in frames:
         out = session.step(frame)
-        records.append((out.timings, out.diffuplex.woke if out.diffuplex is not None else True))
+        records.append((out.timings, out.report.woke if out.report is not None else True))
     records = records[WARMUP_FRAMES:]
     core = np.array([t["backbone"] for t, _ in records]) * 1000
     lm = core + np.array([t["depformer"] for t, _ in records]) * 1000

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from engine.frame import STAGES
 from engine.runtime.timing import FrameTimer
 
 from .graph_timing import replay_ms
@@ -96,7 +95,8 @@ def attribute(events: list[dict], frames: int) -> dict:
                      if e.get("ph") == "X" and e.get("name", "").startswith(_PREFIX))
     times = [ts for ts, _ in markers]
     work, owns = device_work(events)
-    stages = {s: {"kernels": 0, "intervals": [], "names": {}, "lead": 0.0, "host": {}} for s in (*STAGES, _OTHER)}
+    names = dict.fromkeys(name for _, name in markers)  # the stages marked, in the order they ran
+    stages = {s: {"kernels": 0, "intervals": [], "names": {}, "lead": 0.0, "host": {}} for s in (*names, _OTHER)}
 
     def stage_at(ts: float) -> tuple[int, str]:
         """The index of the first marker after `ts` and its stage (after the last: the frame's

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from engine.frame import STAGES
+from engine.families.moshi import FRAME_KEYS
 from engine.kernels import overlap
 
 from .depformer_steps import identical, model, run
@@ -40,7 +40,7 @@ def measure(shape: str, weights: str, frames: int, rounds: int) -> dict:
             for i in range(rounds):
                 for setting in ("on", "off"):
                     overlap.ENABLED = setting == "on"
-                    figures, out = run(lm, voice, audio, STAGES)
+                    figures, out = run(lm, voice, audio, FRAME_KEYS)
                     runs[setting].append(figures)
                     print(f"round {i + 1}, overlapped launches {setting}: {figures}", flush=True)
                     if first is None:

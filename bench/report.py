@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 
-from engine.frame import STAGES
 from engine.runtime.timing import SpeakMeter
 
 CHECKPOINTS_S = (10, 30, 120, 240)
@@ -56,7 +55,7 @@ def progress(result: RunResult) -> None:
         return
     st = result.stages
     line = (f"done: {result.name}: frame p50 {st['total']['p50_ms']:.2f} ms, p99 {st['total']['p99_ms']:.2f}; "
-            + ", ".join(f"{k} {st[k]['p50_ms']:.2f}" for k in STAGES))
+            + ", ".join(f"{k} {st[k]['p50_ms']:.2f}" for k in stage_names(st)))
     if result.kernels:
         line += f"; {result.kernels['frame']['kernels']:.0f} kernels, {result.kernels['frame']['busy_ms']:.2f} ms busy"
     print(line, flush=True)
@@ -110,11 +109,22 @@ def int8_ratios(stock: RunResult, ours: RunResult, stock_q8: RunResult, ours_int
     return out
 
 
+def stage_names(summary: dict) -> list[str]:
+    """The stages of a run's summary (or of a frame's timings), in the order they ran: every key
+    but the frame's "total" (the family's stages, as the session's timer gives them)."""
+    return [key for key in summary if key != "total"]
+
+
+def _run_stages(runs: list[dict]) -> list[str]:
+    return next((stage_names(r["stages"]) for r in runs if r.get("stages")), [])
+
+
 def format_table(report: dict) -> str:
+    stages = _run_stages(report["runs"])
     lines = [f"{report['shape']} on {report['gpu']}, {report['frames']} frames, torch {report['torch']}",
-             "| runtime | frame p50 ms | frame p99 ms | " + " | ".join(STAGES)
+             "| runtime | frame p50 ms | frame p99 ms | " + " | ".join(stages)
              + " | SPEAK s/s mean | state 10s/30s/120s MiB | peak GiB |",
-             "|---" * (len(STAGES) + 6) + "|"]
+             "|---" * (len(stages) + 6) + "|"]
     for r in report["runs"]:
         if r.get("failure"):
             lines.append(f"| {r['name']} | failed: {r['failure']} |")
@@ -122,7 +132,7 @@ def format_table(report: dict) -> str:
         st, mib = r["stages"], 1 << 20
         state = "/".join(f"{r['state_bytes'].get(f'{s}s', float('nan')) / mib:.0f}" for s in CHECKPOINTS_S)
         lines.append(f"| {r['name']} | {st['total']['p50_ms']:.2f} | {st['total']['p99_ms']:.2f} | "
-                     + " | ".join(f"{st[k]['p50_ms']:.2f}" for k in STAGES)
+                     + " | ".join(f"{st[k]['p50_ms']:.2f}" for k in stages)
                      + f" | {r['speak_time']['mean_s']:.3f} | {state} | {r['peak_bytes'] / (1 << 30):.2f} |")
     lines += _kernel_table(report["runs"])
     f, q = report["floor"], report["ratios"]
@@ -155,7 +165,8 @@ def startup_lines(runs: list[dict]) -> list[str]:
 
 def _kernel_table(runs: list[dict]) -> list[str]:
     """Kernels per frame and GPU busy ms per frame, by stage (a profiled pass)."""
-    columns = (*STAGES, "other", "frame")
+    stages = _run_stages(runs)
+    columns = (*stages, "other", "frame")
     lines = ["", "kernels per frame / GPU busy ms per frame (torch.profiler):",
              "| runtime | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in runs:
@@ -172,7 +183,7 @@ def _kernel_table(runs: list[dict]) -> list[str]:
                 lines.append(f"- {stage}: " + "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in heaviest))
         lines.append(f"host before each stage's first device work, and its heaviest CUDA calls, of {ours['name']} "
                      "(profiled frames: each mark synchronizes; calls / ms per frame):")
-        for stage in STAGES:
+        for stage in stages:
             k = ours["kernels"][stage]
             if "lead_ms" in k:
                 calls = "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in k["host"])

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from engine.checkpoint import official_layout
+from engine.families.moshi import FRAME_KEYS
 from engine.frame import FRAME_SIZE
 from engine.runtime.timing import FrameTimer
 
@@ -131,7 +132,7 @@ class StockRunner:
 
         self.mimi, self.lm = mimi, lm
         self.gen = LMGen(lm)  # the reference's default sampling
-        self.timer = FrameTimer("cuda")
+        self.timer = FrameTimer("cuda", FRAME_KEYS)  # the same stages as ours
         self.records: list[dict[str, float]] = []
         self._wrap_graphed_calls()
 

@@ -1,6 +1,6 @@
-"""The conversation's cadence as data: what one frame is, in samples and seconds, and the
-stages it runs through. Every model of the Moshi family shares it (Mimi at 24 kHz,
-12.5 codec frames a second); nothing here imports torch."""
+"""The conversation's cadence as data: what one frame is, in samples and seconds. Every model
+of the Moshi family shares it (Mimi at 24 kHz, 12.5 codec frames a second); nothing here
+imports torch."""
 
 SAMPLE_RATE = 24000
 FRAME_SIZE = 1920
@@ -8,5 +8,3 @@ FRAME_SIZE = 1920
 FRAME_RATE = SAMPLE_RATE / FRAME_SIZE
 """Frames a second (12.5)."""
 FRAME_SECONDS = FRAME_SIZE / SAMPLE_RATE
-STAGES = ("encode", "backbone", "depformer", "decode")
-"""The stages of a frame, in the order they run (engine.runtime.stages)."""

@@ -24,17 +24,15 @@ import torch
 
 from .duplex_model import DuplexModel
 from .families import conversation_for
-from .families.diffuplex.stats import WakeReport
-from .families.moshi.conversation import Persona
+from .families.protocol import FamilyConversation
 from .finite import REPLACEMENT, finite_into
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
 from .runtime.stages import Regeneration
 from .runtime.timing import FrameTimer, SpeakMeter
 from .runtime.waiting import wait_for
 from .state import Store
-from .state.placement import new_store, placement_for
 
-__all__ = ["DuplexSession", "FrameOutput", "Persona", "Preparing"]
+__all__ = ["DuplexSession", "FrameOutput", "Preparing"]
 log = logging.getLogger(__name__)
 PREPARE_SHARE, PREPARE_LIMIT = 0.5, 0.9
 """A frame (its own work and the recording of a change's graphs after it) ends within the
@@ -50,15 +48,15 @@ class FrameOutput:
     tokens: np.ndarray | None
     """int64 [1 + dep_q]: text token then codebooks, or None during start-up (as the reference)."""
     timings: dict[str, float]
-    """Seconds spent in encode, backbone, depformer, decode, and total."""
+    """Seconds spent in each of the family's stages (in their order), and "total"."""
     speak_s: tuple[float, ...] = ()
     """SPEAK time of each second of speech this frame completed (usually none, at most one)."""
     state_bytes: int = 0
     """Memory the conversation's streaming state holds after this frame."""
     gpu_memory_bytes: int | None = None
     """Device memory in use after this frame (torch's plus state mapped outside it); None on CPU."""
-    diffuplex: WakeReport | None = None
-    """What DiffuPlex did this frame (woke, or played a predicted frame); None when it did not run."""
+    report: object | None = None
+    """The family's report of this step (what a predicting policy did), or None."""
     applied: tuple[str, ...] = ()
     """The options (RuntimeOptions field names) that took effect at this frame."""
     preparing: Preparing | None = None
@@ -76,25 +74,27 @@ class Preparing(NamedTuple):
 
 class DuplexSession:
     def __init__(self, model: DuplexModel, options: RuntimeOptions | None = None,
-                 persona: Persona | None = None, predictor: str | Path | None = None,
+                 persona: object | None = None, predictor: str | Path | None = None,
                  prompt_progress: Callable[[int, int], None] | None = None):
-        """`predictor`: a DiffuPlex adapter file for the LISTEN and SPEAK policies (see
-        load_predictor). `prompt_progress(done, total)`: told each frame of PersonaPlex's
+        """`persona`: what the person set, in the family's own type (for the Moshi family a
+        Persona). `predictor`: a predictor file for the family's predicting policies (see
+        load_predictor). `prompt_progress(done, total)`: told each frame of the family's
         prompts, at every reset that does not give its own."""
         self.model = model
         self.prompt_progress = prompt_progress
         self.device = model.device
         self.generator = torch.Generator(device=self.device)
         options = options or RuntimeOptions()
-        self.conversation = conversation_for(model)(model, self.generator, options, persona, predictor)
-        """The family's side of the conversation (engine.families): its runner, frame and prompts."""
+        self.conversation: FamilyConversation = conversation_for(model)(model, self.generator, options, persona,
+                                                                        predictor)
+        """The family's side of the conversation (engine.families): its runner, state, step and prompts."""
         self.options = self._checked(options)
         self._pending: RuntimeOptions | None = None  # the options mailbox, any thread -> next frame
         self._pending_lock = threading.Lock()
         self._change: tuple[RuntimeOptions, tuple[str, ...], Regeneration] | None = None
         """Options being prepared: (them, the fields that change, their graphs' regeneration)."""
         cuda = self.device.type == "cuda"
-        self.timer = FrameTimer(self.device)
+        self.timer = FrameTimer(self.device, self.conversation.stages)
         self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
         self._pcm_in_host = self._pcm_in.numpy()  # the same memory: a frame's samples are written once
         self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
@@ -122,7 +122,7 @@ class DuplexSession:
         return self.conversation.predictor
 
     @property
-    def persona(self) -> Persona:
+    def persona(self) -> object:
         return self.conversation.persona
 
     @property
@@ -186,10 +186,10 @@ class DuplexSession:
         if options.weights != loaded:
             raise ValueError(f"weights are chosen when the model loads: {self.model.name} is loaded with "
                              f"{self.model.weights} weights, not {options.weights}; load it again to change")
-        reasons = self.capabilities()
-        reason = reasons[f"policy.{options.policy}"]
-        if reason is not None:
-            raise ValueError(f"policy {options.policy!r} is not available: {reason}")
+        refusal = self.conversation.refusal(options)
+        if refusal is not None:
+            raise ValueError(refusal)
+        reasons = toggle_reasons(self.device.type)
         for toggle in TOGGLES:
             if getattr(options, toggle) and reasons[toggle] is not None:
                 log.info("%s requested: %s", toggle, reasons[toggle])
@@ -208,13 +208,8 @@ class DuplexSession:
                 self._change = None
             changed = tuple(field.name for field in dataclasses.fields(new)
                             if getattr(new, field.name) != getattr(self.options, field.name))
-            store = None
-            if placement_for(self.device, new) is not type(self.store):
-                store = new_store(self.conversation.regions(), self.device, new)
-            regeneration = self.conversation.regeneration(self.options, new, store)
+            regeneration = self.conversation.change(self.options, new)
             if regeneration is None:
-                if store is not None:
-                    self.runner.move_state(store)
                 self._set(new)
                 return changed
             self._change = new, changed, regeneration
@@ -271,13 +266,13 @@ class DuplexSession:
         self.conversation.configure(self.options)
         self.reset()
 
-    def check_persona(self, persona: Persona) -> None:
+    def check_persona(self, persona: object) -> None:
         """Raise (one line) unless this model takes `persona`, its prompts take at most half
         the model's context and its voice prompt reads; before a reset with it, which would
         play them (a long role takes minutes)."""
         self.conversation.check_persona(persona)
 
-    def reset(self, persona: Persona | None = None, cancelled: Callable[[], bool] = lambda: False,
+    def reset(self, persona: object | None = None, cancelled: Callable[[], bool] = lambda: False,
               progress: Callable[[int, int], None] | None = None) -> bool:
         """Start a new conversation (optionally with a new persona); weights stay loaded.
         PersonaPlex replays its prompts here; `cancelled()` is checked every prompt frame and

@@ -174,7 +174,7 @@ def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
     reports = [WakeReport(True, 0), WakeReport(False, 0, confidence=0.9), WakeReport(True, 2, "below_tau", 0.1),
                WakeReport(True, 3, "user_missed", 0.7), WakeReport(True, 3, "below_tau", 0.2)]
     for i, report in enumerate(reports):
-        out = FrameOutput(pcm, "", None, _timings(0.01), (), 0, None, diffuplex=report)
+        out = FrameOutput(pcm, "", None, _timings(0.01), (), 0, None, report=report)
         panel.add_frame(FrameReport(i, out, -60.0, counters))
     assert panel.diffuplex_label.text().startswith(
         "Guessing ahead (DiffuPlex): 0.25 guessed steps played per run of the large model")

@@ -8,10 +8,11 @@ import collections
 
 import pytest
 
+from engine.families.moshi import Persona
 from engine.families.moshi.frame import depformer_steps
 from engine.lm.moshi_lm import MoshiLM
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import assert_identical, run
 from tests.test_diffuplex_session import K, adapter, model  # noqa: F401  (fixtures: the demo, 16-frame context)
@@ -67,7 +68,7 @@ def test_planned_frames_run_up_to_the_users_semantic_code(model, adapter, audio,
     session = DuplexSession(model, options, PERSONA, predictor=adapter)
     assert session.diffuplex.wakes._planned_steps[:K] == [cfg.model_q + 1] * K
     out = run(session, audio)
-    played, steps = sum(not f.diffuplex.woke for f in out), sum(steps_run.values())
+    played, steps = sum(not f.report.woke for f in out), sum(steps_run.values())
     assert played > FRAMES // 2
     assert steps == (FRAMES - played) * cfg.model_q + played * (cfg.model_q + 1)
     ar = run(DuplexSession(model, RuntimeOptions(seed=7), PERSONA), audio)
@@ -94,7 +95,7 @@ def test_leaving_steps_out_changes_nothing(model, adapter, audio, monkeypatch, p
         every = run(DuplexSession(model, options, PERSONA, predictor=adapter), audio)
     assert_identical(fewer, every)
     if policy == "speak" and verify == "off":
-        assert sum(not f.diffuplex.woke for f in fewer) > FRAMES // 2  # predicted frames were played
+        assert sum(not f.report.woke for f in fewer) > FRAMES // 2  # predicted frames were played
 
 
 def test_the_bench_compares_every_step_with_fewer_on_the_demo():

@@ -6,8 +6,9 @@ import pytest
 
 from engine import DiffuPlexStats
 from engine.families.diffuplex.predictor import new_predictor, save_predictor
+from engine.families.moshi import Persona
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import demo_with
 
@@ -35,7 +36,7 @@ def _stats(model, adapter, **options) -> DiffuPlexStats:
     stats = DiffuPlexStats()
     for frame in varied_audio(FRAMES, seed=3).reshape(FRAMES, -1):
         out = session.step(frame)
-        stats.add(out.diffuplex, out.timings)
+        stats.add(out.report, out.timings)
     session.close()
     return stats
 
@@ -45,7 +46,7 @@ def test_an_unconfident_prediction_is_refused_below_tau(model, adapter):
     session = DuplexSession(model, RuntimeOptions(seed=4, block=K, policy="speak", tau=0.99), Persona("DEMO", "Hi."),
                             predictor=adapter)
     for frame in varied_audio(FRAMES, seed=3).reshape(FRAMES, -1):
-        reported.append(session.step(frame).diffuplex.confidence)
+        reported.append(session.step(frame).report.confidence)
         planned.append(float(session.conversation.diffuplex._text_confidence[0]))  # the new plan's first frame
     session.close()
     # Each wake reports the confidence of the frame it refused: the last plan's, not its own new one.

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from engine.families.diffuplex.predictor import new_predictor, save_predictor
+from engine.families.moshi import Persona
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import assert_identical, demo_with
 
@@ -90,8 +91,8 @@ def test_with_an_oracle_the_policies_reproduce_ar_and_wake_less(model, adapter, 
     session = DuplexSession(model, _options(policy), PERSONA, predictor=adapter)
     out = _run(session, audio, _with_oracle(session, rows))
     assert_identical(out, expected)
-    wakes = sum(f.diffuplex.woke for f in out)
-    played = sum(not f.diffuplex.woke for f in out)
+    wakes = sum(f.report.woke for f in out)
+    played = sum(not f.report.woke for f in out)
     assert wakes + played == FRAMES and played > 0, (wakes, played)
     if policy == "speak":
         assert wakes <= FRAMES // (K + 1) + 1  # every wake's K frames are all played
@@ -103,8 +104,8 @@ def test_a_divergence_wakes_early_and_changes_nothing_played(model, adapter, aud
     wrong = (int(rows[22][1 + model.cfg.model_q]) + 1) % 2048
     out = _run(session, audio, _with_oracle(session, rows, corrupt={22: wrong}))
     assert_identical(out, expected)
-    assert out[22].diffuplex.woke and out[22].diffuplex.discarded > 0  # revised: the rest predicted again
-    assert not out[21].diffuplex.woke or out[21].diffuplex.discarded == 0
+    assert out[22].report.woke and out[22].report.discarded > 0  # revised: the rest predicted again
+    assert not out[21].report.woke or out[21].report.discarded == 0
 
 
 def test_switching_policies_with_an_oracle_stays_exact(model, adapter, audio, ar_run):
@@ -120,7 +121,7 @@ def test_switching_policies_with_an_oracle_stays_exact(model, adapter, audio, ar
             session.set_options(_options("ar" if i == 10 else "speak"))
         out.append(session.step(frame))
     assert_identical(out, expected)
-    assert any(not f.diffuplex.woke for f in out[21:] if f.diffuplex is not None)
+    assert any(not f.report.woke for f in out[21:] if f.report is not None)
 
 
 def test_ar_through_the_diffuplex_path_is_bit_identical(model, adapter, audio, ar_run):

@@ -97,5 +97,5 @@ def test_the_shipped_demo_predictor_plays_clearly_more_than_an_untrained_one(mod
     for name, path in (("shipped", model.predictor_file), ("untrained", untrained)):
         options = RuntimeOptions(policy="speak", tau=0.1, verify="off", greedy=True)
         session = DuplexSession(model, options, predictor=path)
-        played[name] = sum(not session.step(frame).diffuplex.woke for frame in frames)
+        played[name] = sum(not session.step(frame).report.woke for frame in frames)
     assert played["shipped"] >= 3 * played["untrained"] + 10, played

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
+from engine.families.moshi import Persona
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from tests.session_checks import demo_with
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "personaplex_demo.safetensors"

@@ -13,11 +13,12 @@ import torch
 from engine.audio_files import read_audio, split_frames
 from engine.duplex_model import load_model
 from engine.families.diffuplex.wake import planned_key, wake_keys
+from engine.families.moshi import Persona
 from engine.families.moshi.frame import FRAME_KEYS, PLAY_KEY
 from engine.options import RuntimeOptions
 from engine.paths import SPEECH_SAMPLE
 from engine.runtime.stages import StageRunner
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from engine.state.full import FullStore
 from tests.session_checks import assert_identical, run
 
@@ -69,9 +70,9 @@ def test_a_prepared_diffuplex_session_gives_what_a_fresh_one_gives(model, audio,
     out = run(session, audio)
     expected = fresh(options)
     assert_identical(out, expected)
-    assert [f.diffuplex for f in out] == [f.diffuplex for f in expected]
+    assert [f.report for f in out] == [f.report for f in expected]
     if verify == "off":
-        assert any(f.diffuplex is not None and not f.diffuplex.woke for f in out)  # predictions played
+        assert any(f.report is not None and not f.report.woke for f in out)  # predictions played
 
 
 def _every_shape() -> list:
@@ -95,7 +96,7 @@ def test_switching_policy_or_k_mid_conversation_meets_no_new_shape(model, audio)
     session.prepare()
     ran = set(session.runner._ran)
     out = run(session, audio, SWITCHES)
-    assert any(f.diffuplex is not None and not f.diffuplex.woke for f in out)
+    assert any(f.report is not None and not f.report.woke for f in out)
     assert set(session.runner._ran) == ran, set(session.runner._ran) - ran
 
 
@@ -201,6 +202,6 @@ def test_changes_mid_conversation_are_prepared_between_frames(audio):
     expected = run(DuplexSession(model, _options("ar", graph_replay=False, demand_sized_state=False), PERSONA,
                                  predictor=model.predictor_file), audio, eager_changes)
     assert_identical(out, expected)
-    assert [f.diffuplex for f in out] == [f.diffuplex for f in expected]
+    assert [f.report for f in out] == [f.report for f in expected]
     session.close()
     torch.cuda.synchronize()

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from engine.duplex_model import load_model
+from engine.families.moshi import Persona
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, demo_with, run
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from engine.duplex_model import load_model
+from engine.families.moshi import Persona
 from engine.options import RuntimeOptions
 from engine.runtime.timing import SpeakMeter
-from engine.session import DuplexSession, FrameOutput, Persona
+from engine.session import DuplexSession, FrameOutput
 from tests.mimi_reference import varied_audio
 
 FRAMES = 14

@@ -13,12 +13,15 @@ import time
 
 import torch
 
-from ..frame import FRAME_SIZE, SAMPLE_RATE, STAGES
+from ..frame import FRAME_SIZE, SAMPLE_RATE
 
 
 class FrameTimer:
-    def __init__(self, device: torch.device | str):
+    def __init__(self, device: torch.device | str, stages: tuple[str, ...] = ()):
+        """`stages`: the names marked, in the order they run (the family's); each is reported,
+        0 when not marked, and so is any other name marked."""
         self.cuda = torch.device(device).type == "cuda"
+        self.stages = stages
         self._marks: list[tuple[str | None, object]] = []
         self._events: list[torch.cuda.Event] = []
         """Recorded again every frame: creating an event is a driver call the frame would wait on."""
@@ -46,10 +49,10 @@ class FrameTimer:
         """Seconds per stage, and the frame's host wall time as "total" (read first: reading
         the stages' times is the timer's own work). Call after the sync."""
         total = time.perf_counter() - self.started
-        out = dict.fromkeys(STAGES, 0.0)
+        out = dict.fromkeys(self.stages, 0.0)
         for (_, a), (stage, b) in zip(self._marks, self._marks[1:]):
             if stage is not None:
-                out[stage] += a.elapsed_time(b) / 1000 if self.cuda else b - a
+                out[stage] = out.get(stage, 0.0) + (a.elapsed_time(b) / 1000 if self.cuda else b - a)
         out["total"] = total
         return out
 

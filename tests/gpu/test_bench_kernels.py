@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from bench.kernels import profile_stages
-from engine.frame import STAGES
 from engine.runtime.timing import FrameTimer
 
 pytestmark = pytest.mark.gpu
@@ -27,8 +26,7 @@ def test_each_stage_gets_the_kernels_queued_in_it():
 
     step()
     stages = profile_stages(step, timer, frames=4)
-    assert {s: stages[s]["kernels"] for s in (*STAGES, "other")} == {
-        **dict.fromkeys((*STAGES, "other"), 0), "encode": 1, "backbone": 3}
+    assert {s: stages[s]["kernels"] for s in stages if s != "frame"} == {"encode": 1, "backbone": 3, "other": 0}
     assert stages["frame"]["kernels"] == 4 and stages["backbone"]["busy_ms"] > 0
     assert len(timings) == 5 and all(t["encode"] > 0 and t["backbone"] > 0 for t in timings)
     assert "mark" not in vars(timer)  # the class's own mark again

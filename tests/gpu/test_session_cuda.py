@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from engine.duplex_model import load_model
+from engine.families.moshi import Persona
 from engine.families.moshi.frame import FRAME_KEYS, is_prompt_key
 from engine.options import RuntimeOptions
-from engine.session import DuplexSession, Persona
+from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, run
 
@@ -117,7 +118,7 @@ def test_diffuplex_on_cuda(model, audio, baseline):
     kv = session.store["lm.transformer.kv"].data_ptr()
     session.set_options(RuntimeOptions(seed=9, policy="speak", tau=0.0, verify="off"))
     out = run(session, audio)
-    played = sum(not f.diffuplex.woke for f in out if f.diffuplex is not None)
+    played = sum(not f.report.woke for f in out if f.report is not None)
     assert played > len(audio) // 2
     assert session.store["lm.transformer.kv"].data_ptr() == kv
     session.close()
@@ -145,7 +146,7 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
     for graph_replay, demand in list(itertools.product([False, True], repeat=2))[1:]:
         session, out = conversation(graph_replay=graph_replay, demand_sized_state=demand)
         assert_identical(out, expected)
-        assert [f.diffuplex for f in out] == [f.diffuplex for f in expected]
+        assert [f.report for f in out] == [f.report for f in expected]
         if graph_replay:
             captured = session.runner.captured
             wakes = {key[1] for key in captured if key[0] == "backbone" and len(key) == 3}
@@ -153,7 +154,7 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
             assert wakes and (verify != "off" or max(wakes) > 0), captured  # catch-up wakes replayed
         session.close()
     if verify == "off":  # the demo predicts neither itself silent nor the user's speech
-        assert sum(not f.diffuplex.woke for f in expected if f.diffuplex is not None) > 0
+        assert sum(not f.report.woke for f in expected if f.report is not None) > 0
 
 
 def test_a_prepared_session_starts_captured_and_gives_the_same_output(model, audio, baseline, record):

@@ -27,8 +27,8 @@ from collections.abc import Callable
 import torch
 
 from ...options import RuntimeOptions
-from ..moshi import LMInputs, no_mark
-from ..moshi.frame import PLAY_KEY
+from ..moshi.frame import PLAY_KEY, no_mark
+from ..moshi.inputs import LMInputs
 from .acceptance import PlayFirst, PolicyChecks
 from .predictor import Predictor
 from .stats import WakeReport

@@ -16,8 +16,8 @@ import torch
 
 from ...lm.sampling import sample
 from ...runtime.stages import Stage
-from ..moshi import LMInputs, MoshiFrame, Wake, no_mark
-from ..moshi.frame import depformer_steps
+from ..moshi.frame import MoshiFrame, depformer_steps, no_mark
+from ..moshi.inputs import LMInputs, Wake
 from .predictor import Predictor
 
 

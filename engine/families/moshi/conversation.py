@@ -19,8 +19,7 @@ from ...duplex_model import DuplexModel
 from ...lm.personaplex import DEFAULT_ROLE, check_prompt_length, wrap_role
 from ...options import RuntimeOptions
 from ...runtime.stages import Regeneration, StageRunner
-from ...state import Store
-from ...state.placement import new_store
+from ...state.placement import new_store, placement_for
 from ..diffuplex.loop import DiffuPlexLoop, prepare_switches, prepare_wakes
 from ..diffuplex.predictor import Predictor, load_predictor
 from ..diffuplex.stats import WakeReport
@@ -44,6 +43,10 @@ def _wake_for(predictor: Predictor | None) -> int:
 
 
 class MoshiConversation:
+    """engine.families.protocol.FamilyConversation for Moshi and PersonaPlex."""
+
+    stages = FRAME_KEYS
+
     def __init__(self, model: DuplexModel, generator: torch.Generator, options: RuntimeOptions,
                  persona: Persona | None, predictor: str | Path | None):
         self.model = model
@@ -80,6 +83,10 @@ class MoshiConversation:
         else:
             diffuplex = None
         return {"policy.ar": None, "policy.listen": diffuplex, "policy.speak": diffuplex}
+
+    def refusal(self, options: RuntimeOptions) -> str | None:
+        reason = self.capabilities()[f"policy.{options.policy}"]
+        return None if reason is None else f"policy {options.policy!r} is not available: {reason}"
 
     def load_predictor(self, path: str | Path | None) -> None:
         """A DiffuPlex predictor (adapter file) for the LISTEN and SPEAK policies, or None to
@@ -129,18 +136,24 @@ class MoshiConversation:
         self.runner.configure(options)
         self.frame.configure(options)
 
-    def regeneration(self, old: RuntimeOptions, new: RuntimeOptions, store: Store | None = None
-                     ) -> Regeneration | None:
+    def change(self, old: RuntimeOptions, new: RuntimeOptions) -> Regeneration | None:
         """The graphs a change from `old` to `new` needs before it takes effect (recorded in the
         background: see Regeneration), or None when the graphs in use serve `new`: sampling is
-        baked into graphs, another placement (`store`) moves what they point at, and turning
-        replay on needs graphs dropped while it was off."""
-        replay = new.graph_replay and self.runner.can_replay
+        baked into graphs, another placement of the state moves what they point at, and turning
+        replay on needs graphs dropped while it was off. A new placement is made here and the
+        state moved into it now, or by the regeneration once its graphs are recorded."""
+        runner = self.runner
+        store = None
+        if placement_for(self.model.device, new) is not type(runner.store):
+            store = new_store(self.regions(), self.model.device, new)
+        replay = new.graph_replay and runner.can_replay
         if not replay or not (store is not None or sampling_of(old) != sampling_of(new)
-                              or (not old.graph_replay and self.runner.stale(is_prompt_key))):
+                              or (not old.graph_replay and runner.stale(is_prompt_key))):
+            if store is not None:
+                runner.move_state(store)
             return None
         # The prompts' graphs are not recorded mid-conversation: their next use captures them.
-        return self.runner.regenerate(lambda: self.frame.sampling_as(new), store, skip=is_prompt_key)
+        return runner.regenerate(lambda: self.frame.sampling_as(new), store, skip=is_prompt_key)
 
     def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool],
               progress: Callable[[int, int], None] | None = None) -> tuple[RuntimeOptions, bool]:
