@@ -163,6 +163,9 @@ def startup_lines(runs: list[dict]) -> list[str]:
     return lines
 
 
+_NO_KERNELS = {"kernels": 0, "busy_ms": 0.0}
+
+
 def _kernel_table(runs: list[dict]) -> list[str]:
     """Kernels per frame and GPU busy ms per frame, by stage (a profiled pass)."""
     stages = _run_stages(runs)
@@ -172,19 +175,20 @@ def _kernel_table(runs: list[dict]) -> list[str]:
     for r in runs:
         k = r.get("kernels") or {}
         if k:
-            lines.append(f"| {r['name']} | " + " | ".join(f"{k[c]['kernels']:.0f} / {k[c]['busy_ms']:.2f}"
-                                                       for c in columns) + " |")
+            cells = (k.get(c, _NO_KERNELS) for c in columns)  # a stage no kernel was marked in has none
+            lines.append(f"| {r['name']} | " + " | ".join(f"{c['kernels']:.0f} / {c['busy_ms']:.2f}" for c in cells)
+                         + " |")
     ours = next((r for r in runs if r["name"].startswith("ours") and r.get("kernels")), None)
     if ours is not None:  # where the first of ours spends each stage's time (the stock runtime's is its own)
         lines.append(f"heaviest kernels of {ours['name']}, per stage (launches / ms per frame):")
         for stage in columns[:-1]:
-            heaviest = ours["kernels"][stage].get("heaviest", [])
+            heaviest = ours["kernels"].get(stage, _NO_KERNELS).get("heaviest", [])
             if heaviest:
                 lines.append(f"- {stage}: " + "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in heaviest))
         lines.append(f"host before each stage's first device work, and its heaviest CUDA calls, of {ours['name']} "
                      "(profiled frames: each mark synchronizes; calls / ms per frame):")
         for stage in stages:
-            k = ours["kernels"][stage]
+            k = ours["kernels"].get(stage, _NO_KERNELS)
             if "lead_ms" in k:
                 calls = "; ".join(f"{n} {c:.0f} / {t:.3f}" for n, c, t in k["host"])
                 lines.append(f"- {stage}: {k['lead_ms']:.3f} ms" + (f" ({calls})" if calls else ""))

@@ -3,7 +3,8 @@ commits to: the bundled demo model's tokens and PCM (AR, DiffuPlex LISTEN and SP
 int4) and a small token2wav stream's PCM, and the files a user keeps (settings with presets, a
 recording, an int4 kept copy), with what this commit reads back from each.
 
-Usage, from the repository root at the commit to record:
+Everything runs on one CPU thread (`one_thread`). Usage, from the repository root at the
+commit to record:
     python3 packaging/make_demo_golden.py tests/golden/demo_before_families
 
 The folder gets `outputs.safetensors` (the user's input frames, then `CASE.tokens` [frames,
@@ -15,6 +16,7 @@ from; the demo model is copied to INT4_SOURCE first, a fixed path the test can m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +44,19 @@ SETTINGS = {
 """The settings written through AppSettings' setters."""
 
 
+@contextlib.contextmanager
+def one_thread():
+    """torch on one CPU thread meanwhile: a float sum's order, and so its last bits, follow the
+    thread count (a test process changes it: engine.device.limit_cpu_threads)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def user_audio():
     from tests.mimi_reference import varied_audio
     return varied_audio(FRAMES, seed=3).reshape(FRAMES, -1)
@@ -52,9 +67,10 @@ def conversation(model, options, audio, predictor=None):
     import numpy as np
 
     from engine import DuplexSession, Persona
-    session = DuplexSession(model, options, Persona(*PERSONA), predictor=predictor)
-    out = [session.step(frame) for frame in audio]
-    session.close()
+    with one_thread():
+        session = DuplexSession(model, options, Persona(*PERSONA), predictor=predictor)
+        out = [session.step(frame) for frame in audio]
+        session.close()
     width = next(len(o.tokens) for o in out if o.tokens is not None)
     tokens = np.stack([o.tokens if o.tokens is not None else np.full(width, -1) for o in out]).astype(np.int64)
     return tokens, np.stack([o.pcm for o in out]).astype(np.float32)
@@ -79,10 +95,11 @@ def token2wav_pcm(folder: Path):
                     torch.randn(1, 192, generator=g), torch.randn(1, 20, 80, generator=g))
     tokens = torch.randint(0, VOCAB, (1, TOKEN2WAV_TOKENS), generator=torch.Generator().manual_seed(5),
                            dtype=torch.int32)
-    model = load_token2wav(folder, device="cpu", seed=0)
-    stream = Token2wavStream(model, prompt, steps=STEPS, options=RuntimeOptions(graph_replay=False))
-    with torch.inference_mode():
-        pieces = [stream.push(tokens[:, a:b], last).clone() for a, b, last in chunk_bounds(tokens.shape[1], 3, 25)]
+    with one_thread():  # the stream runs the prompt through the flow when it is made
+        model = load_token2wav(folder, device="cpu", seed=0)
+        stream = Token2wavStream(model, prompt, steps=STEPS, options=RuntimeOptions(graph_replay=False))
+        with torch.inference_mode():
+            pieces = [stream.push(tokens[:, a:b], last).clone() for a, b, last in chunk_bounds(tokens.shape[1], 3, 25)]
     return torch.cat(pieces, dim=1)[0].numpy().astype(np.float32)
 
 
@@ -105,7 +122,8 @@ def record_outputs(out: Path, commit: str) -> dict:
     }
     shutil.rmtree(INT4_SOURCE, ignore_errors=True)
     shutil.copytree(DEMO_MODEL_DIR, INT4_SOURCE)
-    cases["int4"] = (load_model(INT4_SOURCE, weights="int4"), RuntimeOptions(seed=SEED, weights="int4"), None)
+    with one_thread():  # the copy is quantized here
+        cases["int4"] = (load_model(INT4_SOURCE, weights="int4"), RuntimeOptions(seed=SEED, weights="int4"), None)
     copy = next(copies_folder().glob("*.int4.safetensors"))
     shutil.copyfile(copy, out / "demo_int4_copy.safetensors")
     for name, (model, options, adapter) in cases.items():
