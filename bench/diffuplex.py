@@ -57,7 +57,7 @@ def _run(session, frames: np.ndarray, accept: int | None) -> dict:
     wake (None: plain AR)."""
     prompt_s, first_frame_ms = prompted_start(session, frames[0])
     if accept is not None:
-        session.diffuplex.checks = ForcedAcceptance(session.model.cfg, session.device, accept)
+        session.conversation.diffuplex.checks = ForcedAcceptance(session.model.cfg, session.device, accept)
     records = []
     for frame in frames:
         out = session.step(frame)

@@ -66,8 +66,8 @@ def _step_ms(session, frame: np.ndarray) -> tuple[float, tuple[str, ...]]:
 def measure(shape: str, folder: Path) -> dict:
     session = _session(shape, folder)
     prepare_s = seconds(session.prepare)
-    if session.diffuplex is not None:  # each reset makes a new loop: after prepare's
-        session.diffuplex.checks = ForcedAcceptance(session.model.cfg, session.device, 2)
+    if session.conversation.diffuplex is not None:  # each reset makes a new loop: after prepare's
+        session.conversation.diffuplex.checks = ForcedAcceptance(session.model.cfg, session.device, 2)
     frames = input_frames((SETTLE + EFFECT_LIMIT) * (len(CHANGES[shape]) + 1))
     feed = iter(frames)
     before = [_step_ms(session, next(feed))[0] for _ in range(SETTLE)]

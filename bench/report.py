@@ -26,7 +26,7 @@ class RunResult:
     """Getting ready at load: ours `DuplexSession.prepare()` (kernels compiled, graphs captured),
     stock its server's warm-up; None where a runtime has none."""
     prompt_s: float | None = None
-    """PersonaPlex's voice and role prompts replayed (personaplex shape, ours); else None."""
+    """The family's prompts replayed (ours, for a model with prompts); else None."""
     first_frame_ms: float | None = None
     """The first conversation frame once ready (after prepare_s, and prompt_s where there are prompts)."""
     peak_at: dict = dataclasses.field(default_factory=dict)

@@ -4,11 +4,11 @@ speech (and its text) out, with per-stage timings and the figures a live panel s
 The session is the engine's one API for the app and the command line. It owns what every
 model family shares: the options (checked against what this machine can honour, applied
 between frames), the sampling generator, the frame timer and SPEAK meter, the host buffers and
-the `FrameOutput`. The family's conversation (engine.families; for Moshi and PersonaPlex
-`MoshiConversation`) owns the stage runner, the state, the prompts and how a frame runs.
+the `FrameOutput`. The family's conversation (engine.families.protocol.FamilyConversation,
+registered by the family) owns the stage runner, the state, the prompts and how a frame runs.
 `reset()` starts a new conversation without reloading weights and matches a fresh session
-with the same seed. Inside an AR frame nothing waits for the device except the final copy of
-the output to the host (DiffuPlex frames also read their policy checks).
+with the same seed. Inside a plain frame nothing waits for the device except the final copy
+of the output to the host (a predicting policy's frames also read their checks).
 """
 from __future__ import annotations
 
@@ -76,10 +76,10 @@ class DuplexSession:
     def __init__(self, model: DuplexModel, options: RuntimeOptions | None = None,
                  persona: object | None = None, predictor: str | Path | None = None,
                  prompt_progress: Callable[[int, int], None] | None = None):
-        """`persona`: what the person set, in the family's own type (for the Moshi family a
-        Persona). `predictor`: a predictor file for the family's predicting policies (see
-        load_predictor). `prompt_progress(done, total)`: told each frame of the family's
-        prompts, at every reset that does not give its own."""
+        """`persona`: what the person set, in the family's own type. `predictor`: a predictor
+        file for the family's predicting policies (see load_predictor). `prompt_progress(done,
+        total)`: told each frame of the family's prompts, at every reset that does not give
+        its own."""
         self.model = model
         self.prompt_progress = prompt_progress
         self.device = model.device
@@ -111,14 +111,14 @@ class DuplexSession:
         return {**toggle_reasons(self.device.type), **self.conversation.capabilities()}
 
     def load_predictor(self, path: str | Path | None) -> None:
-        """A DiffuPlex predictor (adapter file) for the LISTEN and SPEAK policies, or None to
-        unload it; checked now (a file for another model raises CheckpointError naming it),
-        used from the next reset() (the state is sized for its wakes)."""
+        """A predictor file for the family's predicting policies, or None to unload it; checked
+        now (a file for another model raises CheckpointError naming it), used from the next
+        reset() (the state is sized for what the policies run)."""
         self.conversation.load_predictor(path)
 
     @property
     def predictor(self):
-        """The DiffuPlex predictor loaded, or None."""
+        """The predictor loaded, or None."""
         return self.conversation.predictor
 
     @property
@@ -127,7 +127,7 @@ class DuplexSession:
 
     @property
     def voices(self) -> list[str]:
-        """PersonaPlex voice prompt names; empty for other models."""
+        """The voice names a person can choose; empty for a model without voices."""
         return self.conversation.voices
 
     @property
@@ -136,13 +136,8 @@ class DuplexSession:
         return self.conversation.default_role
 
     @property
-    def diffuplex(self):
-        """The DiffuPlex loop of this conversation (None without a predictor)."""
-        return self.conversation.diffuplex
-
-    @property
     def prompt_s(self) -> float:
-        """Seconds the last reset() spent replaying PersonaPlex's prompts (0 without prompts)."""
+        """Seconds the last reset() spent on the family's prompts (0 without prompts)."""
         return self.conversation.prompt_s
 
     @property
@@ -253,10 +248,9 @@ class DuplexSession:
     def prepare(self) -> None:
         """Do before the conversation what its first frames would otherwise stall on: kernel
         compilation and graph capture, which only a GPU has (the app and `offline` call it on
-        CUDA), for the plain frame and, with a DiffuPlex predictor, the wakes of every K it
-        can plan. The conversation starts afresh afterwards: the output is what it would
-        have been. Options set later that need other graphs get them between frames (see
-        `_apply_pending`)."""
+        CUDA), for the plain frame and, with a predictor, whatever its policies run. The
+        conversation starts afresh afterwards: the output is what it would have been. Options
+        set later that need other graphs get them between frames (see `_apply_pending`)."""
         self._apply_pending(wait=True)  # prepare for the options the conversation will run under
         self._pcm_in.zero_()
         # With graphs even when replay is off, so that turning it on takes effect at once.
@@ -275,7 +269,7 @@ class DuplexSession:
     def reset(self, persona: object | None = None, cancelled: Callable[[], bool] = lambda: False,
               progress: Callable[[int, int], None] | None = None) -> bool:
         """Start a new conversation (optionally with a new persona); weights stay loaded.
-        PersonaPlex replays its prompts here; `cancelled()` is checked every prompt frame and
+        The family plays its prompts here; `cancelled()` is checked every prompt frame and
         returns False if it stopped the replay (reset again before stepping); `progress(done,
         total)` is told every prompt frame (default: prompt_progress)."""
         if persona is not None:

@@ -60,7 +60,7 @@ def _with_oracle(session, rows, corrupt=None):
     """The planned frame at frame i is rows[i] (what the AR model generated there) with
     confidence 1, and so is the text a wake plans; `corrupt` maps a frame to a wrong user
     semantic code in its prediction."""
-    original, now = session.diffuplex.wakes.planned, {"frame": 0}
+    original, now = session.conversation.diffuplex.wakes.planned, {"frame": 0}
 
     def planned(f):
         original(f)  # the depformer still runs (greedy: it draws no random numbers)
@@ -73,7 +73,8 @@ def _with_oracle(session, rows, corrupt=None):
         ahead = [rows[min(j, len(rows) - 1)][0] for j in range(now["frame"] + 1, now["frame"] + 1 + K)]
         return torch.stack(ahead), torch.ones(K)
 
-    session.diffuplex.wakes.planned, session.diffuplex.wakes.planned_text = planned, planned_text
+    wakes = session.conversation.diffuplex.wakes
+    wakes.planned, wakes.planned_text = planned, planned_text
     return now
 
 
@@ -138,7 +139,7 @@ def test_ar_through_the_diffuplex_path_is_bit_identical(model, adapter, audio, a
         if i == 20:
             session.set_options(_options("ar"))
         session.step(frame)
-    assert not session.diffuplex.pending
+    assert not session.conversation.diffuplex.pending
 
 
 def test_policies_say_why_they_are_unavailable(model, adapter):

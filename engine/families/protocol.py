@@ -1,6 +1,6 @@
 """What the session asks of a model family's conversation: the one list of its members
 (`FamilyConversation`). engine.session holds its conversation as this type and uses nothing
-else of it; a family's conversation class provides all of it (engine.families.moshi's does)."""
+else of it; each family's package provides a conversation class with all of it."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,8 +31,6 @@ class FamilyConversation(Protocol):
     """Seconds the last reset spent on the family's prompts (0 without any)."""
     predictor: object | None
     """The predictor of a policy that predicts ahead (None: none loaded)."""
-    diffuplex: object | None
-    """The loop that runs that policy in this conversation (None without a predictor)."""
 
     def capabilities(self) -> dict[str, str | None]:
         """Each policy the family has, as "policy.NAME": None if it can run here, else why not."""
