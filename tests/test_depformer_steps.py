@@ -66,7 +66,7 @@ def test_planned_frames_run_up_to_the_users_semantic_code(model, adapter, audio,
     cfg = model.cfg
     options = RuntimeOptions(seed=7, policy="speak", block=K, tau=0.0, verify="off")
     session = DuplexSession(model, options, PERSONA, predictor=adapter)
-    assert session.diffuplex.wakes._planned_steps[:K] == [cfg.model_q + 1] * K
+    assert session.conversation.diffuplex.wakes._planned_steps[:K] == [cfg.model_q + 1] * K
     out = run(session, audio)
     played, steps = sum(not f.report.woke for f in out), sum(steps_run.values())
     assert played > FRAMES // 2
