@@ -137,20 +137,29 @@ def _lag_s(user: np.ndarray, model: np.ndarray, start_s: float, seconds: float =
     return int(np.argmax(xcorr[:ENGINE_RATE // 2])) / ENGINE_RATE
 
 
+def _stalled(virtual_audio, tmp_path, config, speech, lead: int, tail: int, stall_s: float):
+    """`speech` between `lead` and `tail` silent frames through a link whose engine stalls for
+    `stall_s` where the speech begins: (the link, closed; each frame's skipped seconds; the
+    backlog's peak; what the speaker received; the link's own log of what it played)."""
+    silence = np.zeros(FRAME, np.float32)
+    link = AudioLink(_default("input"), _default("output"), config, echo=NO_ECHO)
+    monitor = virtual_audio.record_speaker(tmp_path / "speaker.wav")
+    link.start()
+    try:
+        answers, peak = _feed(link, [silence] * lead + speech + [silence] * tail, stall_at=lead, stall_s=stall_s)
+        played = link.played_frames()
+    finally:
+        link.close()
+    played = np.concatenate(played + link.played_frames(final=True))
+    return link, answers, peak, _heard(monitor), played
+
+
 def test_speech_up_to_two_seconds_late_plays_late_none_lost(virtual_audio, tmp_path):
     # The microphone keeps what comes during the stall, so the engine's catch-up brings 1.8 s
     # of speech to the speaker at once (by default it keeps 0.32 s).
     config = AudioConfig(max_input_backlog_s=2.5, input_capacity_s=3.0)
     speech = _noise(30, seed=1)
-    said = [np.zeros(FRAME, np.float32)] * 15 + speech + [np.zeros(FRAME, np.float32)] * 45
-    link = AudioLink(_default("input"), _default("output"), config, echo=NO_ECHO)
-    monitor = virtual_audio.record_speaker(tmp_path / "speaker.wav")
-    link.start()
-    try:
-        _feed(link, said, stall_at=15, stall_s=1.8)
-    finally:
-        link.close()
-    heard = _heard(monitor)
+    link, _, _, heard, _ = _stalled(virtual_audio, tmp_path, config, speech, lead=15, tail=45, stall_s=1.8)
     assert link.counters().dropped_output_s == 0
     missing = [k for k, frame in enumerate(speech) if _found(frame, heard) < FOUND]
     assert missing == []
@@ -159,17 +168,8 @@ def test_speech_up_to_two_seconds_late_plays_late_none_lost(virtual_audio, tmp_p
 def test_speech_later_than_two_seconds_is_skipped_whole_and_counted(virtual_audio, tmp_path):
     config = AudioConfig(max_input_backlog_s=4.0, input_capacity_s=5.0)
     speech = _noise(45, seed=2)
-    said = [np.zeros(FRAME, np.float32)] * 10 + speech + [np.zeros(FRAME, np.float32)] * 50
-    link = AudioLink(_default("input"), _default("output"), config, echo=NO_ECHO)
-    monitor = virtual_audio.record_speaker(tmp_path / "speaker.wav")
-    link.start()
-    try:
-        answers, peak = _feed(link, said, stall_at=10, stall_s=3.3)
-        played = link.played_frames()
-    finally:
-        link.close()
-    played = np.concatenate(played + link.played_frames(final=True))
-    heard = _heard(monitor)
+    link, answers, peak, heard, played = _stalled(virtual_audio, tmp_path, config, speech, lead=10, tail=50,
+                                                  stall_s=3.3)
     counters = link.counters()
     skipped = [k - 10 for k, answer in enumerate(answers) if answer]
     # Whole frames, counted: over 3 s late less the 2 s allowed (and the prebuffer).
