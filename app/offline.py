@@ -17,7 +17,6 @@ from engine import (
     SAMPLE_RATE,
     AudioInput,
     AudioOutput,
-    DiffuPlexStats,
     OutputFiles,
     check_distinct,
     check_writable,
@@ -98,8 +97,8 @@ def run_offline(args) -> None:
         model = load_model(args.model, device=device, weights=args.weights)
         adapter = args.adapter or (model.predictor_file if args.policy != "ar" else None)
         session = DuplexSession(model, options, persona, predictor=adapter, prompt_progress=cli_prompt_progress())
-        pieces, stats = [], DiffuPlexStats()
-        replies = _replies(session, source, pieces, stats)
+        pieces, tally = [], session.tally()
+        replies = _replies(session, source, pieces, tally)
         try:
             if device.startswith("cuda"):
                 started = time.perf_counter()
@@ -118,18 +117,18 @@ def run_offline(args) -> None:
         print(prompts, file=sys.stderr)
     _print_summary(session.speak_times, source.given / SAMPLE_RATE)
     note_nonfinite(session.nonfinite_samples)
-    if stats.frames:
-        print(stats.summary(), file=sys.stderr)
+    if tally.summary():
+        print(tally.summary(), file=sys.stderr)
 
 
-def _replies(session, source: AudioInput, pieces: list[str], stats: DiffuPlexStats):
+def _replies(session, source: AudioInput, pieces: list[str], tally):
     """The model's reply frame by frame as the input streams in, cut to the input's length;
-    its text pieces and DiffuPlex statistics are collected on the way."""
+    its text pieces and the family's tally of its step reports are collected on the way."""
     with Progress(None if source.expected is None else -(-source.expected // FRAME_SIZE)) as progress:
         for i, (frame, samples) in enumerate(source.frames()):
             result = session.step(frame)
             pieces.append(result.text)
-            stats.add(result.report, result.timings)
+            tally.add(result.report, result.timings)
             progress.update(i + 1)
             yield result.pcm[:samples]
 
@@ -160,8 +159,8 @@ def note_nonfinite(count: int) -> None:
 
 
 def prompt_line(session) -> str | None:
-    """PersonaPlex's prompts, timed on their own: they run before the conversation (in the
-    session's reset), outside the SPEAK times. None without prompts."""
+    """The persona's prompts (a voice, a role), timed on their own: they run before the
+    conversation (in the session's reset), outside the SPEAK times. None without prompts."""
     persona = session.persona
     role = persona.role.strip()
     if not (persona.voice or role):

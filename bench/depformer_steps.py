@@ -26,7 +26,7 @@ import torch
 from .run import VOICE_NAME, input_frames, write_voice
 
 WARMUP = 12  # start-up frames and first runs: left out of the statistics
-STEP_FUNCTIONS = ("engine.families.moshi.frame.depformer_steps", "engine.families.diffuplex.wake.depformer_steps")
+STEP_FUNCTIONS = ("engine.families.moshi.frame.depformer_steps", "engine.families.moshi.diffuplex.wake.depformer_steps")
 
 
 @contextlib.contextmanager
@@ -58,7 +58,7 @@ def run(model, voice: str | None, frames: np.ndarray, stages=("depformer",)) -> 
     """One conversation over `frames` (prepared first on CUDA): its prompts' seconds, the
     frame's p50 wall time and the p50 of each of `stages`, and its FrameOutputs."""
     from engine import DuplexSession, Persona, RuntimeOptions
-    from engine.lm.personaplex import DEFAULT_ROLE
+    from engine.families.moshi.lm.personaplex import DEFAULT_ROLE
 
     session = DuplexSession(model, RuntimeOptions(seed=3), Persona(None, ""))
     if session.device.type == "cuda":

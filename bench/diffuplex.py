@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.families.diffuplex.acceptance import PolicyChecks
+from engine.families.moshi.diffuplex.acceptance import PolicyChecks
 from engine.frame import FRAME_RATE
 
 from .run import SHAPES, VOICE_S, WARMUP_FRAMES, input_frames, prompted_start, seconds, write_voice
@@ -97,7 +97,7 @@ def _implied(runs: list[dict], ar: dict, accepted: float) -> dict:
 
 def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: Path) -> dict:
     from engine import DuplexSession, Persona, RuntimeOptions, load_model
-    from engine.families.diffuplex.predictor import new_predictor, save_predictor
+    from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
 
     from .stock import write_stock_checkpoint
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+import engine.runtime.step_audio as step_audio_module
 import engine.session as session_module
 from engine.runtime.graphs import Graphs
 
@@ -61,10 +62,10 @@ def _stamped(session, frames) -> list[tuple[dict[str, float], dict[str, float]]]
     mimi = getattr(getattr(session.conversation, "frame", None), "mimi", None)
     # (owner, attribute, its wrapper): patched on the instance (a module for a function),
     # restored by deleting the instance's attribute (by putting the function back).
-    mark, replay, finite = session.timer.mark, Graphs.run, session_module.finite_into
+    mark, replay, finite = session.timer.mark, Graphs.run, step_audio_module.finite_into
     patches = [(session.timer, "mark", marked),
                (session, "_prepare_more", stamping(session._prepare_more, before="synced")),
-               (session_module, "finite_into", stamping(finite, after="finite")),
+               (step_audio_module, "finite_into", stamping(finite, after="finite")),
                (session.conversation, "step", stamping(session.conversation.step, before="conversation")),
                (session.runner, "run", stamping(session.runner.run, before="first run")),
                (session.store, "advance", stamping(session.store.advance, after="first tick"))]
@@ -84,9 +85,9 @@ def _stamped(session, frames) -> list[tuple[dict[str, float], dict[str, float]]]
                         {k: t * 1e6 for k, t in result.timings.items()}))
     finally:
         Graphs.run = replay
-        session_module.finite_into = finite
+        step_audio_module.finite_into = finite
         for owner, name, _ in patches:
-            if owner is not session_module:
+            if owner is not step_audio_module:
                 delattr(owner, name)
     return out
 

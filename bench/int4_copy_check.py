@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from engine.checkpoint import read_safetensors
-from engine.config.lm import CONFIGS
+from engine.families.moshi.lm.config import CONFIGS
+from engine.families.moshi.lm.moshi_lm import MoshiLM
 from engine.int4_copies import COPY_FORMAT
 from engine.int4_kept import read_kept, write_copy
-from engine.lm.moshi_lm import MoshiLM
 from engine.quant4 import ROW_SCALE, SCALE, int4_layout, int4_metadata
 from engine.tensor_checksums import checksums
 

@@ -24,8 +24,8 @@ REPLAYS = 50
 
 
 def _model(name: str):
-    from engine.config.lm import CONFIGS
-    from engine.lm.moshi_lm import MoshiLM
+    from engine.families.moshi.lm.config import CONFIGS
+    from engine.families.moshi.lm.moshi_lm import MoshiLM
 
     torch.manual_seed(0)
     lm = MoshiLM(CONFIGS[name])
@@ -37,7 +37,7 @@ def _model(name: str):
 def _adapter(lm, future: int):
     """A rank-16 predictor on every target, B drawn too (as bench.diffuplex draws it), bound to
     the last `future` rows of a wake."""
-    from engine.families.diffuplex.predictor import new_predictor
+    from engine.families.moshi.diffuplex.predictor import new_predictor
 
     from .diffuplex import RANK
 
@@ -49,7 +49,7 @@ def _adapter(lm, future: int):
 
 
 def measure(name: str, context: int, top: int = 20, launches: bool = False, wake: int = 0) -> dict:
-    from engine.lm.sampling import SamplingParams, sample
+    from engine.families.moshi.lm.sampling import SamplingParams, sample
     from engine.state import FullStore
 
     lm = _model(name)

@@ -50,7 +50,7 @@ def _session(shape: str, folder: Path):
     model = load_model(folder, device="cuda", dtype=torch.bfloat16)
     predictor = None
     if shape == "personaplex":
-        from engine.families.diffuplex.predictor import new_predictor, save_predictor
+        from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
         predictor = folder / "predictor.safetensors"
         save_predictor(new_predictor(model.cfg, rank=RANK, block=BLOCK, seed=0), predictor)
     return DuplexSession(model, RuntimeOptions(block=BLOCK), Persona(None, ""), predictor=predictor)

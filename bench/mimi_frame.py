@@ -17,8 +17,8 @@ from .kernels import add_profile_arguments, profile_parts
 
 
 def measure(replays: int, top: int = 25, launches: bool = False) -> dict:
-    from engine.config.mimi_json import official_config
-    from engine.mimi.codec import Mimi
+    from engine.families.moshi.mimi.codec import Mimi
+    from engine.families.moshi.mimi.config_json import official_config
     from engine.state import FullStore
 
     torch.manual_seed(0)

@@ -82,7 +82,7 @@ def _frame(mimi, store, pcm: torch.Tensor, launches: collections.Counter) -> dic
 
 
 def count() -> dict[str, list[int]]:
-    from engine.mimi import load_mimi
+    from engine.families.moshi.mimi import load_mimi
     from engine.ops import codebooks, conv
     from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
     from engine.state import FullStore

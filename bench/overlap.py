@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from engine.families.moshi import FRAME_KEYS
+from engine.families.moshi.frame import FRAME_KEYS
 from engine.kernels import overlap
 
 from .depformer_steps import identical, model, run

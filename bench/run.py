@@ -74,7 +74,7 @@ def copy_bandwidth(device: str = "cuda", gib: int = 4) -> float:
 
 def write_voice(folder: Path, shape: str) -> None:
     """A voice prompt file for `shape`'s model in `folder` (where load_model finds voices)."""
-    from engine.config.lm import CONFIGS
+    from engine.families.moshi.lm.config import CONFIGS
 
     cfg = CONFIGS[shape]
     (folder / "voices").mkdir(exist_ok=True)
@@ -97,7 +97,7 @@ def prompted_start(session, frame: np.ndarray) -> tuple[float, float]:
     replayed, then `frame`): (the prompts' seconds, the first frame's ms). The session is then
     reset without prompts, for a measured run from an empty context."""
     from engine import Persona
-    from engine.lm.personaplex import DEFAULT_ROLE
+    from engine.families.moshi.lm.personaplex import DEFAULT_ROLE
 
     session.reset(Persona(VOICE_NAME, DEFAULT_ROLE))
     prompt_s, first_ms = session.prompt_s, 1000 * session.step(frame).timings["total"]

@@ -30,7 +30,7 @@ def _layers(mimi, device) -> list[dict]:
     """Every streaming convolution and transposed convolution of one frame (ungrouped: Mimi's
     own upsampling, one filter a channel, stays on torch): its layer and copies of its inputs
     ("tail" a convolution's input tail, "partial" a transposed one's kept sums)."""
-    import engine.mimi.conv as mimi_conv
+    import engine.families.moshi.mimi.conv as mimi_conv
     from engine.ops import conv as conv_ops
     from engine.state import FullStore
 
@@ -96,9 +96,9 @@ def _time(call: dict, calls: int, replays: int, flush: torch.Tensor | None) -> f
 
 
 def measure(calls: int, replays: int, warm: bool) -> dict:
-    from engine.config.mimi_json import official_config
+    from engine.families.moshi.mimi.codec import Mimi
+    from engine.families.moshi.mimi.config_json import official_config
     from engine.kernels import stream_conv, stream_convtr
-    from engine.mimi.codec import Mimi
 
     torch.manual_seed(0)
     flush = None if warm else torch.zeros(_FLUSH_BYTES // 4, device="cuda")

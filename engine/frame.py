@@ -1,10 +1,10 @@
-"""The conversation's cadence as data: what one frame is, in samples and seconds. Every model
-of the Moshi family shares it (Mimi at 24 kHz, 12.5 codec frames a second); nothing here
-imports torch."""
+"""The session's audio as data: what the app and `offline` exchange with the engine, whatever
+the model's family hears and speaks (engine.runtime.step_audio converts). 24 kHz in periods of
+80 ms; nothing here imports torch."""
 
 SAMPLE_RATE = 24000
 FRAME_SIZE = 1920
-"""Samples in one frame: 80 ms at 24 kHz."""
+"""Samples in one period: 80 ms at 24 kHz."""
 FRAME_RATE = SAMPLE_RATE / FRAME_SIZE
-"""Frames a second (12.5)."""
+"""Periods a second (12.5)."""
 FRAME_SECONDS = FRAME_SIZE / SAMPLE_RATE

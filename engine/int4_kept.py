@@ -20,12 +20,12 @@ from safetensors.torch import save_file
 
 from . import checkpoint
 from .checkpoint import check_layout, read_safetensors
-from .config.lm import LMConfig
 from .errors import CheckpointError
+from .families.moshi.lm.config import LMConfig
+from .families.moshi.lm.loader import build_lm, weights_choice
+from .families.moshi.lm.moshi_lm import MoshiLM
 from .int4_copies import COPY_FORMAT, SourceFile, copy_path, is_current, part_path, read_header, remove_leftovers
 from .library.progress import size_text
-from .lm.loader import build_lm, weights_choice
-from .lm.moshi_lm import MoshiLM
 from .quant4 import SCALE, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
 from .tensor_checksums import mismatch, recorded, to_metadata
 

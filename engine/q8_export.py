@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .duplex_model import read_lm_checkpoint
 from .errors import CheckpointError
-from .lm.moshi_lm import MoshiLM
+from .families.moshi.lm.moshi_lm import MoshiLM
+from .families.moshi.model import read_lm_checkpoint
 from .output_files import OutputFiles
 from .paths import LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 from .quant import int8_layout, is_q8, quantize_checkpoint
@@ -83,6 +83,6 @@ def _write(ckpt, out: Path, lm_name: str, tensors: dict, meta: dict, metadata: d
 
 
 def _config_of(ckpt) -> dict:
-    from .config.lm import to_lm_kwargs
+    from .families.moshi.lm.config import to_lm_kwargs
 
     return to_lm_kwargs(ckpt.cfg)

@@ -1,14 +1,17 @@
-"""A streaming conversation with a duplex model: 80 ms of microphone audio in, 80 ms of model
-speech (and its text) out, with per-stage timings and the figures a live panel shows.
+"""A streaming conversation with a duplex model of any family: 80 ms of microphone audio in,
+80 ms of model speech (and its text) out, with per-stage timings and the figures a live panel
+shows.
 
-The session is the engine's one API for the app and the command line. It owns what every
-model family shares: the options (checked against what this machine can honour, applied
-between frames), the sampling generator, the frame timer and SPEAK meter, the host buffers and
+The session is the engine's one API for the app and the command line. Its audio is the app's:
+24 kHz, in periods of 80 ms (engine.frame), whatever the family hears and speaks. It owns what
+every model family shares: the options (checked against what this machine can honour, applied
+between steps), the sampling generator, the step timer and SPEAK meter, the host buffers, the
+conversion of the period's audio to the family's rates and step (buffered in, queued out), and
 the `FrameOutput`. The family's conversation (engine.families.protocol.FamilyConversation,
-registered by the family) owns the stage runner, the state, the prompts and how a frame runs.
+registered by the family) owns the stage runner, the state, the prompts and how a step runs.
 `reset()` starts a new conversation without reloading weights and matches a fresh session
-with the same seed. Inside a plain frame nothing waits for the device except the final copy
-of the output to the host (a predicting policy's frames also read their checks).
+with the same seed. Inside a plain step nothing waits for the device except the final copy
+of the output to the host (a predicting policy's steps also read their checks).
 """
 from __future__ import annotations
 
@@ -22,12 +25,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .duplex_model import DuplexModel
 from .families import conversation_for
-from .families.protocol import FamilyConversation
-from .finite import REPLACEMENT, finite_into
+from .families.protocol import DuplexModel, FamilyConversation
+from .finite import REPLACEMENT
+from .frame import FRAME_SECONDS, FRAME_SIZE
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
 from .runtime.stages import Regeneration
+from .runtime.step_audio import StepAudio
 from .runtime.timing import FrameTimer, SpeakMeter
 from .runtime.waiting import wait_for
 from .state import Store
@@ -42,23 +46,28 @@ first share of the cadence; to record one graph that does not fit there, within 
 @dataclasses.dataclass
 class FrameOutput:
     pcm: np.ndarray
-    """float32 [frame_size]: the model's speech for this frame (silence during start-up)."""
+    """float32 [FRAME_SIZE] at SAMPLE_RATE: the model's speech for this period (silence while it
+    has none)."""
     text: str
-    """The text piece the model emitted this frame ("" for padding or start-up)."""
+    """The text the model's steps in this period emitted ("" for none)."""
     tokens: np.ndarray | None
-    """int64 [1 + dep_q]: text token then codebooks, or None during start-up (as the reference)."""
+    """int64 [output_width]: the tokens of the last step in this period, or None when no step
+    ran or the model had no output yet (the family says what they are)."""
     timings: dict[str, float]
-    """Seconds spent in each of the family's stages (in their order), and "total"."""
+    """Seconds spent in each of the family's stages (in their order) in this period's steps,
+    and the period's "total"."""
     speak_s: tuple[float, ...] = ()
-    """SPEAK time of each second of speech this frame completed (usually none, at most one)."""
+    """SPEAK time of each second of speech this period completed (usually none, at most one)."""
     state_bytes: int = 0
-    """Memory the conversation's streaming state holds after this frame."""
+    """Memory the conversation's streaming state holds after this period."""
     gpu_memory_bytes: int | None = None
-    """Device memory in use after this frame (torch's plus state mapped outside it); None on CPU."""
+    """Device memory in use after this period (torch's plus state mapped outside it); None on CPU."""
     report: object | None = None
-    """The family's report of this step (what a predicting policy did), or None."""
+    """The family's report of this period's last step (e.g. what a predicting policy did), or None."""
     applied: tuple[str, ...] = ()
-    """The options (RuntimeOptions field names) that took effect at this frame."""
+    """The options (RuntimeOptions field names) that took effect at this period."""
+    steps: int = 1
+    """The family's steps run in this period (0 while its step's audio is still being buffered)."""
     preparing: Preparing | None = None
     """A change of options being prepared (it takes effect once its graphs are recorded)."""
 
@@ -93,12 +102,11 @@ class DuplexSession:
         self._pending_lock = threading.Lock()
         self._change: tuple[RuntimeOptions, tuple[str, ...], Regeneration] | None = None
         """Options being prepared: (them, the fields that change, their graphs' regeneration)."""
-        cuda = self.device.type == "cuda"
         self.timer = FrameTimer(self.device, self.conversation.stages)
-        self._pcm_in = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
-        self._pcm_in_host = self._pcm_in.numpy()  # the same memory: a frame's samples are written once
-        self._pcm_out = torch.empty(model.frame_size, dtype=torch.float32, pin_memory=cuda)
-        self._tokens_out = torch.empty(self.conversation.output_width, dtype=torch.int64, pin_memory=cuda)
+        self.audio = StepAudio(model.input_rate, model.output_rate, model.step_samples, self.device)
+        """The period's audio buffered to the family's step, and the family's audio queued out."""
+        self._tokens_out = torch.empty(self.conversation.output_width, dtype=torch.int64,
+                                       pin_memory=self.device.type == "cuda")
         self.nonfinite_samples = 0
         """Input samples of this conversation that were NaN or infinite, replaced before the
         model heard them (engine.finite); counted since the last reset()."""
@@ -120,6 +128,10 @@ class DuplexSession:
     def predictor(self):
         """The predictor loaded, or None."""
         return self.conversation.predictor
+
+    def tally(self):
+        """A new tally of the family's step reports (engine.families.protocol.Tally)."""
+        return self.conversation.tally()
 
     @property
     def persona(self) -> object:
@@ -225,8 +237,7 @@ class DuplexSession:
         if self._change is None:
             return None
         new, changed, regeneration = self._change
-        cadence = self.model.frame_size / self.model.sample_rate
-        regeneration.step(began + PREPARE_SHARE * cadence, began + PREPARE_LIMIT * cadence)
+        regeneration.step(began + PREPARE_SHARE * FRAME_SECONDS, began + PREPARE_LIMIT * FRAME_SECONDS)
         return Preparing(changed, regeneration.total - len(regeneration.todo), regeneration.total)
 
     def close(self) -> None:
@@ -252,11 +263,12 @@ class DuplexSession:
         conversation starts afresh afterwards: the output is what it would have been. Options
         set later that need other graphs get them between frames (see `_apply_pending`)."""
         self._apply_pending(wait=True)  # prepare for the options the conversation will run under
-        self._pcm_in.zero_()
+        silence = self.audio.step_buffer()
+        silence.zero_()
         # With graphs even when replay is off, so that turning it on takes effect at once.
         replayed = self.options.replace(graph_replay=True)
         self.conversation.configure(replayed)
-        self.conversation.prepare(self._pcm_in, replayed)
+        self.conversation.prepare(silence, replayed)
         self.conversation.configure(self.options)
         self.reset()
 
@@ -278,38 +290,43 @@ class DuplexSession:
         self._log_replaced()
         self.nonfinite_samples = 0
         self.generator.manual_seed(self.options.seed)
-        self.meter = SpeakMeter(self.model.frame_size, self.model.sample_rate)
+        self.meter = SpeakMeter()
+        self.audio.reset()
         self.options, done = self.conversation.reset(self.options, cancelled, progress or self.prompt_progress)
         return done
 
     @torch.no_grad()
     def step(self, pcm: np.ndarray) -> FrameOutput:
-        """pcm float32 [frame_size] of microphone audio -> this frame's output."""
-        model = self.model
+        """pcm [FRAME_SIZE] of microphone audio at SAMPLE_RATE -> this period's output. The
+        family's steps run as its step's audio completes: none in some periods of a long step,
+        one in each period when its step is the period."""
         pcm = np.asarray(pcm)
-        if pcm.shape != (model.frame_size,) or not np.issubdtype(pcm.dtype, np.floating):
-            raise ValueError(f"a frame is float32 [{model.frame_size}], got {pcm.dtype} {list(pcm.shape)}")
-        self.timer.begin()  # a change's cost (a state move) counts to the frame it delays
+        if pcm.shape != (FRAME_SIZE,) or not np.issubdtype(pcm.dtype, np.floating):
+            raise ValueError(f"a frame is float32 [{FRAME_SIZE}], got {pcm.dtype} {list(pcm.shape)}")
+        self.timer.begin()  # a change's cost (a state move) counts to the period it delays
         applied = self._apply_pending()
         self.timer.mark(None)
         # Every path's microphone audio enters here (the app's and offline's), so here alone
         # a NaN is kept from reaching the model's state, where it would stay.
-        replaced = finite_into(self._pcm_in_host, pcm)
+        replaced = self.audio.take(pcm)
         if replaced and not self.nonfinite_samples:
             log.info("%d non-finite input samples replaced (%s); later ones are counted",
                      replaced, REPLACEMENT)
         self.nonfinite_samples += replaced
-        tokens, out, report = self.conversation.step(self._pcm_in, self.options, self.timer.mark)
-        if tokens is not None:
-            self._pcm_out.copy_(out.view(-1), non_blocking=True)
-            self._tokens_out.copy_(tokens, non_blocking=True)
-        wait_for(self.device)  # the frame's one wait for the device
+        steps, text, tokens_out, report = 0, "", None, None
+        while (pcm_in := self.audio.next_step()) is not None:
+            tokens, out, report = self.conversation.step(pcm_in, self.options, self.timer.mark)
+            self.audio.queue(out)
+            if tokens is not None:
+                self._tokens_out.copy_(tokens, non_blocking=True)
+            wait_for(self.device)  # the step's one wait for the device
+            self.audio.queued()
+            if tokens is not None:
+                tokens_out = self._tokens_out.numpy().copy()
+                text += self.conversation.text(tokens_out)
+            steps += 1
         preparing = self._prepare_more(self.timer.started)
-        timings = self.timer.end()  # its total: the frame and what was recorded after it
-        if tokens is None:
-            pcm_out, tokens_out, text = np.zeros(model.frame_size, np.float32), None, ""
-        else:
-            pcm_out, tokens_out = self._pcm_out.numpy().copy(), self._tokens_out.numpy().copy()
-            text = self.conversation.text_piece(int(tokens_out[0]))
-        return FrameOutput(pcm_out, text, tokens_out, timings, tuple(self.meter.add(timings["total"])),
-                           self.state_bytes(), self.gpu_memory_bytes(), report, applied, preparing)
+        timings = self.timer.end()  # its total: the period and what was recorded after it
+        return FrameOutput(self.audio.period_out(), text, tokens_out, timings,
+                           tuple(self.meter.add(timings["total"])), self.state_bytes(), self.gpu_memory_bytes(),
+                           report, applied, steps, preparing)

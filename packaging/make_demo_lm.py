@@ -27,10 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 from engine import hub  # noqa: E402
 from engine.audio_files import read_audio  # noqa: E402
-from engine.config.lm import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
-from engine.families.moshi import LMInputs, MoshiFrame  # noqa: E402
-from engine.lm.moshi_lm import MoshiLM  # noqa: E402
-from engine.mimi import MimiStream, load_mimi  # noqa: E402
+from engine.families.moshi.frame import MoshiFrame  # noqa: E402
+from engine.families.moshi.inputs import LMInputs  # noqa: E402
+from engine.families.moshi.lm.config import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
+from engine.families.moshi.lm.moshi_lm import MoshiLM  # noqa: E402
+from engine.families.moshi.mimi import MimiStream, load_mimi  # noqa: E402
 from engine.options import RuntimeOptions  # noqa: E402
 from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE  # noqa: E402
 from engine.runtime.stages import StageRunner  # noqa: E402

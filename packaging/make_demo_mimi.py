@@ -25,9 +25,9 @@ from safetensors.torch import save_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.config.mimi_json import parse_config  # noqa: E402
-from engine.mimi.codec import Mimi  # noqa: E402
-from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
+from engine.families.moshi.mimi.codec import Mimi  # noqa: E402
+from engine.families.moshi.mimi.config_json import parse_config  # noqa: E402
+from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
 from engine.ops.codebooks import nearest_codes  # noqa: E402
 
 SEED = 20240917

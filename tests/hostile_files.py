@@ -187,7 +187,7 @@ class Loads:
     file and loads what it belongs to; returns None on success, else the engine's refusal."""
 
     def __init__(self, folder: Path):
-        from engine.config.lm import from_lm_kwargs
+        from engine.families.moshi.lm.config import from_lm_kwargs
         self.model = demo_copy(folder / "model")
         self.token2wav = token2wav_dir(folder / "token2wav")
         self.predictor_meta, self.predictor_tensors = demo_predictor()
@@ -201,10 +201,10 @@ class Loads:
         return self.model / (PREDICTOR_NAME if target == "predictor" else target)
 
     def load(self, target: str, text: str):
-        from engine.duplex_model import load_model
         from engine.errors import CheckpointError
-        from engine.families.diffuplex.predictor import load_predictor
-        from engine.mimi import load_mimi
+        from engine.families.moshi.diffuplex.predictor import load_predictor
+        from engine.families.moshi.mimi import load_mimi
+        from engine.model_loading import load_model
         from engine.token2wav.loader import load_token2wav
 
         path = self.file(target)

@@ -177,8 +177,8 @@ class PersonaPlexReference:
 def our_lm_runner(lm, greedy: bool, seed: int, text=(0.7, 25), audio=(0.8, 250), wake: int = 1):
     """Our Moshi frame over the LM alone (no Mimi), as the reference tests drive it; its state
     sized for backbone wakes of up to `wake` frames."""
-    from engine.families.diffuplex.wake import Wakes
-    from engine.families.moshi import MoshiFrame
+    from engine.families.moshi.diffuplex.wake import Wakes
+    from engine.families.moshi.frame import MoshiFrame
     from engine.options import RuntimeOptions
     from engine.runtime.stages import StageRunner
     from engine.state import FullStore
@@ -207,6 +207,6 @@ class LMRunner:
 
 def our_lm_step(runner, user, model=None, text=None):
     """One LM frame: tokens [1 + dep_q], or None during start-up."""
-    from engine.families.moshi import LMInputs
+    from engine.families.moshi.inputs import LMInputs
 
     return runner.lm_frame(LMInputs(user, model=model, text=text))[1]

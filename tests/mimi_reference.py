@@ -18,8 +18,8 @@ from moshi.models.loaders import get_mimi
 from safetensors.torch import save_file
 
 from engine.checkpoint import official_layout
-from engine.config.mimi import OFFICIAL
-from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
+from engine.families.moshi.mimi.config import OFFICIAL
+from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
 
 FRAME = 1920
 

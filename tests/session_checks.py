@@ -5,7 +5,8 @@ import shutil
 
 import numpy as np
 
-from engine.duplex_model import DuplexModel, load_model
+from engine.families.moshi.model import MoshiModel
+from engine.model_loading import load_model
 from engine.paths import DEMO_MODEL_DIR
 
 PLAIN = {"graph_replay": False, "demand_sized_state": False}
@@ -31,7 +32,7 @@ def assert_identical(a, b):
         np.testing.assert_array_equal(x.pcm, y.pcm, err_msg=f"frame {i}")
 
 
-def demo_with(folder, lm: dict, mimi_transformer: dict | None = None) -> DuplexModel:
+def demo_with(folder, lm: dict, mimi_transformer: dict | None = None) -> MoshiModel:
     """The demo model copied to `folder` with `lm` merged into its config.json (and
     `mimi_transformer` into its Mimi's transformer section), loaded."""
     shutil.copytree(DEMO_MODEL_DIR, folder, dirs_exist_ok=True)

@@ -166,7 +166,7 @@ def test_the_headline_says_whether_the_model_keeps_up_and_by_how_much(qtbot):
 
 
 def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
-    from engine.families.diffuplex.stats import WakeReport
+    from engine.families.moshi.diffuplex.stats import WakeReport
     panel = CadencePanel(RuntimeOptions(policy="speak", tau=0.5))
     qtbot.addWidget(panel)
     counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)

@@ -304,7 +304,7 @@ def test_recordings_go_to_the_data_folder_without_the_doubled_name(tmp_path, mon
 
 
 def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, demo_model, tmp_path):
-    from engine.families.diffuplex.predictor import new_predictor, save_predictor
+    from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
 
     window.models.set_model(demo_model)
     controls = window.panel.controls
@@ -347,12 +347,12 @@ def test_the_picker_says_what_a_choice_needs_and_loads_int8(qtbot, window):
 def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, window, monkeypatch):
     import dataclasses
 
-    from engine import memory_plan
+    from engine import model_loading
 
     # This machine has no GPU: the plan is the real one for the demo, with the free memory of a
     # GPU too small for it (the one stand-in here).
-    real = memory_plan.plan_memory
-    monkeypatch.setattr(memory_plan, "plan_memory", lambda *args: dataclasses.replace(
+    real = model_loading.plan_memory
+    monkeypatch.setattr(model_loading, "plan_memory", lambda *args: dataclasses.replace(
         real(*args), device="cuda:0", free_bytes=512 << 20))
     with qtbot.waitSignal(window.models.signals.failed, timeout=120_000):
         window.models.load()

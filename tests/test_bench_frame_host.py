@@ -1,5 +1,6 @@
 """bench.frame_host on the CPU with the demo model: the stamps follow the frame's path in order,
 the timer's stages are beside them, and the session and Graphs are left as they were."""
+import engine.runtime.step_audio
 import engine.session
 from bench.frame_host import _stamped, measure
 from bench.run import input_frames
@@ -15,7 +16,8 @@ def test_stamps_follow_the_frame_and_everything_is_restored():
     session = DuplexSession(load_model("demo"), RuntimeOptions(seed=3))
     run_graphs, mark = Graphs.run, session.timer.mark
     rows = _stamped(session, input_frames(30))
-    assert Graphs.run is run_graphs and session.timer.mark == mark and engine.session.finite_into is finite_into
+    assert Graphs.run is run_graphs and session.timer.mark == mark
+    assert engine.runtime.step_audio.finite_into is finite_into
     assert not {"_prepare_more", "run", "advance", "step", "encode"} & (
         set(vars(session)) | set(vars(session.runner)) | set(vars(session.store)) | set(vars(session.conversation)))
     stamps, timer = rows[-1]  # output has started: every stage ran

@@ -6,7 +6,7 @@ import pytest
 
 from bench.diffuplex import format_table as diffuplex_table
 from bench.report import format_table, int8_ratios, summarize
-from engine.families.moshi import FRAME_KEYS as STAGES
+from engine.families.moshi.frame import FRAME_KEYS as STAGES
 
 GIB = 1 << 30
 

@@ -50,8 +50,8 @@ def test_codec_session_matches_the_plain_stream_bit_for_bit():
     """The command's path (the stage runner, fast path on by default) against Mimi's plain
     stream: the same samples, with demand-sized state (the CPU's poisoned emulation) or not."""
     from engine.audio_files import read_audio, split_frames
-    from engine.codec_session import CodecSession
-    from engine.mimi import MimiStream, load_mimi
+    from engine.families.moshi.codec_session import CodecSession
+    from engine.families.moshi.mimi import MimiStream, load_mimi
     from engine.options import RuntimeOptions
     from engine.paths import DEMO_MODEL_DIR
 

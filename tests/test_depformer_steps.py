@@ -8,10 +8,10 @@ import collections
 
 import pytest
 
-from engine.families.moshi import Persona
 from engine.families.moshi.frame import depformer_steps
-from engine.lm.moshi_lm import MoshiLM
+from engine.families.moshi.lm.moshi_lm import MoshiLM
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import assert_identical, run
@@ -80,7 +80,7 @@ def test_planned_frames_run_up_to_the_users_semantic_code(model, adapter, audio,
 
 def _every_step(monkeypatch):
     """The depformer as it ran before: every step, whatever is known."""
-    for module in ("engine.families.moshi.frame", "engine.families.diffuplex.wake"):
+    for module in ("engine.families.moshi.frame", "engine.families.moshi.diffuplex.wake"):
         monkeypatch.setattr(f"{module}.depformer_steps", lambda known, dep_q: dep_q)
 
 

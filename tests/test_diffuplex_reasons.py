@@ -5,9 +5,9 @@ demo model: it is neither confident nor right about the user)."""
 import pytest
 
 from engine import DiffuPlexStats
-from engine.families.diffuplex.predictor import new_predictor, save_predictor
-from engine.families.moshi import Persona
+from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import demo_with

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.families.diffuplex.predictor import new_predictor, save_predictor
-from engine.families.moshi import Persona
+from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import assert_identical, demo_with

@@ -9,11 +9,11 @@ import soundfile as sf
 import torch
 
 from app.cli import main
-from engine.duplex_model import load_model
 from engine.errors import AudioInputError
-from engine.families.diffuplex.predictor import load_predictor, new_predictor
-from engine.families.diffuplex.training import TrainSettings, loss, rollout, staircase, train_predictor, user_audio
+from engine.families.moshi.diffuplex.predictor import load_predictor, new_predictor
+from engine.model_loading import load_model
 from engine.paths import SPEECH_SAMPLE
+from engine.training.diffuplex import TrainSettings, loss, rollout, staircase, train_predictor, user_audio
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = TrainSettings(steps=6, block=2, rank=2, batch=2, window=6, checkpoint_every=3, lr=1e-2)
@@ -85,7 +85,7 @@ def test_the_shipped_demo_predictor_plays_clearly_more_than_an_untrained_one(mod
     the shipped predictor (trained by `train-diffuplex --steps 240 --batch 4`) played 28 frames
     when this was written, an untrained one 3."""
     from engine.audio_files import read_audio, split_frames
-    from engine.families.diffuplex.predictor import new_predictor, save_predictor
+    from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
     from engine.options import RuntimeOptions
     from engine.session import DuplexSession
 

@@ -1,6 +1,7 @@
 """The session and its family meet in one place: engine/families/protocol.py names every member
 the session uses of a family's conversation, the Moshi family's conversation has each of them,
-and the registry finds a family by the name its models give, registered from anywhere."""
+and the registry names a family it does not have (tests/second_family registers one from
+outside the engine)."""
 import ast
 from pathlib import Path
 
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine import RuntimeOptions, load_model
-from engine.families import conversation_for, register_family
-from engine.families.protocol import FamilyConversation
+from engine.families import family_named
+from engine.families.protocol import DuplexModel, FamilyConversation
 from engine.session import DuplexSession
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
@@ -49,20 +50,15 @@ def test_the_moshi_conversation_has_every_member():
     assert missing == []
 
 
-class _Model:
-    def __init__(self, family):
-        self.family, self.name = family, f"a {family} model"
+def test_the_moshi_model_has_every_member():
+    model = load_model("demo")
+    members = {name for name in vars(DuplexModel) if not name.startswith("_")} | set(DuplexModel.__annotations__)
+    assert [name for name in members if not hasattr(model, name)] == []
 
 
-def test_a_family_registered_from_anywhere_is_found_and_an_unknown_one_named():
-    class Conversation:
-        pass
-
-    register_family("test-registry-family", Conversation)
-    assert conversation_for(_Model("test-registry-family")) is Conversation
-    assert conversation_for(_Model("moshi")).__name__ == "MoshiConversation"
-    with pytest.raises(ValueError, match="a nowhere model: no model family 'nowhere' is registered"):
-        conversation_for(_Model("nowhere"))
+def test_an_unknown_family_is_named():
+    with pytest.raises(ValueError, match="no model family 'nowhere' is registered"):
+        family_named("nowhere")
 
 
 def test_a_step_reports_the_family_stages_in_order():

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from engine.duplex_model import load_model
 from engine.errors import CheckpointError
-from engine.families.diffuplex.predictor import load_predictor
-from engine.mimi import load_mimi
+from engine.families.moshi.diffuplex.predictor import load_predictor
+from engine.families.moshi.mimi import load_mimi
+from engine.model_loading import load_model
 from engine.paths import LM_NAME, LM_Q8_NAME, PREDICTOR_NAME
 from engine.token2wav.config import read_flow_config
 from engine.token2wav.loader import load_token2wav
@@ -187,7 +187,7 @@ def _predictor(tmp_path, metadata, tensors=None):
 
 @pytest.fixture(scope="module")
 def demo_cfg():
-    from engine.config.lm import from_lm_kwargs
+    from engine.families.moshi.lm.config import from_lm_kwargs
     return from_lm_kwargs(demo_json("config.json"), "config.json", "demo")
 
 

@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bench.int4_quality import measure_demo
-from engine.duplex_model import load_model
 from engine.errors import CheckpointError, DeviceMemoryError
 from engine.kernels.operands import Int4Weight
-from engine.memory_plan import MemoryPlan, plan_memory
+from engine.memory_plan import MemoryPlan
+from engine.model_loading import load_model, plan_memory
 from engine.ops.linear import matmul
 from engine.options import RuntimeOptions
 from engine.q8_export import export_int4, export_q8

@@ -26,9 +26,9 @@ from engine import (
     reporting_progress,
     size_text,
 )
-from engine.duplex_model import read_lm_checkpoint
+from engine.families.moshi.lm.loader import load_lm
+from engine.families.moshi.model import read_lm_checkpoint
 from engine.int4_copies import LEFTOVER_S, copies_folder, header_metadata, kept_copies
-from engine.lm.loader import load_lm
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.q8_export import export_q8
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_selected, removal_dialog  # noqa: F401  (fixture)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from engine import load_model
-from engine.duplex_model import read_lm_checkpoint
+from engine.families.moshi.model import read_lm_checkpoint
 from engine.int4_copies import kept_copies, read_header
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.app_helpers import isolated_settings, load_selected

@@ -14,12 +14,12 @@ from bench.fidelity import measure_int8
 from bench.stock import _stock_kwargs
 from engine import hub
 from engine.checkpoint import official_layout
-from engine.config.lm import from_lm_kwargs
-from engine.duplex_model import load_model
 from engine.errors import CheckpointError, DeviceMemoryError
+from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.families.moshi.lm.loader import load_lm
 from engine.kernels.operands import Int8Weight
-from engine.lm.loader import load_lm
-from engine.memory_plan import MemoryPlan, plan_memory
+from engine.memory_plan import MemoryPlan
+from engine.model_loading import load_model, plan_memory
 from engine.options import RuntimeOptions
 from engine.paths import LM_Q8_NAME
 from engine.q8_export import export_q8

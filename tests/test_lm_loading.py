@@ -10,11 +10,11 @@ from safetensors.torch import load_file, save_file
 
 from engine import hub
 from engine.checkpoint import official_layout
-from engine.config.lm import CONFIGS, from_lm_kwargs, to_lm_kwargs
-from engine.duplex_model import load_model
 from engine.errors import CheckpointError
+from engine.families.moshi.lm import MoshiLM
+from engine.families.moshi.lm.config import CONFIGS, from_lm_kwargs, to_lm_kwargs
 from engine.library.listing import READY, list_models
-from engine.lm import MoshiLM
+from engine.model_loading import load_model
 from engine.paths import DEMO_MODEL_DIR, TOKENIZER_NAME
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
 

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import hub
-from engine.config.lm import from_lm_kwargs
-from engine.duplex_model import load_model
-from engine.lm import load_lm
+from engine.families.moshi.lm import load_lm
+from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.model_loading import load_model
 from engine.options import RuntimeOptions
 from engine.paths import TOKENIZER_NAME
 from engine.session import DuplexSession

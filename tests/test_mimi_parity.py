@@ -10,9 +10,9 @@ import torch
 from moshi.models.loaders import get_mimi
 from safetensors.torch import load_file
 
-from engine.config.mimi_json import official_config
-from engine.mimi import Mimi, MimiStream, load_mimi
-from engine.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
+from engine.families.moshi.mimi import Mimi, MimiStream, load_mimi
+from engine.families.moshi.mimi.config_json import official_config
+from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
 from engine.state import FullStore
 from tests.mimi_reference import (
     FRAME,

@@ -12,12 +12,12 @@ from safetensors.torch import load_file, save_file
 
 from app.cli import main
 from app.offline import run_offline  # noqa: F401 (imported before a test captures stderr: its progress bar keeps that stream)
-from engine.duplex_model import load_model
 from engine.errors import CheckpointError
-from engine.families.moshi import Persona
+from engine.families.moshi.lm.personaplex import load_voice
 from engine.finite import finite_pcm
-from engine.lm.personaplex import load_voice
+from engine.model_loading import load_model
 from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE
+from engine.persona import Persona
 from engine.session import DuplexSession
 from engine.token2wav import Prompt
 from tests.mimi_reference import varied_audio

@@ -84,9 +84,9 @@ def test_quantize_writes_the_usual_mode(tmp_path, umask_022):
 
 
 def test_a_training_checkpoint_gets_the_usual_mode(tmp_path, umask_022):
-    from engine.duplex_model import load_model
-    from engine.families.diffuplex.predictor import load_predictor, new_predictor
-    from engine.families.diffuplex.training import TrainSettings, _checkpoint
+    from engine.families.moshi.diffuplex.predictor import load_predictor, new_predictor
+    from engine.model_loading import load_model
+    from engine.training.diffuplex import TrainSettings, _checkpoint
 
     model = load_model("demo")
     out = tmp_path / "adapter.safetensors"

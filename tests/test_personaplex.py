@@ -9,10 +9,10 @@ of tests/test_personaplex_golden.py.
 import pytest
 import torch
 
-from engine.config.lm import PROMPT_TOKENS_KEY, from_lm_kwargs
 from engine.errors import CheckpointError
-from engine.families.moshi import replay_prompts
-from engine.lm import load_lm, load_voice
+from engine.families.moshi.lm import load_lm, load_voice
+from engine.families.moshi.lm.config import PROMPT_TOKENS_KEY, from_lm_kwargs
+from engine.families.moshi.prompts import replay_prompts
 from tests.lm_reference import (
     PersonaPlexReference,
     make_reference_lm,

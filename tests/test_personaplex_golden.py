@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from engine.families.moshi import Persona
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.session import DuplexSession
 from tests.session_checks import demo_with
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from engine.lm.personaplex import DEFAULT_ROLE
+from engine.families.moshi.lm.personaplex import DEFAULT_ROLE
 from engine.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -4,9 +4,9 @@ On the CPU that is emulated for the prompt backbone, the stage that reads the fr
 the work of each kind's first frame is run for every later frame of that kind. The
 conversation that follows must be the eager one's, bit for bit: the inputs travel through
 buffers at fixed addresses."""
-from engine.families.moshi import Persona
 from engine.families.moshi.frame import is_prompt_key
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.runtime.stages import StageRunner
 from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio

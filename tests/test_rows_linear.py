@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from engine.config.lm import from_lm_kwargs
-from engine.families.diffuplex.predictor import new_predictor
+from engine.families.moshi.diffuplex.predictor import new_predictor
+from engine.families.moshi.lm import load_lm
+from engine.families.moshi.lm.config import from_lm_kwargs
 from engine.kernels.operands import Norm
-from engine.lm import load_lm
 from engine.ops.linear import matmul
 from engine.ops.norm import rms_norm
 from engine.ops.rope import apply_rope, coefficient, tables

@@ -10,9 +10,9 @@ was read. A small-context copy of the demo model makes every KV ring wrap in the
 import numpy as np
 import pytest
 
-from engine.duplex_model import load_model
-from engine.families.moshi import Persona
+from engine.model_loading import load_model
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, demo_with, run

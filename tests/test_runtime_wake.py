@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from engine.config.lm import from_lm_kwargs
-from engine.families.moshi import LMInputs
-from engine.lm import load_lm
+from engine.families.moshi.inputs import LMInputs
+from engine.families.moshi.lm import load_lm
+from engine.families.moshi.lm.config import from_lm_kwargs
 from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.lm_reference import our_lm_runner
 

@@ -5,9 +5,9 @@ import logging
 import numpy as np
 import pytest
 
-from engine.duplex_model import load_model
-from engine.families.moshi import Persona
+from engine.model_loading import load_model
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.runtime.timing import SpeakMeter
 from engine.session import DuplexSession, FrameOutput
 from tests.mimi_reference import varied_audio

@@ -101,7 +101,7 @@ def test_the_demo_seanet_streams_as_the_torch_formula(device, fp32, monkeypatch)
     kernel takes on the kernel (the dispatch's machine test forced true for this seam alone).
     On CUDA the torch side's convolutions are cuDNN's, in full fp32 here (TF32 off) as the
     kernel's are."""
-    from engine.mimi import load_mimi
+    from engine.families.moshi.mimi import load_mimi
     from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
 
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
@@ -161,7 +161,7 @@ def test_the_convolutions_bench_finds_every_streaming_convolution_of_a_frame():
     convolutions on CUDA; which ones and with what inputs it records on any device (the demo
     codec here, on the CPU)."""
     from bench.seanet_convs import _layers
-    from engine.mimi import load_mimi
+    from engine.families.moshi.mimi import load_mimi
     from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
 
     mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME)

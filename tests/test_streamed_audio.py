@@ -60,7 +60,7 @@ def test_streamed_input_is_bit_identical_to_the_whole_file(tmp_path, rate, chann
 
 
 def test_offline_writes_bit_for_bit_what_whole_files_gave(tmp_path):
-    from engine.duplex_model import load_model
+    from engine.model_loading import load_model
     from engine.options import RuntimeOptions
     from engine.session import DuplexSession
 
@@ -79,8 +79,8 @@ def test_offline_writes_bit_for_bit_what_whole_files_gave(tmp_path):
 
 
 def test_codec_writes_bit_for_bit_what_whole_files_gave(tmp_path):
-    from engine.codec_session import CodecSession
-    from engine.duplex_model import load_model_mimi
+    from engine.families.moshi.codec_session import CodecSession
+    from engine.families.moshi.model import load_model_mimi
 
     path = _speech_file(tmp_path, 16000, 1, 2.05)
     out = tmp_path / "out.flac"

@@ -1,12 +1,14 @@
-"""What the session asks of a model family's conversation: the one list of its members
-(`FamilyConversation`). engine.session holds its conversation as this type and uses nothing
-else of it; each family's package provides a conversation class with all of it."""
+"""What the runtime asks of a model family: the one list of the members it uses of a loaded
+model (`DuplexModel`) and of a conversation (`FamilyConversation`). The session, `offline`, the
+bench's generic parts and the app hold them as these types and use nothing else of them; each
+family's package provides classes with all of it (and registers them: engine.families)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from ..options import RuntimeOptions
@@ -14,6 +16,58 @@ from ..runtime.stages import Regeneration, StageRunner
 
 Mark = Callable[[str | None], None]
 """Told each stage's name as its work is queued (engine.runtime.timing.FrameTimer.mark)."""
+
+
+class Tally(Protocol):
+    """A family's step reports summed up over a conversation (or any stretch of one)."""
+
+    def add(self, report: object | None, timings: dict[str, float]) -> None:
+        """One period's report (FrameOutput.report; None: nothing to count) and stage timings."""
+
+    def summary(self) -> str:
+        """A line for the end of a run ("" when there is nothing to say)."""
+
+
+class DuplexModel(Protocol):
+    """A loaded model of any family."""
+
+    name: str
+    """A repository name, a folder's name, or the name its config.json gives."""
+    path: Path
+    """The folder its files were read from."""
+    notice: str
+    """What the person should know about the load ("" for nothing)."""
+
+    @property
+    def family(self) -> str:
+        """The name its family registered (engine.families)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def weights(self) -> str:
+        """Its weights as they are in memory: "int4", "int8", or a float dtype ("bf16", "fp32")."""
+
+    @property
+    def weights_option(self) -> str:
+        """What RuntimeOptions.weights calls them: "int4", "int8" or "bf16"."""
+
+    @property
+    def input_rate(self) -> int:
+        """Samples a second of the audio it hears."""
+
+    @property
+    def output_rate(self) -> int:
+        """Samples a second of the audio it speaks."""
+
+    @property
+    def step_samples(self) -> int:
+        """Samples of its input one step hears (its step: 80 ms, one second, ...)."""
+
+    @property
+    def predictor_file(self) -> Path | None:
+        """A predictor for its predicting policies shipped beside its weights, if any."""
 
 
 class FamilyConversation(Protocol):
@@ -79,8 +133,12 @@ class FamilyConversation(Protocol):
 
     def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark: Mark
              ) -> tuple[torch.Tensor | None, torch.Tensor | None, object | None]:
-        """One step: (output tokens, PCM on the device; None, None while it has none yet; the
-        step's report or None)."""
+        """One step: pcm [step_samples] at the input rate, in a host buffer -> (its output
+        tokens [output_width] or None while it has none; its speech on the device at the output
+        rate, any length, or None for none; its report or None). Marks each stage as queued."""
 
-    def text_piece(self, token: int) -> str:
-        """The text a text token stands for."""
+    def tally(self) -> Tally:
+        """A new tally of this conversation's step reports."""
+
+    def text(self, tokens: np.ndarray) -> str:
+        """The text a step's output tokens carry ("" for none)."""

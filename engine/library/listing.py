@@ -162,8 +162,8 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
 
 
 def _memory(client: HubClient, remote: RemoteModel, weights: str, device):
-    from ..duplex_model import lm_config
-    from ..memory_plan import plan_for_config
+    from ..families.moshi.memory import plan_for_config
+    from ..families.moshi.model import lm_config
     from ..paths import MIMI_NAME
     config, lm = remote.config or {}, max(remote.files, key=remote.files.get)
     names: list[str] | None = []

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
-from .regions import CLOCKS, Region, declare
+from .regions import Region, clocks_of, declare
 from .vmm import VmmBuffer
 
 
@@ -94,7 +94,7 @@ class DemandStore:
                 self._rings[name].back(r.backed_at(0))
             else:
                 self._whole[name] = torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
-        self._ticks = dict.fromkeys(CLOCKS, 0)
+        self._ticks = clocks_of(self.regions.values())
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._rings[name].tensor if name in self._rings else self._whole[name]
@@ -103,12 +103,12 @@ class DemandStore:
         return name in self.regions
 
     def advance(self, clock: str, ticks: int = 1) -> None:
-        self._ticks[clock] += ticks
+        self._ticks[clock] = self._ticks.get(clock, 0) + ticks  # a clock no region here declares counts too
         self._back(clock)
 
     def ensure(self, ticks_by_clock: dict[str, int]) -> None:
         for clock, ticks in ticks_by_clock.items():
-            if ticks > self._ticks[clock]:
+            if ticks > self._ticks.get(clock, 0):
                 self._ticks[clock] = ticks
                 self._back(clock)
 
@@ -121,7 +121,7 @@ class DemandStore:
             buf.zero_()
         for ring in self._rings.values():
             ring.release()
-        self._ticks = dict.fromkeys(CLOCKS, 0)
+        self._ticks = clocks_of(self.regions.values())
 
     def nbytes(self, prefix: str = "") -> int:
         """CUDA rings count their mapped granules, CPU rings their backed entries."""

@@ -5,7 +5,7 @@ from collections.abc import Iterable
 
 import torch
 
-from .regions import CLOCKS, Region, declare
+from .regions import Region, clocks_of, declare
 
 
 class FullStore:
@@ -17,7 +17,7 @@ class FullStore:
         self.device = torch.device(device)
         self._buffers = {name: torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
                          for name, r in self.regions.items()}
-        self._ticks = dict.fromkeys(CLOCKS, 0)
+        self._ticks = clocks_of(self.regions.values())
         self._total = sum(b.numel() * b.element_size() for b in self._buffers.values())
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -27,11 +27,11 @@ class FullStore:
         return name in self.regions
 
     def advance(self, clock: str, ticks: int = 1) -> None:
-        self._ticks[clock] += ticks
+        self._ticks[clock] = self._ticks.get(clock, 0) + ticks  # a clock no region here declares counts too
 
     def ensure(self, ticks_by_clock: dict[str, int]) -> None:
         for clock, ticks in ticks_by_clock.items():
-            self._ticks[clock] = max(self._ticks[clock], ticks)
+            self._ticks[clock] = max(self._ticks.get(clock, 0), ticks)
 
     def ticks(self, name: str) -> int:
         return self._ticks[self.regions[name].clock]
@@ -39,7 +39,7 @@ class FullStore:
     def reset(self) -> None:
         for buf in self._buffers.values():
             buf.zero_()
-        self._ticks = dict.fromkeys(CLOCKS, 0)
+        self._ticks = clocks_of(self.regions.values())
 
     def nbytes(self, prefix: str = "") -> int:
         if not prefix:  # asked every frame: full retention never changes its size

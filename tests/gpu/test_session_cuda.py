@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.duplex_model import load_model
-from engine.families.moshi import Persona
 from engine.families.moshi.frame import FRAME_KEYS, is_prompt_key
+from engine.model_loading import load_model
 from engine.options import RuntimeOptions
+from engine.persona import Persona
 from engine.session import DuplexSession
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, run
@@ -92,8 +92,8 @@ def test_sampling_changes_take_effect_once_their_graphs_are_recorded(model, audi
 
 
 def test_codec_replay_and_demand_sized_state_bit_identical(audio):
-    from engine.codec_session import CodecSession
-    from engine.mimi import load_mimi
+    from engine.families.moshi.codec_session import CodecSession
+    from engine.families.moshi.mimi import load_mimi
     from engine.paths import DEMO_MODEL_DIR
 
     mimi = load_mimi(DEMO_MODEL_DIR, device="cuda")
@@ -109,7 +109,7 @@ def test_diffuplex_on_cuda(model, audio, baseline):
     """With the demo's predictor loaded (state sized for its wakes, on demand-sized state at
     stable addresses), AR stays bit-identical to the plain session, graphs and all; SPEAK with
     every prediction accepted plays predicted frames and keeps the state where it was."""
-    from engine.duplex_model import PREDICTOR_NAME
+    from engine.families.moshi.model import PREDICTOR_NAME
     from engine.paths import DEMO_MODEL_DIR
 
     predictor = DEMO_MODEL_DIR / PREDICTOR_NAME
@@ -132,7 +132,7 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
     again: SPEAK without verification plays every prediction, so its catch-up wakes recur).
     The loop copies a wake's tokens before its decode graph replays: without that copy the
     decode graph, captured earlier, overwrites them (shared memory pool)."""
-    from engine.duplex_model import PREDICTOR_NAME
+    from engine.families.moshi.model import PREDICTOR_NAME
     from engine.paths import DEMO_MODEL_DIR
 
     def conversation(**toggles):

@@ -7,7 +7,6 @@ mailbox, timing, the host buffers and what a frame reports.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -15,26 +14,20 @@ from pathlib import Path
 
 import torch
 
-from ...duplex_model import DuplexModel
-from ...lm.personaplex import DEFAULT_ROLE, check_prompt_length, wrap_role
 from ...options import RuntimeOptions
+from ...persona import Persona
 from ...runtime.stages import Regeneration, StageRunner
 from ...state.placement import new_store, placement_for
-from ..diffuplex.loop import DiffuPlexLoop, prepare_switches, prepare_wakes
-from ..diffuplex.predictor import Predictor, load_predictor
-from ..diffuplex.stats import WakeReport
-from ..diffuplex.wake import Wakes
+from .diffuplex.loop import DiffuPlexLoop, prepare_switches, prepare_wakes
+from .diffuplex.predictor import Predictor, load_predictor
+from .diffuplex.stats import DiffuPlexStats, WakeReport
+from .diffuplex.wake import Wakes
 from .frame import FRAME_KEYS, MoshiFrame, is_prompt_key, sampling_of
+from .lm.personaplex import DEFAULT_ROLE, check_prompt_length, wrap_role
+from .model import MoshiModel
 from .prompts import replay_prompts
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Persona:
-    """PersonaPlex prompts: a voice prompt name (see DuplexSession.voices) and a text role."""
-    voice: str | None = None
-    role: str = ""
 
 
 def _wake_for(predictor: Predictor | None) -> int:
@@ -47,7 +40,7 @@ class MoshiConversation:
 
     stages = FRAME_KEYS
 
-    def __init__(self, model: DuplexModel, generator: torch.Generator, options: RuntimeOptions,
+    def __init__(self, model: MoshiModel, generator: torch.Generator, options: RuntimeOptions,
                  persona: Persona | None, predictor: str | Path | None):
         self.model = model
         self.predictor: Predictor | None = None
@@ -228,5 +221,9 @@ class MoshiConversation:
         tokens, out = self.frame.frame(pcm, mark)
         return tokens, out, None
 
-    def text_piece(self, token: int) -> str:
-        return self.model.text_piece(token)
+    def tally(self) -> DiffuPlexStats:
+        return DiffuPlexStats()
+
+    def text(self, tokens) -> str:
+        """The text token's piece (the first of a frame's tokens)."""
+        return self.model.text_piece(int(tokens[0]))

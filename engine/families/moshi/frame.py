@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from ...lm.moshi_lm import MoshiLM
-from ...lm.sampling import SamplingParams, draw_unused, sample
-from ...mimi import Mimi
 from ...options import RuntimeOptions
 from ...runtime.stages import Stage, StageRunner
-from ..mimi_stages import MimiStages
 from .inputs import LMInputs, Wake
+from .lm.moshi_lm import MoshiLM
+from .lm.sampling import SamplingParams, draw_unused, sample
+from .mimi import Mimi
+from .mimi_stages import MimiStages
 
 FRAME_KEYS = ("encode", "backbone", "depformer", "decode")
 LM_KEYS = FRAME_KEYS[1:3]

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from ...lm.personaplex import SILENCE_FRAMES, VoicePrompt, prompt_frames
 from .frame import MoshiFrame
 from .inputs import LMInputs
+from .lm.personaplex import SILENCE_FRAMES, VoicePrompt, prompt_frames
 
 
 def replay_prompts(frame: MoshiFrame, voice: VoicePrompt | None, role_tokens: list[int],
