@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    from bench.run import SHAPES, input_frames
+    from bench.run import SHAPES, input_frames, write_voice
     from bench.stock import write_stock_checkpoint
     shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(dir=shm) as tmp:
@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = folder / "model"
         model_dir.mkdir()
         write_stock_checkpoint(model_dir, SHAPES[args.model], seed=args.seed)
+        if args.model == "personaplex":  # run_ours starts as PersonaPlex starts: its voice and role first
+            write_voice(model_dir, args.model)
         frames = folder / "frames.npy"
         np.save(frames, input_frames(args.frames))
         runs: dict[str, list[dict]] = {"A": [], "B": []}
