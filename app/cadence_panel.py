@@ -1,6 +1,7 @@
 """The live panel beside the conversation: whether the model keeps up (a headline), the
 cadence chart with its legend, and, in the Engine pane (folded by default), the details:
-statistics, stages, DiffuPlex, memory, audio health and the runtime switches."""
+statistics, the model's stages and what its family reports of its steps (each in the family's
+own words), memory, audio health and the runtime switches."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -8,14 +9,14 @@ from typing import TYPE_CHECKING
 from PyQt6.QtCore import pyqtSignal
 from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from engine import FRAME_SECONDS, DiffuPlexStats, RuntimeOptions
+from engine import FRAME_SECONDS, RuntimeOptions
 
 from .audio_io import AudioCounters
 from .cadence_chart import LEGEND, CadenceChart, colour
 from .cadence_gauge import CadenceGauge
 from .cadence_stats import CadenceStats
 from .engine_pane import EnginePane
-from .plain_words import OPTIONS, REFUSALS, STAGES, tip
+from .plain_words import OPTIONS, tip
 from .runtime_controls import RuntimeControls
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 class CadencePanel(QWidget):
     options_changed = pyqtSignal(object)  # RuntimeOptions: the user changed a switch (RuntimeControls.changed)
-    adapter_requested = pyqtSignal()  # the user wants to pick a DiffuPlex predictor file
+    adapter_requested = pyqtSignal()  # the user wants to pick a predictor file
 
     def __init__(self, options: RuntimeOptions, parent=None, machine: dict[str, str | None] | None = None):
         """`machine`: what this machine cannot do before a model loads (RuntimeControls)."""
@@ -46,18 +47,12 @@ class CadencePanel(QWidget):
         self.frame_label = _detail(tip(
             "Engine time of each 80 ms step (1/12.5 s of speech); one too slow took longer than the step lasts.",
             "frame", "overrun"))
-        self.stage_label = _detail(tip(
-            "Where a step's time goes: hearing you (the microphone's audio into tokens), the large model "
-            "(the transformer that thinks), the small model (the one that writes the voice's codes), making "
-            "the sound (codes into speech).", "encode", "backbone", "depformer", "decode"))
-        self.diffuplex_label = _detail(tip(
-            "DiffuPlex lets one run of the large model guess several steps ahead; the guessed steps it "
-            "plays need no run of their own. A plan dropped: a run that threw its guesses away.",
-            "wake", "revision"))
-        self.refusal_label = _detail(tip(
-            "Why guessed steps were not played, counted per run of the large model: their confidence was "
-            "below what is needed, you did not say what was guessed, or, guessing only while listening, "
-            "the model was about to speak.", "τ", "verification", "LISTEN"))
+        self.stage_label = _detail("")
+        # What the model's family reports of its steps: as many lines as it says (Tally.lines).
+        self.report_box = QWidget()
+        self._report_layout = QVBoxLayout(self.report_box)
+        self._report_layout.setContentsMargins(0, 0, 0, 0)
+        self.report_labels: list[QLabel] = []
         self.memory_label = _detail(tip(
             "GPU memory the app uses now; the conversation memory holds what was said so far.", "streaming state"))
         self.audio_label = _detail(tip(
@@ -72,8 +67,8 @@ class CadencePanel(QWidget):
         body = QWidget()
         details = QVBoxLayout(body)
         details.setContentsMargins(0, 0, 0, 0)
-        for label in (self.speak_label, self.frame_label, self.stage_label, self.diffuplex_label,
-                      self.refusal_label, self.memory_label, self.audio_label, self.change_label):
+        for label in (self.speak_label, self.frame_label, self.stage_label, self.report_box, self.memory_label,
+                      self.audio_label, self.change_label):
             details.addWidget(label)
         details.addWidget(controls_box)
         self.engine_pane = EnginePane("Engine details", body)
@@ -87,14 +82,20 @@ class CadencePanel(QWidget):
         self.setMinimumWidth(max(layout.minimumSize().width(), body.minimumSizeHint().width()))
         self.reset()
 
-    def reset(self, backlog_cap_s: float | None = None) -> None:
+    def reset(self, backlog_cap_s: float | None = None, tally=None, stage_words: dict[str, str] | None = None
+              ) -> None:
         """A new conversation starts a new chart; memory and audio lines wait for frames.
-        `backlog_cap_s`: the microphone queue's cap in this conversation (None: uncapped)."""
+        `backlog_cap_s`: the microphone queue's cap in this conversation (None: uncapped);
+        `tally`: the family's tally of its step reports (session.tally()), `stage_words` its
+        stages in words (session.stage_words)."""
         self._backlog_cap_s = backlog_cap_s
         self.stats = CadenceStats()
-        self.diffuplex = DiffuPlexStats()
-        self.diffuplex_label.setText("Guessing ahead (DiffuPlex): —")
-        self.refusal_label.hide()
+        self.tally = tally
+        self._stage_words = stage_words or {}
+        # Each stage's words beside the family's own name for it, as `tip` pairs words and terms.
+        self.stage_label.setToolTip("Where a step's time goes, stage by stage, in the order the model runs them.\n"
+                                    + "; ".join(f"{words}: {stage}" for stage, words in self._stage_words.items()))
+        self._show_report([])
         self.chart.stats = self.stats
         self._refresh_labels()
         self.memory_label.setText("GPU memory in use: —")
@@ -103,12 +104,13 @@ class CadencePanel(QWidget):
         self.chart.update()
 
     def add_frame(self, report: FrameReport) -> None:
-        """One frame: its engine timings, the SPEAK times of seconds completed with it, what
-        DiffuPlex did in it, the memory in use after it, and the audio streams' health."""
+        """One frame: its engine timings, the SPEAK times of seconds completed with it, what its
+        family reported of it, the memory in use after it, and the audio streams' health."""
         out = report.output
         self.stats.add_frame(out.timings)
-        self.diffuplex.add(out.report, out.timings)
-        self._show_diffuplex()
+        if self.tally is not None:
+            self.tally.add(out.report, out.timings)
+            self._show_report(self.tally.lines(self.controls.options()))
         self.stats.add_seconds(list(out.speak_s))
         self._refresh_labels()
         memory = ("GPU memory in use: n/a (running on CPU)" if out.gpu_memory_bytes is None
@@ -141,22 +143,22 @@ class CadencePanel(QWidget):
         """What the user chose, whatever this model and machine can do (what the settings keep)."""
         return self.controls.chosen()
 
-    def _show_diffuplex(self) -> None:
-        d = self.diffuplex
-        if not d.frames:
-            self.diffuplex_label.setText("Guessing ahead (DiffuPlex): off, the large model runs every step")
-            return
-        self.diffuplex_label.setText(
-            f"Guessing ahead (DiffuPlex): {d.played_per_wake:.2f} guessed steps played per run of the large "
-            f"model · {d.wakes_per_second:.2f} runs a second · {d.revisions} plans dropped")
-        lines = [f"{count} × {REFUSALS.get(why, why)}"
-                 for why, count in sorted(d.refusals.items(), key=lambda item: -item[1])]
-        if lines:
-            tau = self.controls.options().tau
-            confidence = "" if d.mean_confidence is None else \
-                f" (the guesses' mean confidence {d.mean_confidence:.2f}; {tau:.2f} is needed)"
-            self.refusal_label.setText("Guesses not played: " + "; ".join(lines) + confidence)
-        self.refusal_label.setVisible(bool(lines))
+    def _show_report(self, lines: list[tuple[str, str]]) -> None:
+        """The family's lines, each a label with its tooltip; the labels a shorter report
+        leaves over are hidden."""
+        while len(self.report_labels) < len(lines):
+            label = _detail("")
+            self._report_layout.addWidget(label)
+            self.report_labels.append(label)
+        for label, (text, tooltip) in zip(self.report_labels, lines):
+            label.setText(text)
+            label.setToolTip(tooltip)
+        for i, label in enumerate(self.report_labels):
+            label.setVisible(i < len(lines))
+
+    def report_lines(self) -> list[str]:
+        """What the family's report lines show now."""
+        return [label.text() for label in self.report_labels if not label.isHidden()]
 
     def _refresh_labels(self) -> None:
         s = self.stats
@@ -168,7 +170,8 @@ class CadencePanel(QWidget):
             f"Each 80 ms step took {1000 * s.frame_mean():.1f} ms on average · 99 in 100 within "
             f"{1000 * s.frame_p99():.1f} ms · {s.frame_overruns()} of {s.frames} too slow")
         self.stage_label.setText("Where a step's time goes (average): " + " · ".join(
-            f"{STAGES.get(stage, stage)} {1000 * seconds:.1f} ms" for stage, seconds in s.stage_means().items()))
+            f"{self._stage_words.get(stage, stage)} {1000 * seconds:.1f} ms"
+            for stage, seconds in s.stage_means().items()))
 
 
 def _detail(tooltip: str) -> QLabel:

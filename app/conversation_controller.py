@@ -99,7 +99,8 @@ class ConversationController(QObject):
             self._message_bar.show_message(f"Cannot write the recording: {exc}")
             return
         # Only the devices' microphone queue is capped: a file feeds the engine as it asks.
-        self._panel.reset(self.audio_config.max_input_backlog_s if feed is None else None)
+        self._panel.reset(self.audio_config.max_input_backlog_s if feed is None else None, loaded.session.tally(),
+                          loaded.session.stage_words)
         if recorder is not None:
             self.recording_shown.emit(recorder.wav_path, "Recording to")
         self._view.begin(f"{loaded.name} · {link.description}", recording=recorder is not None)

@@ -26,8 +26,8 @@ class LoadedModel:
     source: str
     name: str
     session: DuplexSession    # only used on engine threads
-    voices: list[str]         # PersonaPlex voice prompts; empty for other models
-    default_role: str         # PersonaPlex role prompt used when the user gives none
+    voices: list[str]         # the voices the model declares; empty for a model without
+    default_role: str         # the role prompt used when the user gives none; "" for a model without
     device_label: str         # "CPU" or the GPU's name
     device_reason: str        # which device, and why that one ("CPU: no NVIDIA GPU found")
     memory: str               # what it needs, against the device's free memory before loading
@@ -38,7 +38,7 @@ class LoadedModel:
 
     @property
     def takes_role(self) -> bool:
-        """It takes a role prompt (PersonaPlex), whether or not it has voice prompts."""
+        """It takes a role prompt (it declares a default one), whether or not it has voices."""
         return bool(self.default_role)
 
 
@@ -138,7 +138,7 @@ class ModelLoader(threading.Thread):
             model = load_model(self.source, device=device, weights=self.weights)
         self.signals.progress.emit("Preparing the session…")
         # No prompts yet: the conversation's start plays the ones the user picks.
-        persona = Persona(None, "") if model.variant == "personaplex" else None
+        persona = Persona()
         # The model's own DiffuPlex predictor, if it ships one (the demo does), is found by itself;
         # one that does not fit leaves the model usable with AR, and says why.
         predictor, notice = model.predictor_file, model.notice

@@ -38,10 +38,6 @@ TERMS = {
 engine's name for something (the SPEAK policy) and is matched as written; the others in any
 case, as words and their plurals."""
 
-STAGES = {"encode": "hearing you", "backbone": "large model", "depformer": "small model (the voice)",
-          "decode": "making the sound"}
-"""engine.STAGES -> the words for where a step's time goes."""
-
 POLICIES = {"ar": "Every step", "listen": "Guess ahead while listening", "speak": "Guess ahead, speaking too"}
 """engine.POLICIES' values -> the choices' words ("DiffuPlex LISTEN" is its tooltip)."""
 
@@ -52,11 +48,6 @@ SWITCH_TERMS = {"graph_replay": ("CUDA graph",), "demand_sized_state": ("demand-
 """engine.TOGGLES' names -> their TERMS."""
 TOGGLE_TERMS = {"graph_replay": ("CUDA graph replay",), "demand_sized_state": ("demand-sized state",)}
 """How the engine's reasons name each switch (they begin with it: "CUDA graph replay needs …")."""
-
-REFUSALS = {"below_tau": "the guess was less sure than needed",
-            "user_missed": "you did not say what was guessed",
-            "speech": "the model was about to speak while guessing only while listening"}
-"""engine's DiffuPlex refusal reasons -> why guessed steps were not played."""
 
 OPTIONS = {"graph_replay": TOGGLES["graph_replay"].lower(), "demand_sized_state": "memory grown as needed",
            "policy": "how often the large model runs", "text_temperature": "text temperature",

@@ -37,6 +37,7 @@ def _reason_label() -> QLabel:
 
 
 NO_MODEL_REASON = "load a model: what this machine can use shows here"
+NOT_ITS_POLICY = "the loaded model runs no such policy"
 POLICY_HELP = tip("How often the large model runs. Every step: every 80 ms. Guessing ahead (DiffuPlex): one run "
                   "guesses several steps, played while the model stays silent, or while it speaks too.",
                   "policy", "backbone", "AR", "LISTEN", "SPEAK")
@@ -90,6 +91,7 @@ class RuntimeControls(QWidget):
         layout.addRow(_row_label("Confidence needed", "τ"), self.tau)
         layout.addRow(_row_label("Steps guessed at once", "block K"), self.block)
         layout.addRow(self.verify)
+        self._layout = layout
         self.adapter_label = QLabel("none")
         self.adapter_button = QPushButton("Choose…")
         self.adapter_button.clicked.connect(self.adapter_requested)
@@ -97,6 +99,7 @@ class RuntimeControls(QWidget):
         adapter_row.addWidget(self.adapter_label, 1)
         adapter_row.addWidget(self.adapter_button)
         layout.addRow("Predictor", adapter_row)
+        self._adapter_row = adapter_row
         self.toggles: dict[str, QCheckBox] = {}
         self.reasons: dict[str, QLabel] = {}
         for name in TOGGLES:
@@ -159,12 +162,14 @@ class RuntimeControls(QWidget):
         model = self.policy.model()
         unavailable = []
         for row, value in enumerate(POLICIES):
-            reason = None if reasons is None else reasons.get(f"policy.{value}")
+            # A policy the loaded model does not name is one it does not have: not offered at all.
+            reason = None if reasons is None else reasons.get(f"policy.{value}", NOT_ITS_POLICY)
+            self.policy.view().setRowHidden(row, reason is NOT_ITS_POLICY)
             model.item(row).setEnabled(reason is None)
             # The engine's name for the choice, and why it cannot be made here.
             model.item(row).setData(POLICIES[value] + (f"\nUnavailable: {reason}" if reason else ""),
                                     Qt.ItemDataRole.ToolTipRole)
-            if reason:
+            if reason and reason is not NOT_ITS_POLICY:
                 unavailable.append(f"{POLICY_WORDS[value]}: unavailable: {reason}")
         self.policy.setEnabled(reasons is not None)
         self.policy.setToolTip("\n".join([POLICY_HELP, *unavailable]))
@@ -174,9 +179,13 @@ class RuntimeControls(QWidget):
         self.tau.setValue(self._chosen.tau)
         self.block.setValue(self._chosen.block)
         self.verify.setChecked(self._chosen.verify != "off")
-        diffuplex = reasons is not None and any(reasons.get(f"policy.{p}") is None for p in POLICIES if p != "ar")
+        predicting = reasons is not None and any(reasons.get(f"policy.{p}", NOT_ITS_POLICY) is None
+                                                 for p in POLICIES if p != "ar")
+        named = reasons is None or any(f"policy.{p}" in reasons for p in POLICIES if p != "ar")
         for widget in (self.tau, self.block, self.verify):
-            widget.setEnabled(diffuplex)
+            widget.setEnabled(predicting)
+            self._layout.setRowVisible(widget, named)  # a model with no predicting policy has no knobs for one
+        self._layout.setRowVisible(self._adapter_row, named)
         self.blockSignals(False)
 
     @staticmethod

@@ -45,7 +45,7 @@ class MemoryPlan:
     def describe(self) -> str:
         precision = self.weights if self.weights != "bf16" or self.device.startswith("cuda") else "float32"
         need = (f"{self.model}, {precision} weights: needs about {_size(self.need_bytes)} (weights "
-                f"{_size(self.weight_bytes)}, state for a {self.context_s / 60:.0f}-minute conversation "
+                f"{_size(self.weight_bytes)}, state for a {_length(self.context_s)} conversation "
                 f"{_size(self.state_bytes)}, working {_size(self.working_bytes)})")
         if self.free_bytes is None:
             return need + " of system memory"
@@ -57,6 +57,10 @@ class MemoryPlan:
             return
         hint = {"bf16": " Choose int8 or int4 weights, or", "int8": " Choose int4 weights, or"}.get(self.weights, "")
         raise DeviceMemoryError(f"{self.describe()}: it does not fit.{hint} close what else uses the GPU.")
+
+
+def _length(seconds: float) -> str:
+    return f"{seconds / 60:.0f}-minute" if seconds >= 90 else f"{seconds:.0f}-second"
 
 
 def _size(n: int) -> str:

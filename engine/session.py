@@ -129,6 +129,11 @@ class DuplexSession:
         """The predictor loaded, or None."""
         return self.conversation.predictor
 
+    @property
+    def stage_words(self) -> dict[str, str]:
+        """The family's stages in a person's words (for the window)."""
+        return self.conversation.stage_words
+
     def tally(self):
         """A new tally of the family's step reports (engine.families.protocol.Tally)."""
         return self.conversation.tally()

@@ -12,6 +12,15 @@ from app.cadence_panel import CadencePanel  # noqa: E402
 from app.cadence_stats import CadenceStats  # noqa: E402
 from app.conversation import FrameReport  # noqa: E402
 from engine import FrameOutput, RuntimeOptions  # noqa: E402
+from engine.families.moshi.diffuplex.stats import DiffuPlexStats  # noqa: E402
+from engine.families.moshi.frame import STAGE_WORDS  # noqa: E402
+
+
+def _moshi_panel(options: RuntimeOptions, backlog_cap_s: float | None = None) -> CadencePanel:
+    """A panel reset as a conversation with a Moshi-family model resets it (its tally, its words)."""
+    panel = CadencePanel(options)
+    panel.reset(backlog_cap_s, DiffuPlexStats(), STAGE_WORDS)
+    return panel
 
 
 def test_frame_statistics_and_overruns():
@@ -61,11 +70,10 @@ def _colour_count(chart, role: str) -> int:
 
 
 def test_panel_draws_bars_coloured_by_cadence(qtbot):
-    panel = CadencePanel(RuntimeOptions())
+    panel = _moshi_panel(RuntimeOptions(), backlog_cap_s=0.32)
     qtbot.addWidget(panel)
     panel.resize(600, 500)
     counters = AudioCounters(1, 2, 0.5, 0.0, 0.08)
-    panel.reset(backlog_cap_s=0.32)
     for i in range(25):  # seconds well under the cadence
         panel.add_frame(_report(_timings(0.05), [0.625] if i in (12, 24) else [], None, counters))
     assert _colour_count(panel.chart, UNDER) > 0 and _colour_count(panel.chart, OVER) == 0
@@ -87,7 +95,7 @@ def test_panel_draws_bars_coloured_by_cadence(qtbot):
 
 def test_panel_says_when_a_change_is_prepared_and_when_it_took_effect(qtbot):
     from engine import Preparing
-    panel = CadencePanel(RuntimeOptions())
+    panel = _moshi_panel(RuntimeOptions())
     qtbot.addWidget(panel)
     counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
     timings, pcm = _timings(0.01), np.zeros(1920, np.float32)
@@ -106,7 +114,7 @@ def test_panel_says_when_a_change_is_prepared_and_when_it_took_effect(qtbot):
 
 
 def test_switches_follow_what_the_engine_can_do(qtbot):
-    panel = CadencePanel(RuntimeOptions(policy="speak", demand_sized_state=False))
+    panel = _moshi_panel(RuntimeOptions(policy="speak", demand_sized_state=False))
     qtbot.addWidget(panel)
     controls = panel.controls
     emitted = []
@@ -131,7 +139,7 @@ def test_switches_follow_what_the_engine_can_do(qtbot):
 
 
 def test_the_users_choice_is_kept_where_it_cannot_be_honoured(qtbot):
-    panel = CadencePanel(RuntimeOptions())
+    panel = _moshi_panel(RuntimeOptions())
     qtbot.addWidget(panel)
     controls = panel.controls
     # No model yet: nothing can be ticked, the choice shows, and the reason says why.
@@ -148,7 +156,7 @@ def test_the_users_choice_is_kept_where_it_cannot_be_honoured(qtbot):
 
 
 def test_the_headline_says_whether_the_model_keeps_up_and_by_how_much(qtbot):
-    panel = CadencePanel(RuntimeOptions())
+    panel = _moshi_panel(RuntimeOptions())
     qtbot.addWidget(panel)
     counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
     assert panel.gauge.headline.text().startswith("Waiting")
@@ -167,7 +175,7 @@ def test_the_headline_says_whether_the_model_keeps_up_and_by_how_much(qtbot):
 
 def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
     from engine.families.moshi.diffuplex.stats import WakeReport
-    panel = CadencePanel(RuntimeOptions(policy="speak", tau=0.5))
+    panel = _moshi_panel(RuntimeOptions(policy="speak", tau=0.5))
     qtbot.addWidget(panel)
     counters = AudioCounters(1, 0, 0.0, 0.0, 0.08)
     pcm = np.zeros(1920, np.float32)
@@ -176,12 +184,11 @@ def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
     for i, report in enumerate(reports):
         out = FrameOutput(pcm, "", None, _timings(0.01), (), 0, None, report=report)
         panel.add_frame(FrameReport(i, out, -60.0, counters))
-    assert panel.diffuplex_label.text().startswith(
-        "Guessing ahead (DiffuPlex): 0.25 guessed steps played per run of the large model")
-    assert panel.refusal_label.text() == (
+    guessing, refused = panel.report_lines()
+    assert guessing.startswith("Guessing ahead (DiffuPlex): 0.25 guessed steps played per run of the large model")
+    assert refused == (
         "Guesses not played: 2 × the guess was less sure than needed; 1 × you did not say what was "
         "guessed (the guesses' mean confidence 0.47; 0.50 is needed)")
     assert panel.stage_label.text().count("large model") == 1  # one large-model figure, in the stages
     assert all(label.toolTip() for label in (panel.speak_label, panel.frame_label, panel.stage_label,
-                                              panel.diffuplex_label, panel.refusal_label, panel.memory_label,
-                                              panel.audio_label))
+                                              *panel.report_labels, panel.memory_label, panel.audio_label))

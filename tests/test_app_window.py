@@ -318,12 +318,11 @@ def test_the_demo_predictor_is_found_and_diffuplex_switches_live(qtbot, window, 
     controls.tau.setValue(0.0)  # an untrained predictor: play whatever it predicts
     controls.policy.setCurrentIndex(2)  # SPEAK
     _run_file_conversation(qtbot, window, frames=30)
-    qtbot.waitUntil(lambda: "guessed steps played per run" in window.panel.diffuplex_label.text(),
-                    timeout=30_000)
+    qtbot.waitUntil(lambda: "guessed steps played per run" in window.panel.report_lines()[0], timeout=30_000)
     _stop(qtbot, window)
-    stats = window.panel.diffuplex
+    stats = window.panel.tally
     # Untrained, it mispredicts the user: each planned frame fails verification and is revised.
-    assert stats.frames > 0 and stats.revisions > 0 and "plans dropped" in window.panel.diffuplex_label.text()
+    assert stats.frames > 0 and stats.revisions > 0 and "plans dropped" in window.panel.report_lines()[0]
     window.models.choose_predictor(str(tmp_path / "missing.safetensors"))
     qtbot.waitUntil(lambda: "missing.safetensors" in window.message_bar.text(), timeout=30_000)
     demo_model.session.load_predictor(None)

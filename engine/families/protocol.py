@@ -27,6 +27,10 @@ class Tally(Protocol):
     def summary(self) -> str:
         """A line for the end of a run ("" when there is nothing to say)."""
 
+    def lines(self, options: RuntimeOptions) -> list[tuple[str, str]]:
+        """What the window's Engine details show of it so far, under `options`: (a line in a
+        person's words, its tooltip naming the terms) each; [] for nothing."""
+
 
 class DuplexModel(Protocol):
     """A loaded model of any family."""
@@ -77,6 +81,8 @@ class FamilyConversation(Protocol):
     stages: tuple[str, ...]
     """The stages of a step, in the order they run: what the timer, the panel and the bench
     report the time of."""
+    stage_words: dict[str, str]
+    """Each stage in a person's words, for the window (a stage without is shown by its name)."""
     output_width: int
     """Tokens a step outputs."""
     runner: StageRunner

@@ -11,10 +11,10 @@ Importing this package registers it, as a plugin would; nothing under engine/ or
 """
 from engine.families import Family, register_family
 
-from .checkpoint import MODEL_TYPE, check_persona, claims, files, load, plan_memory, write
+from .checkpoint import CONFIG, MODEL_TYPE, check_persona, claims, files, load, plan_memory, write
 from .conversation import STAGES, SecondConversation, SecondReport
 
 FAMILY = "second"
 register_family(Family(FAMILY, claims, load, SecondConversation, plan_memory, check_persona, files))
 
-__all__ = ["FAMILY", "MODEL_TYPE", "STAGES", "SecondConversation", "SecondReport", "write"]
+__all__ = ["CONFIG", "FAMILY", "MODEL_TYPE", "STAGES", "SecondConversation", "SecondReport", "write"]

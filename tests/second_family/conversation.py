@@ -38,6 +38,7 @@ class SecondConversation:
     """engine.families.protocol.FamilyConversation for the second family."""
 
     stages = STAGES
+    stage_words = {"hear": "hearing the second", "decide": "deciding", "speak": "saying it"}
     output_width = 2
     """The decision (1: speak) and a word's index."""
     predictor = None
@@ -127,7 +128,7 @@ class SecondConversation:
         return SecondTally()
 
     def text(self, tokens: np.ndarray) -> str:
-        return f"{self.config['words'][int(tokens[1])]} " if tokens[0] else ""
+        return f" {self.config['words'][int(tokens[1])]}" if tokens[0] else ""  # a new word: a space first
 
     # --- the stages' work: fixed buffers and the store only ----------------------------------
 
@@ -170,3 +171,8 @@ class SecondTally:
 
     def summary(self) -> str:
         return f"second family: spoke {self.spoken} of {self.steps} steps" if self.steps else ""
+
+    def lines(self, options) -> list[tuple[str, str]]:
+        if not self.steps:
+            return []
+        return [(f"Spoke in {self.spoken} of {self.steps} seconds", "Its decision, once a second: speak or listen.")]

@@ -22,7 +22,7 @@ from .diffuplex.loop import DiffuPlexLoop, prepare_switches, prepare_wakes
 from .diffuplex.predictor import Predictor, load_predictor
 from .diffuplex.stats import DiffuPlexStats, WakeReport
 from .diffuplex.wake import Wakes
-from .frame import FRAME_KEYS, MoshiFrame, is_prompt_key, sampling_of
+from .frame import FRAME_KEYS, STAGE_WORDS, MoshiFrame, is_prompt_key, sampling_of
 from .lm.personaplex import DEFAULT_ROLE, check_prompt_length, wrap_role
 from .model import MoshiModel
 from .prompts import replay_prompts
@@ -39,6 +39,7 @@ class MoshiConversation:
     """engine.families.protocol.FamilyConversation for Moshi and PersonaPlex."""
 
     stages = FRAME_KEYS
+    stage_words = STAGE_WORDS
 
     def __init__(self, model: MoshiModel, generator: torch.Generator, options: RuntimeOptions,
                  persona: Persona | None, predictor: str | Path | None):

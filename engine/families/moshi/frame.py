@@ -29,6 +29,9 @@ from .mimi import Mimi
 from .mimi_stages import MimiStages
 
 FRAME_KEYS = ("encode", "backbone", "depformer", "decode")
+STAGE_WORDS = {"encode": "hearing you", "backbone": "large model", "depformer": "small model (the voice)",
+               "decode": "making the sound"}
+"""The stages in the window's words."""
 LM_KEYS = FRAME_KEYS[1:3]
 PLAY_KEY = "play"
 """The decode of a frame whose tokens come from elsewhere (a played prediction)."""

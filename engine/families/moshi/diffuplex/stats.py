@@ -12,6 +12,16 @@ REFUSALS = {
     "speech": "LISTEN saw the model speak",
 }
 """Why a planned frame was not played -> the words for it (the checks' `refused`)."""
+SHOWN_REFUSALS = {"below_tau": "the guess was less sure than needed",
+                  "user_missed": "you did not say what was guessed",
+                  "speech": "the model was about to speak while guessing only while listening"}
+"""The same, in the window's plain words (its tooltips name the terms)."""
+GUESSING_TIP = ("DiffuPlex lets one run of the large model guess several steps ahead; the guessed steps it plays "
+                "need no run of their own. A plan dropped: a run that threw its guesses away.\n"
+                "run of the large model: wake; plan dropped: revision")
+REFUSAL_TIP = ("Why guessed steps were not played, counted per run of the large model: their confidence was below "
+               "what is needed, you did not say what was guessed, or, guessing only while listening, the model was "
+               "about to speak.\nconfidence needed: τ; checking guesses: verification; guess while listening: LISTEN")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +91,21 @@ class DiffuPlexStats:
         """Why planned frames were not played, most frequent first, in words."""
         return [f"{count} × {REFUSALS.get(why, why)}"
                 for why, count in sorted(self.refusals.items(), key=lambda item: -item[1])]
+
+    def lines(self, options) -> list[tuple[str, str]]:
+        """What the window shows of it (engine.families.protocol.Tally.lines)."""
+        if not self.frames:
+            return [("Guessing ahead (DiffuPlex): off, the large model runs every step", GUESSING_TIP)]
+        shown = [(f"Guessing ahead (DiffuPlex): {self.played_per_wake:.2f} guessed steps played per run of the "
+                  f"large model · {self.wakes_per_second:.2f} runs a second · {self.revisions} plans dropped",
+                  GUESSING_TIP)]
+        refused = [f"{count} × {SHOWN_REFUSALS.get(why, why)}"
+                   for why, count in sorted(self.refusals.items(), key=lambda item: -item[1])]
+        if refused:
+            confidence = "" if self.mean_confidence is None else \
+                f" (the guesses' mean confidence {self.mean_confidence:.2f}; {options.tau:.2f} is needed)"
+            shown.append(("Guesses not played: " + "; ".join(refused) + confidence, REFUSAL_TIP))
+        return shown
 
     def summary(self) -> str:
         """A line of what DiffuPlex did ("" when it played no frame)."""

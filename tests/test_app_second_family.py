@@ -1,0 +1,67 @@
+"""The second family (tests/second_family) in the window, as a person would use it: its folder
+chosen in the model library, loaded, and a conversation through real PortAudio streams on the
+private PulseAudio server. The panel shows its own stages and what its steps report; its
+one-second steps (16 kHz in, 24 kHz out, silent on some, 1.5 s on others) reach the virtual
+speaker and the recording as 80 ms periods; nothing under app/ names it."""
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from app.audio_io import ENGINE_RATE, AudioConfig
+from tests import second_family
+from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401
+from tests.audio_fixture import SINK_RATE, best_window_match, virtual_audio  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.audio
+SPEECH = "assets/speech_sample.wav"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, virtual_audio):
+    from app.main_window import MainWindow
+    w = MainWindow(isolated_settings(tmp_path), device="cpu",
+                   audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+
+
+def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, tmp_path):
+    folder = second_family.write(tmp_path / "second-model")
+    window.model_picker.folder_chosen.emit(str(folder))  # what the Folder… dialog sends
+    assert str(folder) in window.model_picker.combo.currentText()  # listed and chosen
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
+        window.models.load()
+    assert window.models.loaded.session.model.family == second_family.FAMILY
+    speaker = virtual_audio.record_speaker(tmp_path / "speaker.wav")
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
+        window.conversation.start()
+    player = virtual_audio.play_into_microphone(SPEECH)
+    # Five steps (a step is 12.5 periods): the third spoke, for 1.5 s, played whole by the 75th period.
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= 75, timeout=90_000)
+    panel = window.panel
+    assert "hearing the second" in panel.stage_label.text() and "saying it" in panel.stage_label.text()
+    assert any(line.startswith("Spoke in 1 of ") for line in panel.report_lines())
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+        window.conversation.stop()
+    player.terminate()
+    speaker.terminate()
+    speaker.wait()
+    assert window.message_bar.text() == ""
+    end = window.conversation.last_end
+    audio, rate = sf.read(end.recording, dtype="float32")
+    assert rate == ENGINE_RATE and audio.shape == (end.frames * 1920, 2)
+    model = audio[:, 1]  # what the speaker played, as the recording keeps it (back from the device's rate)
+    spoken = np.flatnonzero(np.abs(model) > 1e-3)
+    # One speaking step: 1.5 s of speech in one piece (no period of it lost, split or repeated).
+    assert len(spoken) and abs((spoken[-1] - spoken[0] + 1) - 36000) < 200, (spoken[0], spoken[-1])
+    assert spoken[-1] < len(model) - 1920, "it ended before the recording did"
+    assert any(piece["word"] in second_family.CONFIG["words"]
+               for piece in json.loads(end.transcript.read_text())["words"])
+    played, _ = sf.read(tmp_path / "speaker.wav", dtype="float32")
+    said = soxr.resample(model[spoken[0]:spoken[-1] + 1], ENGINE_RATE, SINK_RATE)
+    assert best_window_match(said, played, SINK_RATE) > 0.9
