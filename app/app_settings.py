@@ -20,7 +20,7 @@ __all__ = ["ECHO_CHOICES", "RUNTIME_GROUP", "SAMPLING", "AppSettings", "PersonaP
 
 
 class PersonaPreset(NamedTuple):
-    """A PersonaPlex voice and role prompt saved under a name ("" voice: no voice prompt)."""
+    """A voice and role prompt saved under a name ("" voice: no voice prompt)."""
     name: str
     voice: str
     role: str
@@ -179,7 +179,7 @@ class AppSettings:
 
     @property
     def persona_presets(self) -> list[PersonaPreset]:
-        """Saved PersonaPlex voices and roles, in the order they were saved (JSON in one key)."""
+        """Saved voices and roles, in the order they were saved (JSON in one key)."""
         text = self._get("persona/presets", "[]")
         try:
             items = parse_presets(text)
@@ -252,7 +252,7 @@ class AppSettings:
         self.q.setValue("hints/headphones_done", value)
 
     def persona(self) -> tuple[str, str]:
-        """PersonaPlex voice and role prompt."""
+        """The voice and role prompt last chosen."""
         return self._get("persona/voice", ""), self._get("persona/role", "")
 
     def set_persona(self, voice: str, role: str) -> None:

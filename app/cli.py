@@ -54,35 +54,6 @@ def _offline(args) -> None:
     run_offline(args)
 
 
-BENCH_ROOT = Path(__file__).resolve().parent.parent
-"""Where `duplexcadence bench` finds bench/: the folder app/ is in, a checkout when app/ runs
-from one (an editable install imports it from there); an installed wheel and the PyInstaller
-bundle carry no bench/."""
-
-
-def _bench(args) -> None:
-    # Not an installed package: setuptools' editable finder maps only engine and app, so the
-    # checkout itself goes on the path.
-    if not (BENCH_ROOT / "bench" / "__init__.py").is_file():
-        raise FileNotFoundError("benchmarks run from a checkout of the repository (bench/ is not part of the "
-                                "installed app)")
-    if str(BENCH_ROOT) not in sys.path:
-        sys.path.insert(0, str(BENCH_ROOT))
-    if args.tail:
-        from bench.token2wav import run_token2wav_bench
-        run_token2wav_bench(Path(args.output or "bench_token2wav.json"), args.seed)
-        return
-    if args.diffuplex:
-        from bench.diffuplex import run_diffuplex_bench
-        output = Path(args.output or f"bench_diffuplex_{args.model}.json")
-        run_diffuplex_bench(args.model, args.frames or 375, args.block, args.seed, output)
-        return
-    from bench.run import run_bench
-    output = Path(args.output or f"bench_{args.model}.json")
-    run_bench(args.model, args.frames or 1500, args.plain_frames, args.seed, output, args.fidelity_frames,
-              args.int8_frames)
-
-
 def _token2wav(args) -> None:
     from .token2wav_run import run_token2wav
 
@@ -172,10 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     _add_codec(sub)
     _add_offline(sub)
-    _add_bench(sub)
     _add_token2wav(sub)
     _add_quantize(sub)
-    _add_train_diffuplex(sub)
+    _add_train_predictor(sub)
     add_model_commands(sub)
     return parser
 
@@ -199,47 +169,21 @@ def _add_offline(sub) -> None:
     offline.add_argument("--seed", type=int, default=0, help="sampling seed (default 0): same seed, same reply")
     offline.add_argument("--greedy", action="store_true", help="take the most likely token instead of sampling")
     offline.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
-    offline.add_argument("--voice", help="PersonaPlex voice prompt name")
-    offline.add_argument("--role", help="PersonaPlex text role prompt")
+    offline.add_argument("--voice", help="a voice the model declares (the window lists them)")
+    offline.add_argument("--role", help="a text role prompt, for a model that takes one")
     offline.add_argument("--policy", choices=["ar", "listen", "speak"], default="ar",
-                         help="ar: the backbone every frame; listen / speak: DiffuPlex (needs an adapter)")
-    offline.add_argument("--adapter", help="DiffuPlex predictor file (default: the model's diffuplex.safetensors)")
-    offline.add_argument("--tau", type=float, default=0.5, help="DiffuPlex: confidence a predicted frame needs")
-    offline.add_argument("--block", type=int, default=4, help="DiffuPlex: future frames one wake predicts")
+                         help="ar: the model runs every step; listen / speak: guessing ahead, for a model with "
+                              "predicting policies (needs a predictor)")
+    offline.add_argument("--adapter", help="a predictor file for the predicting policies (default: the one shipped "
+                                           "beside the model, if any)")
+    offline.add_argument("--tau", type=float, default=0.5, help="guessing ahead: confidence a predicted step needs")
+    offline.add_argument("--block", type=int, default=4, help="guessing ahead: future steps one run predicts")
     offline.add_argument("--verify", choices=["semantic", "off"], default="semantic",
-                         help="DiffuPlex: check each predicted frame against the user's real audio")
+                         help="guessing ahead: check each predicted step against the user's real audio")
     offline.add_argument("--weights", choices=list(WEIGHTS),
                          help="the LM's linear weights: int8 quantizes a bf16 checkpoint on load (default: as the "
                               "checkpoint holds them; an official model.q8.safetensors is int8)")
     offline.set_defaults(func=_offline)
-
-
-def _add_bench(sub) -> None:
-    bench = sub.add_parser("bench", help="ours against the stock runtime (from a checkout of the repository; needs "
-                                         "a CUDA GPU and moshi==0.2.13; random full-size weights)")
-    bench.add_argument("--model", choices=["moshiko", "personaplex"], default="moshiko",
-                       help="the shape of the full-size random weights it builds, by name (default moshiko)")
-    bench.add_argument("--frames", type=int, help="frames per run (default 1500 = 120 s; 375 with --diffuplex)")
-    bench.add_argument("--plain-frames", type=int, default=150,
-                       help="frames for ours with the optimizations off (slow: fewer; default 150)")
-    bench.add_argument("--seed", type=int, default=0, help="seed of the random weights and of sampling (default 0)")
-    bench.add_argument("--int8-frames", type=int, default=3000,
-                       help="frames of the int8 runs (stock q8, ours int8 under a memory budget; default 3000, "
-                            "the whole context; 0: none)")
-    bench.add_argument("--fidelity-frames", type=int, default=200,
-                       help="teacher-forced frames comparing ours and stock bf16 to stock fp32 (0: skip)")
-    bench.add_argument("--output", help="JSON report (default bench_MODEL.json, or bench_diffuplex_MODEL.json, "
-                                        "in the working folder)")
-    bench.add_argument("--diffuplex", action="store_true",
-                       help="instead: DiffuPlex against our AR path, with acceptance forced to 0..K frames per wake "
-                            "(personaplex only; a full-size predictor with random weights)")
-    bench.add_argument("--block", type=int, default=4,
-                       help="with --diffuplex: K, frames one wake predicts (default 4)")
-    bench.add_argument("--tail", choices=["step-audio2"],
-                       help="instead: the speech tail, Step-Audio2's token2wav, ours against the stock minicpmo-utils "
-                            "1.0.7 (full-size random weights; --seed and --output apply, default output "
-                            "bench_token2wav.json)")
-    bench.set_defaults(func=_bench)
 
 
 def _add_token2wav(sub) -> None:
@@ -273,15 +217,16 @@ def _add_quantize(sub) -> None:
     quantize.set_defaults(func=_quantize)
 
 
-def _add_train_diffuplex(sub) -> None:
-    trainer = sub.add_parser("train-diffuplex", help="train a DiffuPlex predictor (adapter) by self-distillation")
+def _add_train_predictor(sub) -> None:
+    trainer = sub.add_parser("train-predictor", help="train a predictor (adapter) for a model's guessing-ahead "
+                                                     "policies (listen, speak) by self-distillation")
     trainer.add_argument("--model", required=True, help=MODELS)
     trainer.add_argument("--out", required=True, help="the adapter file to write (.safetensors); checkpoints go there")
     trainer.add_argument("--data", help="a folder of audio files, or one file: mono = the user; stereo = a "
                                         "conversation, user left (default: the bundled speech)")
     trainer.add_argument("--steps", type=int, default=400, help="optimizer steps (default 400)")
     trainer.add_argument("--block", type=int, choices=range(1, 17), default=4, metavar="K",
-                         help="future frames one wake predicts (1..16; default 4)")
+                         help="future steps one run of the model predicts (1..16; default 4)")
     trainer.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8)")
     trainer.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate (default 0.003)")
     trainer.add_argument("--batch", type=int, default=8, help="windows per step (default 8)")

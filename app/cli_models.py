@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from engine import WEIGHTS
+from engine import KNOWN_MODELS, WEIGHTS
 
 PROGRESS_EVERY_S = 0.2
 
@@ -22,7 +22,7 @@ def add_model_commands(sub) -> None:
     models.set_defaults(func=_models)
     download = sub.add_parser("download", help="download a model from the Hugging Face Hub into its cache "
                                                "(files an earlier download completed are kept)")
-    download.add_argument("name", help="a repository name, e.g. kyutai/moshiko-pytorch-bf16")
+    download.add_argument("name", help=f"a repository name, e.g. {KNOWN_MODELS[0].repo} (`models` lists them)")
     download.add_argument("--weights", choices=list(WEIGHTS),
                           help="int8, int4: the official -q8 twin where one exists, else the bf16 files (quantized "
                                "on load); default: as the repository holds them")
@@ -32,8 +32,8 @@ def add_model_commands(sub) -> None:
                                            "the int4 copy kept of them")
     remove.add_argument("name", help="its repository name")
     remove.set_defaults(func=_remove)
-    login = sub.add_parser("login", help="store a Hugging Face access token (for gated models such as "
-                                         "PersonaPlex) where huggingface_hub keeps it")
+    login = sub.add_parser("login", help="store a Hugging Face access token (for gated models: `models` marks "
+                                         "them) where huggingface_hub keeps it")
     login.set_defaults(func=_login)
 
 

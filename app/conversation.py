@@ -60,7 +60,7 @@ class ConversationSignals(QObject):
 
 
 class ConversationWorker(threading.Thread):
-    """`recorder` may be None (not recording); `persona` is (voice, role) for PersonaPlex
+    """`recorder` may be None (not recording); `persona` is (voice, role) for a model that takes them
     models, else None."""
 
     def __init__(self, session: DuplexSession, link: AudioLink | FileFeed, recorder: ConversationRecorder | None,
@@ -192,7 +192,7 @@ class ConversationWorker(threading.Thread):
                 f"speech was skipped, not played.{marked}")
 
     def _reset_session(self) -> bool:
-        """A fresh conversation; PersonaPlex replays its voice and role prompts first. False
+        """A fresh conversation; a model with a voice or role prompt replays them first. False
         when they are refused (too long, an unreadable voice prompt): the window says why."""
         if self.persona is None:
             self.session.reset()

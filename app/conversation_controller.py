@@ -141,7 +141,7 @@ class ConversationController(QObject):
             return None
 
     def _persona(self, loaded: LoadedModel) -> tuple[str | None, str] | None:
-        """PersonaPlex's (voice, role) as chosen now (and remembered); None for other models."""
+        """The (voice, role) chosen now (and remembered) for a model that takes a role; None for others."""
         if not loaded.takes_role:
             return None
         voice, role = self._model_picker.persona()

@@ -1,4 +1,4 @@
-"""A pane that folds away: the engine's details (stages, DiffuPlex, memory, the audio queue,
+"""A pane that folds away: the engine's details (stages, the family's report, memory, the audio queue,
 the runtime switches) stay one click from the cadence at a glance, out of a newcomer's way."""
 from __future__ import annotations
 

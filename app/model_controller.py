@@ -1,5 +1,5 @@
 """The model the conversation talks with: checking that the chosen one fits, loading it (and
-a DiffuPlex predictor for it) on engine threads, and showing all of that in the model
+a predictor for its predicting policies) on engine threads, and showing all of that in the model
 picker, the runtime switches and the compute label. The window only lays these out."""
 from __future__ import annotations
 
@@ -161,13 +161,13 @@ class ModelController(QObject):
 
     # --- its DiffuPlex predictor --------------------------------------------------------
     def choose_predictor(self, path: str | None = None) -> None:
-        """A DiffuPlex predictor file for the loaded model (used from the next conversation);
+        """A predictor file for the loaded model's predicting policies (used from the next conversation);
         without `path`, the user picks one."""
         if self.loaded is None or self.in_use or self.loading():
             self._message_bar.show_message("Load a model, and stop the conversation, to choose a predictor.", "info")
             return
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self.parent(), "DiffuPlex predictor", "", "Predictor (*.safetensors)")
+            path, _ = QFileDialog.getOpenFileName(self.parent(), "Predictor", "", "Predictor (*.safetensors)")
             if not path:
                 return
         self._predictor_loader = PredictorLoader(self.loaded.session, path, self.predictor_signals)

@@ -1,5 +1,5 @@
 """Background threads that touch the engine before a conversation: loading a model (and
-building its session), a DiffuPlex predictor, and the memory check. The engine, and with it
+building its session), a predictor for its predicting policies, and the memory check. The engine, and with it
 torch, is imported here, never on the GUI thread."""
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class ModelLoader(threading.Thread):
         try:
             session = DuplexSession(model, persona=persona, predictor=predictor)
         except CheckpointError as exc:
-            predictor, notice = None, "; ".join(filter(None, (model.notice, f"DiffuPlex predictor not loaded: {exc}")))
+            predictor, notice = None, "; ".join(filter(None, (model.notice, f"predictor not loaded: {exc}")))
             session = DuplexSession(model, persona=persona)
         if device.startswith("cuda"):
             # Triton keeps what it compiles on disk: only a machine's first start pays for it (28 s
@@ -174,7 +174,7 @@ def fits_beside(memory) -> bool:
 
 
 class PredictorLoader(threading.Thread):
-    """Loads a DiffuPlex predictor file into a session off the GUI thread (it is checked
+    """Loads a predictor file into a session off the GUI thread (it is checked
     against the session's model; used from the next conversation)."""
 
     def __init__(self, session: DuplexSession, path: str, signals: LoaderSignals):

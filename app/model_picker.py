@@ -1,6 +1,6 @@
 """Which model to talk with: the built-in demo, the models of the Hugging Face Hub (on this
 machine or to download), other cached ones and folders; what the chosen one is, what it
-needs, its download's progress; loading status; PersonaPlex voice and role prompt."""
+needs, its download's progress; loading status; the voice and role prompt of a model that takes them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -277,7 +277,7 @@ class ModelPicker(QGroupBox):
     def show_persona(self, voices: list[str], default_role: str = "", takes_role: bool = False,
                      owner: str = "") -> None:
         """The fields the loaded model (`owner`) declares: its voice prompts, and a role prompt
-        if it takes one (PersonaPlex, even without voices); the others are hidden."""
+        if it takes one (even without voices); the others are hidden."""
         saved_voice, saved_role = self.settings.persona()
         self.voice.clear()
         self.voice.addItems(voices)

@@ -1,4 +1,4 @@
-"""The Settings dialog's PersonaPlex presets: voices and role prompts saved under a name, to
+"""The Settings dialog's presets: voices and role prompts saved under a name, to
 put back in the Model box with one click."""
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class PersonaPresetsBox(QGroupBox):
     def __init__(self, presets: list[PersonaPreset], current: tuple[str | None, str] | None, parent=None):
         """`current`: the voice (None: none) and role in the Model box now, or None when the
         loaded model takes no persona (nothing to save)."""
-        super().__init__("PersonaPlex voice and role presets", parent)
+        super().__init__("Voice and role presets", parent)
         self.current = None if current is None else PersonaPreset("", current[0] or "", current[1])
         self.list = QTreeWidget()
         self.list.setHeaderLabels(["Name", "Voice", "Role"])
@@ -67,9 +67,9 @@ class PersonaPresetsBox(QGroupBox):
 
     def _show_current(self) -> None:
         if self.current is None:
-            self.current_label.setText("Load a PersonaPlex model to save its voice and role here.")
+            self.current_label.setText("Load a model that takes a role prompt to save its voice and role here.")
             self.save_button.setEnabled(False)
-            self.save_button.setToolTip("Only PersonaPlex models take a voice and a role prompt.")
+            self.save_button.setToolTip("Only models that take a role prompt have voice and role presets.")
             return
         role = self.current.role or NO_ROLE
         self.current_label.setText(f"In the Model box now: {self.current.voice or NO_VOICE} · {_short(role)}")

@@ -39,7 +39,7 @@ engine's name for something (the SPEAK policy) and is matched as written; the ot
 case, as words and their plurals."""
 
 POLICIES = {"ar": "Every step", "listen": "Guess ahead while listening", "speak": "Guess ahead, speaking too"}
-"""engine.POLICIES' values -> the choices' words ("DiffuPlex LISTEN" is its tooltip)."""
+"""engine.POLICIES' values -> the choices' words (the engine's name for each is its tooltip)."""
 
 TOGGLES = {"graph_replay": "Faster GPU replay", "demand_sized_state": "Memory grown as the conversation needs"}
 """engine.TOGGLES' names -> the switches' words."""

@@ -1,4 +1,4 @@
-"""How far PersonaPlex's voice and role prompts have played, shown only once they take long:
+"""How far a model's voice and role prompts have played, shown only once they take long:
 short prompts (the usual) pass in silence, a long one is not minutes without a word."""
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def _reason_label() -> QLabel:
 
 NO_MODEL_REASON = "load a model: what this machine can use shows here"
 NOT_ITS_POLICY = "the loaded model runs no such policy"
-POLICY_HELP = tip("How often the large model runs. Every step: every 80 ms. Guessing ahead (DiffuPlex): one run "
+POLICY_HELP = tip("How often the large model runs. Every step: every 80 ms. Guessing ahead: one run "
                   "guesses several steps, played while the model stays silent, or while it speaks too.",
                   "policy", "backbone", "AR", "LISTEN", "SPEAK")
 
@@ -61,7 +61,7 @@ def _row_label(text: str, term: str) -> QLabel:
 
 class RuntimeControls(QWidget):
     changed = pyqtSignal(object)  # RuntimeOptions: what will run, after the user changed a switch
-    adapter_requested = pyqtSignal()  # the user wants to pick a DiffuPlex predictor file
+    adapter_requested = pyqtSignal()  # the user wants to pick a predictor file
 
     def __init__(self, options: RuntimeOptions, parent=None, machine: dict[str, str | None] | None = None):
         """`machine`: toggle name -> why this machine cannot honour it (None: it may), known
@@ -81,12 +81,12 @@ class RuntimeControls(QWidget):
         self.tau = QDoubleSpinBox()
         self.tau.setRange(0.0, 1.0)
         self.tau.setSingleStep(0.05)
-        self.tau.setToolTip(tip("DiffuPlex: a guessed step is played only with at least this confidence.", "τ"))
+        self.tau.setToolTip(tip("Guessing ahead: a guessed step is played only with at least this confidence.", "τ"))
         self.block = QSpinBox()
         self.block.setRange(1, MAX_BLOCK)
-        self.block.setToolTip(tip("DiffuPlex: the steps one run of the large model guesses ahead.", "block K"))
+        self.block.setToolTip(tip("Guessing ahead: the steps one run of the large model guesses ahead.", "block K"))
         self.verify = QCheckBox("Check guesses against what you say")
-        self.verify.setToolTip(tip("DiffuPlex: a guessed step whose guess of your voice differs from what you "
+        self.verify.setToolTip(tip("Guessing ahead: a guessed step whose guess of your voice differs from what you "
                                    "said runs the large model early.", "verification", "wake"))
         layout.addRow(_row_label("Confidence needed", "τ"), self.tau)
         layout.addRow(_row_label("Steps guessed at once", "block K"), self.block)
@@ -123,7 +123,7 @@ class RuntimeControls(QWidget):
         return self.toggles["demand_sized_state"]
 
     def show_adapter(self, name: str) -> None:
-        """The DiffuPlex predictor file the loaded model has ("" for none)."""
+        """The predictor file the loaded model has ("" for none)."""
         self.adapter_label.setText(name or "none")
 
     def set_sampling(self, values: dict) -> None:

@@ -1,5 +1,5 @@
 """Settings ▸ one dialog for what is set once rather than per conversation: where recordings go,
-how the model samples its words and sounds, PersonaPlex presets, the theme. Nothing is kept
+how the model samples its words and sounds, voice and role presets, the theme. Nothing is kept
 before OK; the window hears of each change through a signal."""
 from __future__ import annotations
 

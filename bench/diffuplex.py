@@ -1,4 +1,4 @@
-"""`duplexcadence bench --diffuplex`: what DiffuPlex saves over our own AR path, in one run.
+"""`python3 -m bench --diffuplex`: what DiffuPlex saves over our own AR path, in one run.
 
 Full-size PersonaPlex-shaped random weights (as the main bench builds them) and a full-size
 predictor (rank 16 on every target, K future frames; its LoRA B drawn as well, so the adapter
@@ -102,7 +102,7 @@ def run_diffuplex_bench(shape: str, frames: int, block: int, seed: int, output: 
     from .stock import write_stock_checkpoint
 
     if not torch.cuda.is_available():
-        raise SystemExit("duplexcadence bench needs a CUDA GPU")
+        raise SystemExit("python3 -m bench needs a CUDA GPU")
     if shape != "personaplex":
         raise SystemExit("DiffuPlex needs a model that predicts the user's stream: --model personaplex")
     if frames < WARMUP_FRAMES + round(5 * FRAME_RATE):

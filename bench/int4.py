@@ -1,7 +1,7 @@
 """4-bit weights on an 8 GB card: ours int4 beside ours int8, with the whole process's GPU memory.
 
 `python3 -m bench.int4 --shape moshiko --output OUT.json` writes full-size random weights of
-the shape (as `duplexcadence bench` does), exports them to the q8 layout and to ours int4, then
+the shape (as `python3 -m bench` does), exports them to the q8 layout and to ours int4, then
 runs ours int8 and ours int4 over the whole context (3,000 frames), each in a fresh process:
 memory here is the process's as the driver counts it (the CUDA context and kernels, torch's
 reserved pool and the mapped state), not torch's allocations alone. It is read as the device's

@@ -16,7 +16,7 @@ Two measures, written as JSON:
 On random weights these figures compare methods; they say little about a real checkpoint's
 quality. Run: `python -m bench.int4_quality --model demo --device cpu` (the demo model, on the
 CPU), or `--shape moshiko --groups --matrix 0` on a CUDA GPU (full-size random weights written
-by the stock runtime, as `duplexcadence bench` does; needs moshi).
+by the stock runtime, as `python3 -m bench` does; needs moshi).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`duplexcadence bench`: ours against the stock runtime, side by side in one process.
+"""`python3 -m bench`: ours against the stock runtime, side by side in one process.
 
 Both runtimes run the same full-size random weights (built by the stock runtime, written in
 the official layout, read back by our loader) on the same input frames. Reported per runtime:
@@ -230,7 +230,7 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
     from .stock import write_stock_checkpoint
 
     if not torch.cuda.is_available():
-        raise SystemExit("duplexcadence bench needs a CUDA GPU")
+        raise SystemExit("python3 -m bench needs a CUDA GPU")
     if frames < round(30 * FRAME_RATE):
         raise SystemExit("--frames must cover at least 30 s (375 frames): the report compares state at 30 s")
     if plain_frames < WARMUP_FRAMES + round(2 * FRAME_RATE):

@@ -1,4 +1,4 @@
-"""`duplexcadence bench --tail step-audio2`: our token2wav stream against the stock one
+"""`python3 -m bench --tail step-audio2`: our token2wav stream against the stock one
 (`minicpmo-utils` 1.0.7), side by side in one process, on the same full-size random weights.
 
 The stock modules are built with the official numbers (bench.stock_token2wav: the
@@ -304,7 +304,7 @@ def run_token2wav_bench(output: Path, seed: int = 0, steady: int = STEADY_CHUNKS
     from .stock_token2wav import check_stock_limits, write_model_dir
 
     if not torch.cuda.is_available():
-        raise SystemExit("duplexcadence bench --tail step-audio2 needs a CUDA GPU (torch sees none)")
+        raise SystemExit("python3 -m bench --tail step-audio2 needs a CUDA GPU (torch sees none)")
     device = torch.device("cuda")
     report: dict = {"tail": "step-audio2", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                     "python": platform.python_version(), "seed": seed, "steady_chunks": steady,

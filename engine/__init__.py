@@ -27,6 +27,7 @@ _EXPORTS = {
     "HubError": ".errors", "HubClient": ".library.hub_client", "RemoteModel": ".library.hub_client",
     "free_bytes": ".library.hub_client",
     "DownloadCancelled": ".library.progress", "Progress": ".library.progress", "size_text": ".library.progress",
+    "KNOWN_MODELS": ".library.catalogue",
     "ModelEntry": ".library.listing", "DownloadPlan": ".library.listing", "list_models": ".library.listing",
     "plan_download": ".library.listing", "READY": ".library.listing", "PARTIAL": ".library.listing",
     "REMOTE": ".library.listing",

@@ -62,7 +62,7 @@ QUANTIZER = "1"
 """The metadata's "quantizer": the rounding's version (SHRINK and the scale search), to be raised
 when it changes, so that a kept int4 copy (engine.int4_kept) is made again rather than reused."""
 _TABLE = re.compile(r"(emb|depformer_emb)\.\d+\.weight|(text_emb|depformer_text_emb)\.weight")
-"""The LM's embedding tables by their official keys (engine.lm.moshi_lm's names): a checkpoint's
+"""The LM's embedding tables by their official keys (engine.families.moshi.lm.moshi_lm's names): a checkpoint's
 keys say which of its tensors are tables with no module at hand (quantize_checkpoint4)."""
 SHRINK = tuple(1.0 - 0.025 * i for i in range(9))
 """Scale factors tried per group (1.0 down to 0.8), the one with the least squared error kept."""

@@ -203,7 +203,7 @@ def test_without_a_personaplex_model_there_is_nothing_to_save(qtbot, settings):
     settings.persona_presets = [PersonaPreset("Kept", "NATF2.pt", "Be brief.")]
     dialog = _dialog(qtbot, settings, persona=None)
     assert not dialog.presets.save_button.isEnabled()
-    assert "Load a PersonaPlex model" in dialog.presets.current_label.text()
+    assert "Load a model that takes a role prompt" in dialog.presets.current_label.text()
     dialog.presets.select("Kept")
     with qtbot.waitSignal(dialog.persona_chosen, timeout=1000) as used:
         dialog.presets.use_button.click()

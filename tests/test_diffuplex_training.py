@@ -1,4 +1,4 @@
-"""train-diffuplex on the demo model, briefly: the loss falls, checkpoints hold the steps done,
+"""train-predictor on the demo model, briefly: the loss falls, checkpoints hold the steps done,
 training resumes from them, and bad data is named."""
 import subprocess
 import sys
@@ -72,8 +72,8 @@ def test_bad_data_is_named(model, tmp_path):
 
 
 def test_the_command_checks_its_output_first(tmp_path):
-    assert main(["train-diffuplex", "--model", "demo", "--out", str(tmp_path / "adapter.bin")]) == 2
-    done = subprocess.run([sys.executable, "-m", "app.cli", "train-diffuplex", "--model", "demo", "--out",
+    assert main(["train-predictor", "--model", "demo", "--out", str(tmp_path / "adapter.bin")]) == 2
+    done = subprocess.run([sys.executable, "-m", "app.cli", "train-predictor", "--model", "demo", "--out",
                            str(tmp_path / "a.safetensors"), "--resume"], capture_output=True, text=True,
                           cwd=str(REPO_ROOT))
     assert done.returncode == 2 and "nothing to resume" in done.stderr and "Traceback" not in done.stderr
@@ -82,7 +82,7 @@ def test_the_command_checks_its_output_first(tmp_path):
 def test_the_shipped_demo_predictor_plays_clearly_more_than_an_untrained_one(model, tmp_path):
     """SPEAK over 60 frames of the bundled speech, greedy, tau 0.1, verification off (the
     untrained demo LM cannot predict real speech's codes, so every check against it fails):
-    the shipped predictor (trained by `train-diffuplex --steps 240 --batch 4`) played 28 frames
+    the shipped predictor (trained by `train-predictor --steps 240 --batch 4`) played 28 frames
     when this was written, an untrained one 3."""
     from engine.audio_files import read_audio, split_frames
     from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor

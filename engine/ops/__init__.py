@@ -1,8 +1,9 @@
 """The one seam where torch or Triton is chosen.
 
-Models (engine.transformer, engine.lm, engine.mimi) call the functions here and never import
-engine.kernels. Each function holds the torch formula (the CPU path, and CUDA without Triton)
-and the rule for when the Triton kernel runs instead; `dispatch.use_triton` is the one test
+Models (engine.transformer, a family's modules such as engine.families.moshi.lm and .mimi)
+call the functions here and never import engine.kernels. Each function holds the torch
+formula (the CPU path, and CUDA without Triton) and the rule for when the Triton kernel runs
+instead; `dispatch.use_triton` is the one test
 of the machine they all share. The rules depend on static facts only (the device, Triton and
 a compiler present, `DUPLEXCADENCE_TORCH_KERNELS`, the shapes), never on a runtime toggle, so
 graph replay and demand-sized state always run the same kernels.

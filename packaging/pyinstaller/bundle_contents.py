@@ -15,7 +15,7 @@ BUNDLE_DATA = [
 ]
 
 # Modules that hooks or imports would pull in but the app never uses. bench/ (the benchmarks,
-# `duplexcadence bench`, imported by app/cli.py) runs from a checkout only, as the wheel leaves it out.
+# `python3 -m bench`) runs from a checkout only, as the wheel leaves it out.
 EXCLUDED_MODULES = [
     "bench",
     "tkinter", "IPython", "matplotlib", "pandas", "scipy", "PIL", "pytest",

@@ -73,8 +73,8 @@ class SecondConversation:
     def set_persona(self, persona) -> None:
         self.check_persona(persona)
 
-    def check_persona(self, persona) -> None:
-        if persona is not None and (getattr(persona, "voice", None) or getattr(persona, "role", "")):
+    def check_persona(self, persona: Persona | None) -> None:
+        if persona is not None and (persona.voice or persona.role.strip()):
             raise ValueError(f"{self.model.name} takes no voice or role prompt")
 
     # --- options and state -----------------------------------------------------------------
