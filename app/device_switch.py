@@ -174,9 +174,12 @@ class LinkDevices:
 
     def reopen_speaker(self, device: AudioDevice) -> None:
         """Close the speaker and open `device` at the queue's rate; what was queued plays on
-        there. The echo canceller adapts to the new path by itself."""
+        there. The echo canceller starts over: its path from speaker to microphone is another
+        one, and adapting the old estimate to it suppressed the user's voice for up to a
+        second (far longer than a new canceller takes to converge)."""
         self._speaker_stream.close()
         self._speaker_fresh = True
+        self._echo_reset = True
         self._speaker_stream.open(device, self._out_rate)
         if not self._closed:
             self._speaker_stream.start()
