@@ -152,7 +152,7 @@ def _write_all(audio_path: str, pcm, transcript_path: str | None, transcript, ou
 
 def note_nonfinite(count: int) -> None:
     """Say how many input samples were not numbers (replaced where PCM enters the engine,
-    engine/finite.py, so the model kept hearing)."""
+    engine/files/finite.py, so the model kept hearing)."""
     if count:
         print(f"{count} non-finite input samples replaced (NaN by silence, infinity by full scale)",
               file=sys.stderr)

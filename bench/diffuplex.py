@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from engine.families.moshi.diffuplex.acceptance import PolicyChecks
-from engine.frame import FRAME_RATE
+from engine.period import FRAME_RATE
 
 from .run import SHAPES, VOICE_S, WARMUP_FRAMES, input_frames, prompted_start, seconds, write_voice
 

@@ -97,21 +97,22 @@ def measure(model_dir: Path, frames: int, seed: int = 0, q8_dir: Path | None = N
     fp32, all loaded from `model_dir` (official layout with config.json) on CUDA. With
     `q8_dir` (the same weights in the official q8 layout) also what int8 costs: our LM from
     the q8 file against our bf16 LM, and the stock q8 LM against the stock bf16 LM."""
-    from engine import hub, load_model
+    from engine import load_model
+    from engine.loading import locate
     from engine.state import FullStore
 
     def ours(path):
         lm = load_model(path, device="cuda", dtype=torch.bfloat16).lm
         return _Ours(lm, FullStore(lm.regions(), "cuda"))
 
-    lm_file = hub.lm_file(model_dir)
+    lm_file = locate.lm_file(model_dir)
     reference = _Stock(stock_lm(lm_file, "cuda", torch.float32))
     ours_bf16, stock_bf16 = ours(model_dir), _Stock(stock_lm(lm_file, "cuda", torch.bfloat16))
     pairs = {"ours bf16": (reference, ours_bf16), "stock bf16": (reference, stock_bf16)}
     references = dict.fromkeys(pairs, "stock fp32")
     if q8_dir is not None:
         pairs["ours int8"] = (ours_bf16, ours(q8_dir))
-        pairs["stock q8"] = (stock_bf16, _Stock(stock_lm(hub.lm_file(q8_dir), "cuda", torch.bfloat16)))
+        pairs["stock q8"] = (stock_bf16, _Stock(stock_lm(locate.lm_file(q8_dir), "cuda", torch.bfloat16)))
         references.update({"ours int8": "ours bf16", "stock q8": "stock bf16"})
     cfg = ours_bf16.lm.cfg
     frames = min(frames, cfg.context)  # teacher forcing within one attention window
@@ -130,9 +131,10 @@ def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", 
     model runs); the stock runtime needs moshi and bitsandbytes installed."""
     import tempfile
 
-    from engine import hub, load_model
-    from engine.q8_export import export_q8
+    from engine import load_model
+    from engine.loading import locate
     from engine.state import FullStore
+    from engine.weights.export import export_q8
 
     reference = load_model(path_or_name, device=device)
     model = load_model(path_or_name, device=device, weights="int8")
@@ -142,7 +144,7 @@ def measure_int8(path_or_name, frames: int, seed: int = 0, device: str = "cpu", 
     with tempfile.TemporaryDirectory() as tmp:
         if stock:
             q8_file = export_q8(path_or_name, tmp, device)
-            pairs["stock q8"] = (_Stock(stock_lm(hub.lm_file(reference.path), device, reference.lm.dtype)),
+            pairs["stock q8"] = (_Stock(stock_lm(locate.lm_file(reference.path), device, reference.lm.dtype)),
                                  _Stock(stock_lm(q8_file, device, reference.lm.dtype)))
         summaries = _teacher_forced(pairs, model.cfg, frames, seed, device)
     return {"frames": frames, "reference": f"the same runtime with float weights ({str(reference.lm.dtype)[6:]})",

@@ -33,7 +33,7 @@ def device_used_bytes() -> int:
 
 def _prepare(folder: Path, shape: str, seed: int) -> None:
     """Child: the bf16 checkpoint, then its q8 and int4 exports."""
-    from engine.q8_export import export_int4, export_q8
+    from engine.weights.export import export_int4, export_q8
 
     from .run import SHAPES, write_voice
     from .stock import write_stock_checkpoint
@@ -50,7 +50,7 @@ def _run(folder: Path, weights: str, seconds: float, target_gib: float | None) -
     """Child: ours over `seconds` of speech with `weights`, process memory at each mark."""
     import torch
 
-    from engine.frame import FRAME_RATE
+    from engine.period import FRAME_RATE
 
     from .run import input_frames, run_ours
 

@@ -3,10 +3,10 @@ without the check.
 
 `python3 -m bench.int4_copy_check --output OUT.json [--device cuda] [--shape moshiko]` writes a
 copy of the shape's LM in the int4 layout (the config's tensor names, shapes and dtypes, the
-float ones in bf16 as the official checkpoints hold them) through engine.int4_kept.write_copy,
+float ones in bf16 as the official checkpoints hold them) through engine.weights.int4_kept.write_copy,
 its checksums included, filled with random bytes: quantizing a 7B checkpoint takes far longer
 than the check, whose cost does not depend on the values. Then it reads it as a load does
-(engine.int4_kept.read_kept), the file's pages dropped from the page cache before each load
+(engine.weights.int4_kept.read_kept), the file's pages dropped from the page cache before each load
 (fsync, then POSIX_FADV_DONTNEED), checked and unchecked in turn, `--repeats` times; and, warm,
 the check alone: the file's tensors summed on the CPU, the loaded parameters on the device.
 The copy is written to --folder (default: a temporary folder in the system's), then removed.
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoint import read_safetensors
 from engine.families.moshi.lm.config import CONFIGS
 from engine.families.moshi.lm.moshi_lm import MoshiLM
-from engine.int4_copies import COPY_FORMAT
-from engine.int4_kept import read_kept, write_copy
-from engine.quant4 import ROW_SCALE, SCALE, int4_layout, int4_metadata
-from engine.tensor_checksums import checksums
+from engine.loading.safetensors_files import read_safetensors
+from engine.weights.checksums import checksums
+from engine.weights.int4 import ROW_SCALE, SCALE, int4_layout, int4_metadata
+from engine.weights.int4_copies import COPY_FORMAT
+from engine.weights.int4_kept import read_kept, write_copy
 
 SHAPES = ("moshiko", "personaplex")
 

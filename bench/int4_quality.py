@@ -7,7 +7,7 @@ Two measures, written as JSON:
 - teacher-forced (engine-level, bench/fidelity.py's measure): the LM with its linear weights
   quantized each way against the same LM with its float weights, fed the same random token
   history: relative error of the text and audio logits and their top-1 agreement. "ours int4"
-  is the int4 path itself (engine.quant4, packed weights, the int4 product); the others are
+  is the int4 path itself (engine.weights.int4, packed weights, the int4 product); the others are
   the float LM with its linear weights replaced by what a quantizer rounds them to: "ours int4
   gG" our rounding at group size G, "zero points gG" min/max rounding with a zero point per
   group (16 levels), "bnb nf4" / "bnb fp4" bitsandbytes' quantize_4bit/dequantize_4bit at
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from engine.quant import linear_weight_names
-from engine.quant4 import dequantize4, quantize_groups
+from engine.weights.int4 import dequantize4, quantize_groups
+from engine.weights.int8 import linear_weight_names
 
 from .fidelity import _Ours, _teacher_forced
 
@@ -124,7 +124,7 @@ def measure(model_dir, frames: int, seed: int = 0, device: str = "cpu", groups=(
 
 
 def measure_demo(frames: int = 200, seed: int = 0, groups=()) -> dict:
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
 
     return measure(DEMO_MODEL_DIR, frames, seed, "cpu", groups)
 

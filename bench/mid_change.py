@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.frame import FRAME_RATE
+from engine.period import FRAME_RATE
 
 from .diffuplex import RANK, ForcedAcceptance
 from .run import SHAPES, input_frames, seconds

@@ -83,8 +83,8 @@ def _frame(mimi, store, pcm: torch.Tensor, launches: collections.Counter) -> dic
 
 def count() -> dict[str, list[int]]:
     from engine.families.moshi.mimi import load_mimi
+    from engine.files.paths import DEMO_MODEL_DIR, MIMI_NAME
     from engine.ops import codebooks, conv
-    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
     from engine.state import FullStore
 
     mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from engine.errors import DeviceMemoryError
-from engine.frame import FRAME_RATE, FRAME_SIZE
+from engine.period import FRAME_RATE, FRAME_SIZE
 
 from .report import CHECKPOINTS_S, RunResult, format_table, int8_ratios, progress, ratios, summarize
 
@@ -47,8 +47,8 @@ conversation on a 12 GB card, two minutes on a 10 GB card."""
 
 def input_frames(frames: int) -> np.ndarray:
     """The bundled speech, looped to `frames` frames."""
-    from engine.audio_files import read_audio, split_frames
-    from engine.paths import SPEECH_SAMPLE
+    from engine.files.audio import read_audio, split_frames
+    from engine.files.paths import SPEECH_SAMPLE
 
     speech = read_audio(SPEECH_SAMPLE)
     reps = -(-frames * FRAME_SIZE // len(speech))
@@ -225,7 +225,7 @@ def run_bench(shape: str, frames: int, plain_frames: int, seed: int, output: Pat
     budget); then (`fidelity_frames` > 0) the teacher-forced fidelity of both runtimes in
     bf16 against the stock runtime in fp32, and in int8 against their bf16. Writes the JSON
     report to `output`, prints the tables."""
-    from engine.q8_export import export_q8
+    from engine.weights.export import export_q8
 
     from .stock import write_stock_checkpoint
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.checkpoint import official_layout
 from engine.families.moshi.frame import FRAME_KEYS
-from engine.frame import FRAME_SIZE
+from engine.loading.safetensors_files import official_layout
+from engine.period import FRAME_SIZE
 from engine.runtime.timing import FrameTimer
 
 SERVER_WARMUP_FRAMES = 4
@@ -30,7 +30,7 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
     from safetensors.torch import save_file
 
     from engine.families.moshi.lm.config import CONFIGS, to_lm_kwargs
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
 
     cfg = CONFIGS["personaplex" if dep_q == 16 else "moshiko"]
     kwargs = to_lm_kwargs(cfg)
@@ -66,10 +66,10 @@ def load_stock(folder: Path):
     runs; a q8 checkpoint's LM through its bitsandbytes layers)."""
     from moshi.models import loaders
 
-    from engine import hub
+    from engine.loading import locate
 
     mimi = loaders.get_mimi(folder / loaders.MIMI_NAME, device="cuda", num_codebooks=8)
-    return mimi.eval(), stock_lm(hub.lm_file(folder, json.loads((folder / "config.json").read_text())),
+    return mimi.eval(), stock_lm(locate.lm_file(folder, json.loads((folder / "config.json").read_text())),
                                  "cuda", torch.bfloat16)
 
 
@@ -77,8 +77,8 @@ def stock_lm(lm_file: Path, device: str, dtype: torch.dtype):
     """The stock LMModel from a checkpoint file with a config.json beside it (a q8 file: quantized)."""
     from moshi.models import loaders
 
-    from engine.checkpoint import read_safetensors_layout
-    from engine.quant import is_q8
+    from engine.loading.safetensors_files import read_safetensors_layout
+    from engine.weights.int8 import is_q8
 
     kwargs = _stock_kwargs(json.loads((lm_file.parent / "config.json").read_text()))
     kwargs["quantize"] = is_q8(read_safetensors_layout(lm_file))

@@ -95,8 +95,9 @@ class RuntimeOptions:
     """DiffuPlex: compare each predicted frame with the user's real audio ("semantic": the
     user's semantic code; "off": never), a divergence waking the backbone early."""
     weights: str | None = None
-    """The LM's linear weights: "bf16", "int8" (engine.quant) or "int4" (engine.quant4), chosen when the model loads
-    (load_model(weights=...)); None: as loaded. A session's options carry its model's."""
+    """The LM's linear weights: "bf16", "int8" (engine.weights.int8) or "int4"
+    (engine.weights.int4), chosen when the model loads (load_model(weights=...)); None: as
+    loaded. A session's options carry its model's."""
 
     def __post_init__(self):
         if self.policy not in POLICIES:

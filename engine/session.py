@@ -3,7 +3,7 @@
 shows.
 
 The session is the engine's one API for the app and the command line. Its audio is the app's:
-24 kHz, in periods of 80 ms (engine.frame), whatever the family hears and speaks. It owns what
+24 kHz, in periods of 80 ms (engine.period), whatever the family hears and speaks. It owns what
 every model family shares: the options (checked against what this machine can honour, applied
 between steps), the sampling generator, the step timer and SPEAK meter, the host buffers, the
 conversion of the period's audio to the family's rates and step (buffered in, queued out), and
@@ -27,9 +27,9 @@ import torch
 
 from .families import conversation_for
 from .families.protocol import DuplexModel, FamilyConversation
-from .finite import REPLACEMENT
-from .frame import FRAME_SECONDS, FRAME_SIZE
+from .files.finite import REPLACEMENT
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
+from .period import FRAME_SECONDS, FRAME_SIZE
 from .runtime.stages import Regeneration
 from .runtime.step_audio import StepAudio
 from .runtime.timing import FrameTimer, SpeakMeter
@@ -109,7 +109,7 @@ class DuplexSession:
                                        pin_memory=self.device.type == "cuda")
         self.nonfinite_samples = 0
         """Input samples of this conversation that were NaN or infinite, replaced before the
-        model heard them (engine.finite); counted since the last reset()."""
+        model heard them (engine.files.finite); counted since the last reset()."""
         self.reset()
 
     # --- what the app shows ----------------------------------------------------------------

@@ -29,8 +29,8 @@ from .ops.attention import ring_attention
 from .ops.linear import matmul
 from .ops.norm import Norm, rms_norm
 from .ops.rope import apply_rope, coefficient, tables
-from .quant import Int8Weight, weight_of
 from .state import Region, Store
+from .weights.int8 import Int8Weight, weight_of
 
 
 class RMSNormF32(nn.Module):
@@ -67,7 +67,7 @@ class GatedFFN(nn.Module):
 
 class _Weight(nn.Module):
     """Holds a bare `weight` so the key reads `out_proj.weight` as on disk."""
-    linear_weights = ("weight",)  # what engine.quant.int8_layout quantizes
+    linear_weights = ("weight",)  # what engine.weights.int8.int8_layout quantizes
 
     def __init__(self, *shape: int):
         super().__init__()
@@ -135,7 +135,7 @@ def _adapted(y: torch.Tensor, x: torch.Tensor, adapter: Adapter | None, target: 
 
 
 class Attention(nn.Module):
-    linear_weights = ("in_proj_weight",)  # what engine.quant.int8_layout quantizes (and out_proj's)
+    linear_weights = ("in_proj_weight",)  # what engine.weights.int8.int8_layout quantizes (and out_proj's)
 
     def __init__(self, cfg: TransformerConfig, kv_region: str, index: int):
         super().__init__()

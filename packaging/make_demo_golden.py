@@ -108,8 +108,8 @@ def record_outputs(out: Path, commit: str) -> dict:
     from safetensors.numpy import save_file
 
     from engine import RuntimeOptions, load_model
-    from engine.int4_copies import copies_folder
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
+    from engine.weights.int4_copies import copies_folder
     audio = user_audio()
     tensors = {"user_pcm": audio.astype(np.float32)}
     demo = load_model("demo")

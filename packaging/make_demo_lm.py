@@ -25,15 +25,15 @@ from safetensors.torch import save_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import hub  # noqa: E402
-from engine.audio_files import read_audio  # noqa: E402
 from engine.families.moshi.frame import MoshiFrame  # noqa: E402
 from engine.families.moshi.inputs import LMInputs  # noqa: E402
 from engine.families.moshi.lm.config import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
 from engine.families.moshi.lm.moshi_lm import MoshiLM  # noqa: E402
 from engine.families.moshi.mimi import MimiStream, load_mimi  # noqa: E402
+from engine.files.audio import read_audio  # noqa: E402
+from engine.files.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE  # noqa: E402
+from engine.loading import locate  # noqa: E402
 from engine.options import RuntimeOptions  # noqa: E402
-from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE  # noqa: E402
 from engine.runtime.stages import StageRunner  # noqa: E402
 from engine.state import FullStore  # noqa: E402
 
@@ -114,11 +114,11 @@ def main(out_dir: Path) -> None:
     lm = MoshiLM(cfg)
     random_weights(lm, torch.Generator().manual_seed(SEED))
     state = {k: v.to(torch.bfloat16).contiguous() for k, v in lm.state_dict().items()}
-    save_file(state, str(out_dir / hub.LM_NAME))
+    save_file(state, str(out_dir / locate.LM_NAME))
     kwargs = to_lm_kwargs(cfg)
     kwargs["model_id"] = {"name": cfg.name}
     (out_dir / "config.json").write_text(json.dumps(kwargs, indent=2) + "\n")
-    train_tokenizer(out_dir / hub.TOKENIZER_NAME)
+    train_tokenizer(out_dir / locate.TOKENIZER_NAME)
     (out_dir / "voices").mkdir(exist_ok=True)
     lm.to(torch.bfloat16).float()  # record with the weights as shipped
     record_voice(lm, mimi, out_dir / "voices" / "DEMO.pt")

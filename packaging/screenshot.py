@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.main_window import MainWindow
     from app.theme import apply_theme
     from engine import RuntimeOptions
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
     from tests.audio_fixture import VirtualAudio
 
     app = QApplication(sys.argv[:1])

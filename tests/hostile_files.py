@@ -12,7 +12,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bench.stock_token2wav import FLOW_YAML, VOCODER_YAML
-from engine.paths import DEMO_MODEL_DIR, PREDICTOR_NAME
+from engine.files.paths import DEMO_MODEL_DIR, PREDICTOR_NAME
 
 # A token2wav small enough to build in a moment: the official files' layout and tags, smaller numbers.
 SMALL_FLOW = {"output_size: 512": "output_size: 64", "input_size: 512\n        pre": "input_size: 64\n        pre",
@@ -204,7 +204,7 @@ class Loads:
         from engine.errors import CheckpointError
         from engine.families.moshi.diffuplex.predictor import load_predictor
         from engine.families.moshi.mimi import load_mimi
-        from engine.model_loading import load_model
+        from engine.loading.models import load_model
         from engine.token2wav.loader import load_token2wav
 
         path = self.file(target)

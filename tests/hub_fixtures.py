@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.paths import DEMO_MODEL_DIR, LM_NAME, MIMI_NAME, TOKENIZER_NAME
+from engine.files.paths import DEMO_MODEL_DIR, LM_NAME, MIMI_NAME, TOKENIZER_NAME
 from tests.fake_hub import FakeHub
 
 BF16, Q8, GATED, NOT_A_MODEL = ("kyutai/moshiko-pytorch-bf16", "kyutai/moshiko-pytorch-q8",

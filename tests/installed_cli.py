@@ -8,7 +8,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from engine.paths import SPEECH_SAMPLE
+from engine.files.paths import SPEECH_SAMPLE
 
 COMMAND = Path(sys.executable).parent / ("duplexcadence.exe" if sys.platform == "win32" else "duplexcadence")
 

@@ -2,8 +2,8 @@
 import torch
 
 from engine.kernels.operands import Int8Weight
-from engine.quant import quantize_rows
-from engine.quant4 import quantize_groups
+from engine.weights.int4 import quantize_groups
+from engine.weights.int8 import quantize_rows
 
 
 def random_weight(kind: str, n: int, k: int, dtype: torch.dtype, device: str):

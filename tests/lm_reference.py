@@ -21,7 +21,7 @@ from moshi.models.lm import LMGen, LMModel
 from moshi.utils.sampling import sample_token
 from safetensors.torch import save_file
 
-from engine.checkpoint import official_layout
+from engine.loading.safetensors_files import official_layout
 
 DELAYS = [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]
 

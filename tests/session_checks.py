@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 
 from engine.families.moshi.model import MoshiModel
-from engine.model_loading import load_model
-from engine.paths import DEMO_MODEL_DIR
+from engine.files.paths import DEMO_MODEL_DIR
+from engine.loading.models import load_model
 
 PLAIN = {"graph_replay": False, "demand_sized_state": False}
 """Both runtime optimizations off (they are on by default)."""

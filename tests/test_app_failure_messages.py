@@ -15,7 +15,7 @@ from PyQt6.QtGui import QDesktopServices
 from app.crash_reporting import default_log_dir, setup_logging
 from app.main_window import MainWindow
 from engine import HubClient
-from engine.paths import DEMO_MODEL_DIR, LM_NAME
+from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)
 from tests.fake_hub import FakeHub
 from tests.hub_fixtures import BF16, GATED, GOOD_TOKEN, Q8, demo_files, hub, q8_folder  # noqa: F401  (fixtures)

@@ -9,7 +9,7 @@ from PyQt6.QtWidgets import QMessageBox
 from app.main_window import MainWindow
 from app.model_picker import ModelPicker
 from engine import PARTIAL, REMOTE, HubClient
-from engine.paths import LM_NAME
+from engine.files.paths import LM_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_selected, removal_dialog  # noqa: F401  (fixture)
 from tests.hub_fixtures import BF16, GATED, GOOD_TOKEN, hub, q8_folder  # noqa: F401  (fixtures)
 

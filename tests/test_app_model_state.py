@@ -19,7 +19,7 @@ from PyQt6.QtWidgets import QLineEdit, QWidget
 from app.file_feed import FileFeed
 from app.main_window import MainWindow
 from engine import READY, REMOTE, HubClient
-from engine.paths import DEMO_MODEL_DIR, LM_NAME, TOKENIZER_NAME
+from engine.files.paths import DEMO_MODEL_DIR, LM_NAME, TOKENIZER_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)
 from tests.hub_fixtures import BF16, hub, q8_folder  # noqa: F401  (fixtures)
 

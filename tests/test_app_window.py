@@ -53,7 +53,7 @@ def _stop(qtbot, window):
 
 
 def test_the_window_does_not_import_torch():
-    # The window shares the engine's audio constants (engine.audio_files, no torch); the models
+    # The window shares the engine's audio constants (engine.files.audio, no torch); the models
     # and torch load on the loader thread only.
     code = ("import sys; import app.main_window; "
             "assert 'torch' not in sys.modules and 'engine.session' not in sys.modules")
@@ -346,7 +346,7 @@ def test_the_picker_says_what_a_choice_needs_and_loads_int8(qtbot, window):
 def test_a_model_that_does_not_fit_the_gpu_is_refused_before_loading(qtbot, window, monkeypatch):
     import dataclasses
 
-    from engine import model_loading
+    from engine.loading import models as model_loading
 
     # This machine has no GPU: the plan is the real one for the demo, with the free memory of a
     # GPU too small for it (the one stand-in here).

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from engine.audio_files import read_audio, split_frames
 from engine.errors import AudioInputError
-from engine.paths import SPEECH_SAMPLE
+from engine.files.audio import read_audio, split_frames
+from engine.files.paths import SPEECH_SAMPLE
 
 
 def test_stereo_16k_int16_becomes_24k_mono(tmp_path):

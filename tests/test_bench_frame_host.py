@@ -5,7 +5,7 @@ import engine.session
 from bench.frame_host import _stamped, measure
 from bench.run import input_frames
 from engine import DuplexSession, RuntimeOptions, load_model
-from engine.finite import finite_into
+from engine.files.finite import finite_into
 from engine.runtime.graphs import Graphs
 
 ORDER = ("mark start", "finite", "conversation", "encode call", "first run", "first tick", "mark encode",

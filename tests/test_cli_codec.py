@@ -6,7 +6,7 @@ import numpy as np
 import soundfile as sf
 
 from app.cli import main
-from engine.paths import SPEECH_SAMPLE
+from engine.files.paths import SPEECH_SAMPLE
 
 
 def test_speech_round_trip_keeps_duration_and_makes_sound(tmp_path):
@@ -49,11 +49,11 @@ def test_empty_wav_prints_one_line_and_fails(tmp_path):
 def test_codec_session_matches_the_plain_stream_bit_for_bit():
     """The command's path (the stage runner, fast path on by default) against Mimi's plain
     stream: the same samples, with demand-sized state (the CPU's poisoned emulation) or not."""
-    from engine.audio_files import read_audio, split_frames
     from engine.families.moshi.codec_session import CodecSession
     from engine.families.moshi.mimi import MimiStream, load_mimi
+    from engine.files.audio import read_audio, split_frames
+    from engine.files.paths import DEMO_MODEL_DIR
     from engine.options import RuntimeOptions
-    from engine.paths import DEMO_MODEL_DIR
 
     mimi = load_mimi(DEMO_MODEL_DIR)
     frames = split_frames(read_audio(SPEECH_SAMPLE))[:30]
@@ -66,7 +66,7 @@ def test_codec_session_matches_the_plain_stream_bit_for_bit():
 
 
 def test_codec_takes_a_mimi_file_too(tmp_path):
-    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+    from engine.files.paths import DEMO_MODEL_DIR, MIMI_NAME
 
     renamed = tmp_path / "my_mimi.safetensors"
     renamed.write_bytes((DEMO_MODEL_DIR / MIMI_NAME).read_bytes())

@@ -11,8 +11,8 @@ import torch
 from app.cli import main
 from engine.errors import AudioInputError
 from engine.families.moshi.diffuplex.predictor import load_predictor, new_predictor
-from engine.model_loading import load_model
-from engine.paths import SPEECH_SAMPLE
+from engine.files.paths import SPEECH_SAMPLE
+from engine.loading.models import load_model
 from engine.training.diffuplex import TrainSettings, loss, rollout, staircase, train_predictor, user_audio
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,8 +84,8 @@ def test_the_shipped_demo_predictor_plays_clearly_more_than_an_untrained_one(mod
     untrained demo LM cannot predict real speech's codes, so every check against it fails):
     the shipped predictor (trained by `train-predictor --steps 240 --batch 4`) played 28 frames
     when this was written, an untrained one 3."""
-    from engine.audio_files import read_audio, split_frames
     from engine.families.moshi.diffuplex.predictor import new_predictor, save_predictor
+    from engine.files.audio import read_audio, split_frames
     from engine.options import RuntimeOptions
     from engine.session import DuplexSession
 

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from engine import HubClient, HubError
-from engine.paths import LM_NAME
+from engine.files.paths import LM_NAME
 from tests.fake_hub import FakeHub
 from tests.hub_fixtures import (
     BF16,

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NAMES = re.compile(r"moshi|personaplex|diffuplex", re.IGNORECASE)
 ALLOWED_FAMILY_MODULES = {"protocol"}
 """engine.families' own modules anyone may import (the registry is the package itself)."""
-CLEAN = ["engine/session.py", "engine/model_loading.py", "engine/memory_plan.py", "engine/persona.py",
-         "engine/frame.py", "engine/families/__init__.py", "engine/families/protocol.py", "bench/report.py",
+CLEAN = ["engine/session.py", "engine/loading/models.py", "engine/loading/memory_plan.py", "engine/persona.py",
+         "engine/period.py", "engine/families/__init__.py", "engine/families/protocol.py", "bench/report.py",
          *sorted(str(p.relative_to(ROOT)) for folder in ("runtime", "state")
                  for p in (ROOT / "engine" / folder).glob("*.py")),
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "app").glob("*.py"))]

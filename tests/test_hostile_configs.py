@@ -10,8 +10,8 @@ import torch
 from engine.errors import CheckpointError
 from engine.families.moshi.diffuplex.predictor import load_predictor
 from engine.families.moshi.mimi import load_mimi
-from engine.model_loading import load_model
-from engine.paths import LM_NAME, LM_Q8_NAME, PREDICTOR_NAME
+from engine.files.paths import LM_NAME, LM_Q8_NAME, PREDICTOR_NAME
+from engine.loading.models import load_model
 from engine.token2wav.config import read_flow_config
 from engine.token2wav.loader import load_token2wav
 from tests.hostile_files import (

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from engine import DownloadCancelled, HubClient, HubError, plan_download, remove_model
-from engine.paths import LM_NAME, LM_Q8_NAME
+from engine.files.paths import LM_NAME, LM_Q8_NAME
 from tests.fake_hub import FakeHub
 from tests.hub_fixtures import INSTALLED, bytes_in, cache_folder, cli_env, tiny_model
 

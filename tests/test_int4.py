@@ -11,13 +11,13 @@ from safetensors.torch import load_file, save_file
 from bench.int4_quality import measure_demo
 from engine.errors import CheckpointError, DeviceMemoryError
 from engine.kernels.operands import Int4Weight
-from engine.memory_plan import MemoryPlan
-from engine.model_loading import load_model, plan_memory
+from engine.loading.memory_plan import MemoryPlan
+from engine.loading.models import load_model, plan_memory
 from engine.ops.linear import matmul
 from engine.options import RuntimeOptions
-from engine.q8_export import export_int4, export_q8
-from engine.quant4 import FORMAT, LM_INT4_NAME, dequantize4, pack, quantize_groups, read_metadata
 from engine.session import DuplexSession
+from engine.weights.export import export_int4, export_q8
+from engine.weights.int4 import FORMAT, LM_INT4_NAME, dequantize4, pack, quantize_groups, read_metadata
 from tests.hub_fixtures import BF16, Q8, hub, q8_folder  # noqa: F401  (fixtures)
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, run

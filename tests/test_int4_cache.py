@@ -28,9 +28,9 @@ from engine import (
 )
 from engine.families.moshi.lm.loader import load_lm
 from engine.families.moshi.model import read_lm_checkpoint
-from engine.int4_copies import LEFTOVER_S, copies_folder, header_metadata, kept_copies
-from engine.paths import DEMO_MODEL_DIR, LM_NAME
-from engine.q8_export import export_q8
+from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
+from engine.weights.export import export_q8
+from engine.weights.int4_copies import LEFTOVER_S, copies_folder, header_metadata, kept_copies
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_selected, removal_dialog  # noqa: F401  (fixture)
 from tests.hub_fixtures import BF16, Q8, hub, q8_folder  # noqa: F401  (fixtures)
 from tests.test_cli_models import cli

@@ -1,5 +1,5 @@
 """A kept int4 copy's tensors are compared, byte for byte, with checksums written with them
-(engine.tensor_checksums) as the copy is read: a changed byte in any tensor, zeroed weights
+(engine.weights.checksums) as the copy is read: a changed byte in any tensor, zeroed weights
 or missing checksums make the copy damaged; it is made again and the load's notice, shown by
 the window, says so. A copy from before the checksums is made again quietly."""
 from __future__ import annotations
@@ -15,15 +15,15 @@ import torch
 
 from engine import load_model
 from engine.families.moshi.model import read_lm_checkpoint
-from engine.int4_copies import kept_copies, read_header
-from engine.paths import DEMO_MODEL_DIR, LM_NAME
+from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
+from engine.weights.int4_copies import kept_copies, read_header
 from tests.app_helpers import isolated_settings, load_selected
 from tests.test_int4_cache import ONCE, assert_same, load_reporting, on_load, only_copy, rewrite
 
 LM = DEMO_MODEL_DIR / LM_NAME
 CPU = torch.device("cpu")
 W = 16
-"""engine.tensor_checksums.WIDTH (the names new with the checks are imported where used, so
+"""engine.weights.checksums.WIDTH (the names new with the checks are imported where used, so
 that the tests of behaviour run, and fail, on a version without them)."""
 
 
@@ -51,7 +51,7 @@ SIZES = [1, 7, 8, 9, 8 * W - 1, 8 * W, 8 * W * W + 8, 8 * W * (W + 3) + 5]
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_sums_are_as_defined_and_any_changed_byte_changes_them(size):
-    from engine.tensor_checksums import WIDTH, checksum
+    from engine.weights.checksums import WIDTH, checksum
     assert WIDTH == W
     data = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=torch.Generator().manual_seed(size))
     expected = checksum(data)
@@ -64,7 +64,7 @@ def test_the_sums_are_as_defined_and_any_changed_byte_changes_them(size):
 
 
 def test_other_dtypes_threads_and_offsets_give_the_same_sums():
-    from engine.tensor_checksums import checksum
+    from engine.weights.checksums import checksum
     g = torch.Generator().manual_seed(1)
     for tensor in (torch.randn(37, 5, generator=g).to(torch.bfloat16), torch.randn(11, generator=g),
                    torch.randint(-128, 128, (9, 3), dtype=torch.int8, generator=g)):
@@ -80,7 +80,7 @@ def test_other_dtypes_threads_and_offsets_give_the_same_sums():
 
 
 def test_swapped_or_zeroed_words_change_them():
-    from engine.tensor_checksums import checksum
+    from engine.weights.checksums import checksum
     data = torch.randint(0, 256, (8 * 4096,), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
     expected = checksum(data)
     for i, j in [(0, 1), (5, 5 + W), (7, 7 + W * W), (100, 4095), (0, 4095)]:
@@ -126,14 +126,14 @@ def test_a_changed_byte_in_any_tensor_is_found_when_the_copy_is_read(where, monk
     small copy's parameters (a GPU's, any copy's) are summed where they landed once loaded;
     a large copy on the CPU is summed from the file by a thread during the load (that branch
     here for the demo's copy, on the tensors of one of each kind)."""
-    from engine.int4_kept import DamagedCopy, read_kept
-    from engine.tensor_checksums import mismatch, recorded
+    from engine.weights.checksums import mismatch, recorded
+    from engine.weights.int4_kept import DamagedCopy, read_kept
     path = keep_demo_copy()
     spans = tensor_spans(path)
     assert set(spans) == set(recorded(read_header(path)["__metadata__"]))
     names = sorted(spans)
     if where == "summed beside the load":
-        monkeypatch.setattr("engine.int4_kept.SUMMED_BESIDE_FROM", {"cpu": 0})
+        monkeypatch.setattr("engine.weights.int4_kept.SUMMED_BESIDE_FROM", {"cpu": 0})
         kinds = {read_header(path)[k]["dtype"] + k.endswith("alpha") * " norm": k for k in names}
         names = sorted(kinds.values())
         assert len(names) == 5  # packed weights, their scales, tables, the tables' scales, norms
@@ -142,7 +142,7 @@ def test_a_changed_byte_in_any_tensor_is_found_when_the_copy_is_read(where, monk
     def watched(*args):
         threads.append(threading.current_thread().name)
         return mismatch(*args)
-    monkeypatch.setattr("engine.int4_kept.mismatch", watched)
+    monkeypatch.setattr("engine.weights.int4_kept.mismatch", watched)
     cfg = read_lm_checkpoint("demo", layout_only=True).cfg
     rng = random.Random(46)
     for name in names:
@@ -193,8 +193,8 @@ def test_a_damaged_copy_is_made_again_and_the_load_says_so(damage, caplog):
 
 
 def test_a_copy_from_before_the_checksums_is_made_again_quietly(caplog):
-    from engine.int4_copies import COPY_FORMAT
-    from engine.tensor_checksums import METADATA_KEY, recorded
+    from engine.weights.checksums import METADATA_KEY, recorded
+    from engine.weights.int4_copies import COPY_FORMAT
     path = keep_demo_copy()
     meta = read_header(path)["__metadata__"]
     assert meta["copy_format"] == COPY_FORMAT

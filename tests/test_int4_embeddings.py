@@ -1,4 +1,4 @@
-"""The int4 variant's embedding tables in int8 (engine.quant4): each row rounded on its own
+"""The int4 variant's embedding tables in int8 (engine.weights.int4): each row rounded on its own
 scale, a looked-up row as q * scale rounded once (the backbone's inputs and the depformer's),
 the tables written by the int4 export and read back or quantized on load, an older int4 file
 without them, the memory plan, and bf16 / int8 loads keeping their float tables."""
@@ -12,12 +12,12 @@ from torch.nn import functional as F
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.loader import load_lm
 from engine.families.moshi.model import read_lm_checkpoint
+from engine.files.paths import MIMI_NAME
 from engine.kernels.operands import Int8Rows
-from engine.model_loading import load_model, plan_memory
+from engine.loading.models import load_model, plan_memory
 from engine.ops.linear import ZERO_TOKEN, embedding, embedding_rows, linear, linear_embed
-from engine.paths import MIMI_NAME
-from engine.q8_export import export_int4
-from engine.quant4 import FORMAT, LM_INT4_NAME, ROW_SCALE, is_table, quantize_groups, quantize_table, table_of
+from engine.weights.export import export_int4
+from engine.weights.int4 import FORMAT, LM_INT4_NAME, ROW_SCALE, is_table, quantize_groups, quantize_table, table_of
 from tests.test_int4 import _broken_copy
 
 

@@ -12,19 +12,19 @@ from safetensors.torch import load_file, save_file
 
 from bench.fidelity import measure_int8
 from bench.stock import _stock_kwargs
-from engine import hub
-from engine.checkpoint import official_layout
 from engine.errors import CheckpointError, DeviceMemoryError
 from engine.families.moshi.lm.config import from_lm_kwargs
 from engine.families.moshi.lm.loader import load_lm
+from engine.files.paths import LM_Q8_NAME
 from engine.kernels.operands import Int8Weight
-from engine.memory_plan import MemoryPlan
-from engine.model_loading import load_model, plan_memory
+from engine.loading import locate
+from engine.loading.memory_plan import MemoryPlan
+from engine.loading.models import load_model, plan_memory
+from engine.loading.safetensors_files import official_layout
 from engine.options import RuntimeOptions
-from engine.paths import LM_Q8_NAME
-from engine.q8_export import export_q8
-from engine.quant import dequantize, quantize_rows
 from engine.session import DuplexSession
+from engine.weights.export import export_q8
+from engine.weights.int8 import dequantize, quantize_rows
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
 from tests.mimi_reference import varied_audio
 from tests.session_checks import PLAIN, assert_identical, run
@@ -67,7 +67,7 @@ def test_quantize_on_load_equals_the_stock_quantizer(tmp_path):
 
 def test_official_q8_file_loads_here_and_in_the_stock_runtime(q8_demo):
     assert (q8_demo / LM_Q8_NAME).is_file() and not (q8_demo / "model.safetensors").exists()
-    assert hub.lm_file(q8_demo) == q8_demo / LM_Q8_NAME
+    assert locate.lm_file(q8_demo) == q8_demo / LM_Q8_NAME
     ours = load_model(q8_demo)  # int8 because the file is
     assert ours.weights == "int8"
     assert ours.lm.transformer.layers[0].self_attn.in_proj_weight_scb.dtype == torch.float32
@@ -105,7 +105,7 @@ def test_q8_errors_name_the_file_and_the_problem(q8_demo, tmp_path):
     with pytest.raises(CheckpointError, match="already in the q8 layout"):
         export_q8(q8_demo, tmp_path / "again")
     with pytest.raises(CheckpointError, match="must not be the source"):
-        export_q8("demo", hub.resolve("demo")[0])
+        export_q8("demo", locate.resolve("demo")[0])
     with pytest.raises(ValueError, match="unknown weights 'int3'"):
         RuntimeOptions(weights="int3")
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import hub
-from engine.checkpoint import official_layout
 from engine.errors import CheckpointError
 from engine.families.moshi.lm import MoshiLM
 from engine.families.moshi.lm.config import CONFIGS, from_lm_kwargs, to_lm_kwargs
-from engine.library.listing import READY, list_models
-from engine.model_loading import load_model
-from engine.paths import DEMO_MODEL_DIR, TOKENIZER_NAME
+from engine.files.paths import DEMO_MODEL_DIR, TOKENIZER_NAME
+from engine.loading import locate
+from engine.loading.library.listing import READY, list_models
+from engine.loading.models import load_model
+from engine.loading.safetensors_files import official_layout
 from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs
 
 
@@ -86,7 +86,7 @@ def demo_copy(tmp_path):
 
 
 def _edit_weights(directory, edit):
-    path = directory / hub.LM_NAME
+    path = directory / locate.LM_NAME
     tensors = load_file(str(path))
     edit(tensors)
     save_file(tensors, str(path))
@@ -105,7 +105,7 @@ def test_bad_weights_name_file_and_key(demo_copy, edit, message):
 
 
 @pytest.mark.parametrize("name,content,message", [
-    (hub.LM_NAME, b"garbage", r"model\.safetensors: not a readable safetensors file"),
+    (locate.LM_NAME, b"garbage", r"model\.safetensors: not a readable safetensors file"),
     (TOKENIZER_NAME, b"garbage", r"tokenizer_spm_32k_3\.model: not a SentencePiece model"),
     ("config.json", b"{not json", r"config\.json: not valid JSON"),
     ("voices/DEMO.pt", b"garbage", r"DEMO\.pt"),
@@ -121,14 +121,14 @@ def test_missing_files_are_named(demo_copy):
     (demo_copy / TOKENIZER_NAME).unlink()
     with pytest.raises(CheckpointError, match=r"tokenizer_spm_32k_3\.model: file not found"):
         load_model(demo_copy)
-    (demo_copy / hub.LM_NAME).unlink()
+    (demo_copy / locate.LM_NAME).unlink()
     with pytest.raises(CheckpointError, match=r"model\.safetensors: file not found"):
         load_model(demo_copy)
 
 
 def test_lm_must_agree_with_the_codec(demo_copy):
     kwargs = small_lm_kwargs(card=64)  # the demo Mimi has 2048 codes per codebook
-    save_official(make_reference_lm(kwargs), demo_copy / hub.LM_NAME)
+    save_official(make_reference_lm(kwargs), demo_copy / locate.LM_NAME)
     (demo_copy / "config.json").write_text(json.dumps(kwargs))
     with pytest.raises(CheckpointError, match=r"model\.safetensors: the LM expects 64 codes .* Mimi has 2048"):
         load_model(demo_copy)
@@ -150,19 +150,19 @@ def hf_cache(tmp_path, monkeypatch, demo_copy):
         (entry / "refs" / "main").write_text("abc123")
     other = cache / "models--someone--text-llm" / "snapshots" / "1"
     other.mkdir(parents=True)
-    (other / hub.LM_NAME).write_bytes(b"")  # not a duplex model: not listed
+    (other / locate.LM_NAME).write_bytes(b"")  # not a duplex model: not listed
     (other / "config.json").write_text("{}")
     return cache
 
 
 def test_locating_checkpoints(hf_cache, demo_copy):
     snapshot = hf_cache / "models--someone--tiny-duplex" / "snapshots" / "abc123"
-    assert hub.resolve("demo") == (DEMO_MODEL_DIR, None)
-    assert hub.resolve(demo_copy) == (demo_copy, None)
-    assert hub.resolve(demo_copy / hub.LM_NAME) == (demo_copy, None)
-    assert hub.resolve("someone/tiny-duplex") == (snapshot, "someone/tiny-duplex")
-    assert hub.resolve(snapshot) == (snapshot, "someone/tiny-duplex")
-    assert hub.resolve(snapshot.parent.parent) == (snapshot, "someone/tiny-duplex")
+    assert locate.resolve("demo") == (DEMO_MODEL_DIR, None)
+    assert locate.resolve(demo_copy) == (demo_copy, None)
+    assert locate.resolve(demo_copy / locate.LM_NAME) == (demo_copy, None)
+    assert locate.resolve("someone/tiny-duplex") == (snapshot, "someone/tiny-duplex")
+    assert locate.resolve(snapshot) == (snapshot, "someone/tiny-duplex")
+    assert locate.resolve(snapshot.parent.parent) == (snapshot, "someone/tiny-duplex")
     found = {e.name: e.location for e in list_models(hf_cache) if e.state == READY}
     assert found == {"demo": DEMO_MODEL_DIR, "someone/tiny-duplex": snapshot,
                      "kyutai/moshiko-pytorch-bf16": snapshot.parents[2] / "models--kyutai--moshiko-pytorch-bf16"

@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import hub
 from engine.families.moshi.lm import load_lm
 from engine.families.moshi.lm.config import from_lm_kwargs
-from engine.model_loading import load_model
+from engine.files.paths import TOKENIZER_NAME
+from engine.loading import locate
+from engine.loading.models import load_model
 from engine.options import RuntimeOptions
-from engine.paths import TOKENIZER_NAME
 from engine.session import DuplexSession
 from tests import mimi_reference
 from tests.lm_reference import (
@@ -38,7 +38,7 @@ FRAMES = 48  # the context is 24 frames: the KV ring wraps
 def ref(tmp_path_factory):
     kwargs = small_lm_kwargs(dep_q=8)
     lm = make_reference_lm(kwargs, seed=0)
-    path = tmp_path_factory.mktemp("lm") / hub.LM_NAME
+    path = tmp_path_factory.mktemp("lm") / locate.LM_NAME
     save_official(lm, path)
     user = torch.randint(0, kwargs["card"], (FRAMES, 8), generator=torch.Generator().manual_seed(1))
     return kwargs, lm, path, user
@@ -77,7 +77,7 @@ def test_detects_wrong_key_mapping(ref, tmp_path):
     tensors = load_file(str(path))
     tensors["depformer_in.1.weight"], tensors["depformer_in.2.weight"] = (
         tensors["depformer_in.2.weight"], tensors["depformer_in.1.weight"])
-    swapped = tmp_path / hub.LM_NAME
+    swapped = tmp_path / locate.LM_NAME
     save_file(tensors, str(swapped))
     expected = as_lists(run_moshi_reference(lm, user, True, seed=0))
     assert as_lists(run_ours(kwargs, swapped, user, True)) != expected
@@ -115,7 +115,7 @@ def pipeline(tmp_path_factory):
     mimi_reference.save_official(mimi, mimi_cfg, directory)
     kwargs = small_lm_kwargs(dep_q=8, card=mimi_cfg["quantizer"]["bins"])
     lm = make_reference_lm(kwargs, seed=4)
-    save_official(lm, directory / hub.LM_NAME)
+    save_official(lm, directory / locate.LM_NAME)
     (directory / "config.json").write_text(json.dumps(kwargs))
     write_tokenizer(directory / TOKENIZER_NAME)
     return directory, mimi, lm

@@ -21,8 +21,8 @@ from engine import (
     plan_download,
     remove_model,
 )
-from engine.library.catalogue import needed_files
-from engine.paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from engine.files.paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from engine.loading.library.catalogue import needed_files
 from tests.hub_fixtures import (  # noqa: F401  (fixtures)
     BF16,
     GATED,

@@ -14,9 +14,9 @@ from app.cli import main
 from app.offline import run_offline  # noqa: F401 (imported before a test captures stderr: its progress bar keeps that stream)
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.personaplex import load_voice
-from engine.finite import finite_pcm
-from engine.model_loading import load_model
-from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE
+from engine.files.finite import finite_pcm
+from engine.files.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE
+from engine.loading.models import load_model
 from engine.persona import Persona
 from engine.session import DuplexSession
 from engine.token2wav import Prompt

@@ -14,7 +14,7 @@ import torch
 from app.cli import main
 from app.offline import Progress, _write_all
 from app.transcript import words_with_times
-from engine.paths import SPEECH_SAMPLE
+from engine.files.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.output_files import OutputBusyError, OutputFiles
-from engine.paths import SPEECH_SAMPLE
+from engine.files.outputs import OutputBusyError, OutputFiles
+from engine.files.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def test_the_mode_follows_the_umask(tmp_path):
 
 
 def test_quantize_writes_the_usual_mode(tmp_path, umask_022):
-    from engine.q8_export import export_q8
+    from engine.weights.export import export_q8
 
     path = export_q8("demo", tmp_path / "q8")
     for name in (path.name, "config.json"):
@@ -85,7 +85,7 @@ def test_quantize_writes_the_usual_mode(tmp_path, umask_022):
 
 def test_a_training_checkpoint_gets_the_usual_mode(tmp_path, umask_022):
     from engine.families.moshi.diffuplex.predictor import load_predictor, new_predictor
-    from engine.model_loading import load_model
+    from engine.loading.models import load_model
     from engine.training.diffuplex import TrainSettings, _checkpoint
 
     model = load_model("demo")
@@ -101,7 +101,7 @@ def _holder(*targets: Path) -> subprocess.Popen:
     """Another job: holds `targets` until its stdin closes, then writes "A" to each."""
     script = textwrap.dedent(f"""
         import sys
-        from engine.output_files import OutputFiles
+        from engine.files.outputs import OutputFiles
         targets = {[str(t) for t in targets]!r}
         with OutputFiles(*targets) as out:
             print("locked", flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.output_files import OutputBusyError, OutputFiles
+from engine.files.outputs import OutputBusyError, OutputFiles
 from tests.installed_cli import COMMAND, speech_clip
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +21,7 @@ def _writer(target: Path) -> subprocess.Popen:
     sleeps until killed (or its stdin closes)."""
     script = textwrap.dedent(f"""
         import sys
-        from engine.output_files import OutputFiles
+        from engine.files.outputs import OutputFiles
         with OutputFiles({str(target)!r}) as out:
             with open(out.temporary({str(target)!r}), "wb") as part:
                 part.write(b"RIFF half a reply")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from engine.output_files import OutputBusyError, OutputError, OutputFiles
+from engine.files.outputs import OutputBusyError, OutputError, OutputFiles
 from tests.installed_cli import duplexcadence, one_line, speech_clip
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +18,7 @@ def _holder(target: Path) -> subprocess.Popen:
     """Another job: holds `target` until its stdin closes, then writes "A" to it."""
     script = textwrap.dedent(f"""
         import sys
-        from engine.output_files import OutputFiles
+        from engine.files.outputs import OutputFiles
         with OutputFiles({str(target)!r}) as out:
             print("locked", flush=True)
             sys.stdin.read()

@@ -41,7 +41,7 @@ def test_spec_entry_point_and_files_exist():
     for source, _ in BUNDLE_DATA:
         assert (ROOT / source).exists(), source
     # The bundle keeps the checkout's layout, so the engine finds the demo model in both.
-    from engine.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE
+    from engine.files.paths import DEMO_MODEL_DIR, SPEECH_SAMPLE
     bundled = {dest + "/" + Path(src).name if dest != Path(src).as_posix() else dest for src, dest in BUNDLE_DATA}
     for path in (DEMO_MODEL_DIR, SPEECH_SAMPLE, INFO.icon):
         assert path.relative_to(ROOT).as_posix() in bundled

@@ -67,7 +67,7 @@ def test_a_deep_config_on_disk_is_named_by_the_list_and_the_loader(hub, tmp_path
 
 
 def test_an_lm_header_nested_deep_is_no_traceback_in_the_list(tmp_path):
-    from engine.int4_copies import read_header
+    from engine.weights.int4_copies import read_header
     header = ('{"__metadata__": {"x": ' + deep_json(100_000) + "}}").encode()
     path = tmp_path / "model.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from engine.audio_files import read_audio, split_frames
 from engine.families.moshi.diffuplex.wake import planned_key, wake_keys
 from engine.families.moshi.frame import FRAME_KEYS, PLAY_KEY
-from engine.model_loading import load_model
+from engine.files.audio import read_audio, split_frames
+from engine.files.paths import SPEECH_SAMPLE
+from engine.loading.models import load_model
 from engine.options import RuntimeOptions
-from engine.paths import SPEECH_SAMPLE
 from engine.persona import Persona
 from engine.runtime.stages import StageRunner
 from engine.session import DuplexSession

@@ -10,7 +10,7 @@ from pathlib import Path
 import soundfile as sf
 
 from engine.families.moshi.lm.personaplex import DEFAULT_ROLE
-from engine.paths import SPEECH_SAMPLE
+from engine.files.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

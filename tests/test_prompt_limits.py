@@ -15,7 +15,7 @@ from app.model_loader import LoadedModel, LoaderSignals, ModelLoader
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.personaplex import load_voice
 from engine.families.moshi.model import read_lm_checkpoint
-from engine.paths import SPEECH_SAMPLE
+from engine.files.paths import SPEECH_SAMPLE
 from tests.app_helpers import keep_torch_threads  # noqa: F401  (fixture)
 from tests.hostile_files import demo_copy
 from tests.installed_cli import duplexcadence, one_line, speech_clip
@@ -58,7 +58,7 @@ def test_a_100_kb_role_is_refused_naming_the_limit(model_dir, tmp_path):
 
 
 def test_the_limit_is_half_the_context_frame_for_frame(model_dir):
-    from engine.model_loading import check_persona
+    from engine.loading.models import check_persona
     check_persona(model_dir, "FITS", "")  # 1488 + 12 silence = 1500
     with pytest.raises(ValueError, match=r"voice prompt OVER \(1489 frames\).* take 1501 frames.* at most 1500"):
         check_persona(model_dir, "OVER", "")

@@ -11,11 +11,11 @@ from torch.nn import functional as F
 from engine.families.moshi.diffuplex.predictor import new_predictor
 from engine.families.moshi.lm import load_lm
 from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.kernels.operands import Norm
 from engine.ops.linear import matmul
 from engine.ops.norm import rms_norm
 from engine.ops.rope import apply_rope, coefficient, tables
-from engine.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.state import FullStore
 from engine.transformer import StepPositions
 from tests.kernel_weights import random_weight

@@ -10,7 +10,7 @@ was read. A small-context copy of the demo model makes every KV ring wrap in the
 import numpy as np
 import pytest
 
-from engine.model_loading import load_model
+from engine.loading.models import load_model
 from engine.options import RuntimeOptions
 from engine.persona import Persona
 from engine.session import DuplexSession

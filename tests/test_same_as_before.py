@@ -16,8 +16,8 @@ import pytest
 from safetensors import safe_open
 
 from engine import RuntimeOptions, load_model
-from engine.int4_copies import SourceFile, copy_path
-from engine.paths import DEMO_MODEL_DIR
+from engine.files.paths import DEMO_MODEL_DIR
+from engine.weights.int4_copies import SourceFile, copy_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packaging"))
 import make_demo_golden as recorder  # noqa: E402  (the recording script's own steps)

@@ -8,7 +8,7 @@ import soundfile as sf
 
 from app.cli import main
 from engine import RuntimeOptions, list_models, load_model, plan_memory
-from engine.frame import FRAME_SIZE, SAMPLE_RATE
+from engine.period import FRAME_SIZE, SAMPLE_RATE
 from engine.session import DuplexSession
 from tests import second_family
 from tests.second_family.checkpoint import CONFIG

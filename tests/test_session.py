@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from engine.model_loading import load_model
+from engine.loading.models import load_model
 from engine.options import RuntimeOptions
 from engine.persona import Persona
 from engine.runtime.timing import SpeakMeter

@@ -102,7 +102,7 @@ def test_the_demo_seanet_streams_as_the_torch_formula(device, fp32, monkeypatch)
     On CUDA the torch side's convolutions are cuDNN's, in full fp32 here (TF32 off) as the
     kernel's are."""
     from engine.families.moshi.mimi import load_mimi
-    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+    from engine.files.paths import DEMO_MODEL_DIR, MIMI_NAME
 
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
 
@@ -162,7 +162,7 @@ def test_the_convolutions_bench_finds_every_streaming_convolution_of_a_frame():
     codec here, on the CPU)."""
     from bench.seanet_convs import _layers
     from engine.families.moshi.mimi import load_mimi
-    from engine.paths import DEMO_MODEL_DIR, MIMI_NAME
+    from engine.files.paths import DEMO_MODEL_DIR, MIMI_NAME
 
     mimi = load_mimi(DEMO_MODEL_DIR / MIMI_NAME)
     calls = _layers(mimi, "cpu")

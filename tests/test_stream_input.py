@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from engine.audio_files import STREAMED_FORMATS, AudioInput
 from engine.errors import AudioInputError
+from engine.files.audio import STREAMED_FORMATS, AudioInput
 from tests.installed_cli import COMMAND, duplexcadence, one_line, speech_clip
 
 

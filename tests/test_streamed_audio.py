@@ -12,8 +12,8 @@ import soxr
 import torch
 
 from app.cli import main
-from engine.audio_files import BLOCK_FRAMES, AudioInput, AudioOutput, output_format
-from engine.paths import SPEECH_SAMPLE
+from engine.files.audio import BLOCK_FRAMES, AudioInput, AudioOutput, output_format
+from engine.files.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def test_streamed_input_is_bit_identical_to_the_whole_file(tmp_path, rate, chann
 
 
 def test_offline_writes_bit_for_bit_what_whole_files_gave(tmp_path):
-    from engine.model_loading import load_model
+    from engine.loading.models import load_model
     from engine.options import RuntimeOptions
     from engine.session import DuplexSession
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from moshi.modules.transformer import StreamingTransformer as RefTransformer
 
-from engine.checkpoint import official_layout
+from engine.loading.safetensors_files import official_layout
 from engine.state import FullStore
 from engine.transformer import StreamingTransformer, TransformerConfig
 

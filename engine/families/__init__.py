@@ -34,7 +34,7 @@ class Family:
     """(model, generator, options, persona, predictor path or None) -> a new conversation
     (engine.families.protocol.FamilyConversation): its class, or a function making one."""
     plan_memory: Callable[..., Any]
-    """(folder, repository name or None, weights or None, device) -> engine.memory_plan.MemoryPlan,
+    """(folder, repository name or None, weights or None, device) -> engine.loading.memory_plan.MemoryPlan,
     reading only the checkpoint's headers."""
     check_persona: Callable[..., None]
     """(folder, repository name or None, voice or None, role text): ValueError or

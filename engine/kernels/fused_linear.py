@@ -26,7 +26,7 @@ The tile sizes are a function of the static shape only (`_config`), so a product
 the same order eagerly and graph-replayed: the toggles never change a bit.
 
 Weights are bf16/fp32, int8 (one scale per row, applied to the row's fp32 sum) or int4
-(engine.quant4, read as 32-bit words of eight inputs and unpacked in registers; a group's fp32
+(engine.weights.int4, read as 32-bit words of eight inputs and unpacked in registers; a group's fp32
 sum times its scale: engine.ops.linear.matmul's values, its sums rounded in another order).
 The K loop itself is in gemv_dots.py.
 """

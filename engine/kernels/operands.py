@@ -10,7 +10,7 @@ LEVELS = 127.0
 
 
 class Int8Weight(NamedTuple):
-    """A linear weight in the q8 layout (engine.quant): one scale per output row."""
+    """A linear weight in the q8 layout (engine.weights.int8): one scale per output row."""
     q: torch.Tensor  # int8 [N, K]
     scb: torch.Tensor  # float32 [N]: each row's absolute maximum
 
@@ -24,13 +24,13 @@ class Int8Weight(NamedTuple):
 
 
 GROUP_SIZE = 64
-"""Inputs per scale of an int4 weight (engine.quant4)."""
+"""Inputs per scale of an int4 weight (engine.weights.int4)."""
 INT4_SCALE = "_int4_scale"
-"""Suffix of an int4 parameter's group scales, beside the packed parameter (engine.quant4)."""
+"""Suffix of an int4 parameter's group scales, beside the packed parameter (engine.weights.int4)."""
 
 
 class Int4Weight(NamedTuple):
-    """A linear weight in our int4 layout (engine.quant4): weight k of row n is
+    """A linear weight in our int4 layout (engine.weights.int4): weight k of row n is
     (nibble k of row n - 8) * scale[n, k // group], the even k in a byte's low nibble."""
     q: torch.Tensor  # uint8 [N, K/2]
     scale: torch.Tensor  # bfloat16 [N, ceil(K / group)]
@@ -55,11 +55,11 @@ class Norm(NamedTuple):
 
 
 INT8_ROW_SCALE = "_int8_scale"
-"""Suffix of an int8 embedding table's row scales, beside the table (engine.quant4)."""
+"""Suffix of an int8 embedding table's row scales, beside the table (engine.weights.int4)."""
 
 
 class Int8Rows(NamedTuple):
-    """An embedding table in int8 (engine.quant4's int4 layout): row v is q[v] * scale[v],
+    """An embedding table in int8 (engine.weights.int4's int4 layout): row v is q[v] * scale[v],
     computed in fp32 and rounded once to the activation dtype."""
     q: torch.Tensor  # int8 [V, D]
     scale: torch.Tensor  # float32 [V]: each row's absolute maximum / 127

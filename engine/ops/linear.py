@@ -1,5 +1,5 @@
 """Products of activations with linear weights, bf16/fp32 tensors, int8 (an Int8Weight in
-the q8 layout, engine.quant) or int4 (an Int4Weight, engine.quant4): torch's product, or for a
+the q8 layout, engine.weights.int8) or int4 (an Int4Weight, engine.weights.int4): torch's product, or for a
 few rows on CUDA the fused kernels (engine.kernels.fused_linear for one row, rows_linear for more).
 """
 from __future__ import annotations

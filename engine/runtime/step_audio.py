@@ -1,5 +1,5 @@
 """The session's audio to and from a family's own. The app and `offline` exchange audio with
-the session at SAMPLE_RATE in periods of FRAME_SIZE samples (engine.frame); a family hears at
+the session at SAMPLE_RATE in periods of FRAME_SIZE samples (engine.period); a family hears at
 its input rate in steps of its own length and speaks at its output rate, any amount a step
 (none on some steps, more than a step's worth on others). Microphone audio is made finite,
 converted and buffered to the step in the memory the device reads; the family's speech is
@@ -11,8 +11,8 @@ import numpy as np
 import soxr
 import torch
 
-from ..finite import finite_into
-from ..frame import FRAME_SIZE, SAMPLE_RATE
+from ..files.finite import finite_into
+from ..period import FRAME_SIZE, SAMPLE_RATE
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 
@@ -46,7 +46,7 @@ class StepAudio:
 
     def take(self, pcm: np.ndarray) -> int:
         """A period of microphone audio; returns how many of its samples were not finite
-        (replaced: engine.finite). Call only while no step reads the step buffer."""
+        (replaced: engine.files.finite). Call only while no step reads the step buffer."""
         fits = self._filled + FRAME_SIZE <= self.step_samples
         if self._to_family is None and not len(self._waiting) and fits:
             end = self._filled + FRAME_SIZE

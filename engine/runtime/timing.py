@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from ..frame import FRAME_SIZE, SAMPLE_RATE
+from ..period import FRAME_SIZE, SAMPLE_RATE
 
 
 class FrameTimer:

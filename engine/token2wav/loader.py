@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import check_layout, load_into
 from ..errors import CheckpointError
-from ..pt_files import load_pt
+from ..loading.pt_files import load_pt
+from ..loading.safetensors_files import check_layout, load_into
 from .config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
 from .flow import Flow, new_noise
 from .vocoder import CausalHiFTGenerator

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import read_safetensors
+from ..loading.safetensors_files import read_safetensors
 
 
 @dataclasses.dataclass(frozen=True)

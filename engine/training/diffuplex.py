@@ -28,16 +28,16 @@ import soundfile as sf
 import torch
 from torch.nn import functional as F
 
-from ..audio_files import read_audio, split_frames
 from ..errors import AudioInputError
 from ..families.moshi.diffuplex.predictor import Predictor, load_predictor, new_predictor, save_predictor
 from ..families.moshi.model import MoshiModel
-from ..frame import FRAME_SIZE, SAMPLE_RATE
+from ..files.audio import read_audio, split_frames
 from ..ops.linear import matmul
 from ..options import RuntimeOptions
-from ..quant import weight_of
+from ..period import FRAME_SIZE, SAMPLE_RATE
 from ..session import DuplexSession
 from ..state import FullStore
+from ..weights.int8 import weight_of
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif"}
 
@@ -191,7 +191,7 @@ def _checkpoint(predictor: Predictor, out: Path, settings: TrainSettings, data: 
                 value: float, seconds: float) -> None:
     """Written beside `out`, then moved over it with the user's usual file mode: a crash never
     leaves a half-written adapter, and another job writing `out` is refused."""
-    from ..output_files import OutputFiles  # here: this function is the module's only writer
+    from ..files.outputs import OutputFiles  # here: this function is the module's only writer
 
     training = {**dataclasses.asdict(settings), "steps_done": steps, "loss": value, "data": data.name,
                 "seconds": round(seconds, 1), "method": "self-distillation from greedy AR rollouts"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fnmatch import fnmatch
 
 # (source, relative to the repository root; folder inside the bundle). The bundle keeps the
-# checkout's layout (assets/ beside app/ and engine/), so engine/paths.py and
+# checkout's layout (assets/ beside app/ and engine/), so engine/files/paths.py and
 # app/project_info.py find these files the same way in both.
 BUNDLE_DATA = [
     ("assets/demo_model", "assets/demo_model"),  # the demo model, its DiffuPlex adapter and voices

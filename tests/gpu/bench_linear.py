@@ -7,7 +7,7 @@ best configuration's time and its effective bandwidth; writes everything as JSON
 
     python -m tests.gpu.bench_linear OUT.json          # bf16 / fp32 weights
     python -m tests.gpu.bench_linear OUT.json --int8   # the LM's shapes with int8 weights
-    python -m tests.gpu.bench_linear OUT.json --int4   # and with int4 weights (engine.quant4)
+    python -m tests.gpu.bench_linear OUT.json --int4   # and with int4 weights (engine.weights.int4)
 """
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def _time(fn, weights, x) -> float:
 
 def _weights(N: int, K: int, dtype: torch.dtype, kind: str, copies: int) -> list:
     from engine.kernels.operands import Int8Weight
-    from engine.quant import quantize_rows
-    from engine.quant4 import quantize_groups
+    from engine.weights.int4 import quantize_groups
+    from engine.weights.int8 import quantize_rows
 
     if kind == "int4":
         return [quantize_groups(torch.randn(N, K, device="cuda")) for _ in range(copies)]
@@ -80,8 +80,8 @@ def _weights(N: int, K: int, dtype: torch.dtype, kind: str, copies: int) -> list
 
 def _dense(w) -> torch.Tensor:
     from engine.kernels.operands import Int4Weight, Int8Weight
-    from engine.quant import dequantize
-    from engine.quant4 import dequantize4
+    from engine.weights.int4 import dequantize4
+    from engine.weights.int8 import dequantize
 
     return dequantize4(w) if isinstance(w, Int4Weight) else dequantize(w) if isinstance(w, Int8Weight) else w
 

@@ -5,8 +5,8 @@ benchmark reports the same figures at full size."""
 import pytest
 
 from bench.fidelity import measure
-from engine.paths import DEMO_MODEL_DIR
-from engine.q8_export import export_q8
+from engine.files.paths import DEMO_MODEL_DIR
+from engine.weights.export import export_q8
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("moshi")

@@ -74,9 +74,9 @@ def _streamed(transformer, xs, fused: bool):
 @pytest.mark.parametrize("kind,T", [("temporal", 1), ("temporal", 2), ("depformer", 1), ("mimi", 2)])
 def test_fused_layers_match_the_torch_formulas(kind, T, dtype, prologue, weights, monkeypatch):
     from engine.kernels import fused_linear
-    from engine.quant import int8_layout, quantize_checkpoint
-    from engine.quant4 import int4_layout, quantize_checkpoint4
     from engine.transformer import StreamingTransformer
+    from engine.weights.int4 import int4_layout, quantize_checkpoint4
+    from engine.weights.int8 import int8_layout, quantize_checkpoint
 
     if weights != "float" and kind == "mimi":
         pytest.skip("Mimi's transformer stays in float (only the LM's linears are quantized)")

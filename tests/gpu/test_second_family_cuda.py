@@ -5,7 +5,7 @@ steps)."""
 import numpy as np
 import pytest
 
-from engine.model_loading import load_model
+from engine.loading.models import load_model
 from engine.options import RuntimeOptions
 from engine.session import DuplexSession
 from tests import second_family

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.families.moshi.frame import FRAME_KEYS, is_prompt_key
-from engine.model_loading import load_model
+from engine.loading.models import load_model
 from engine.options import RuntimeOptions
 from engine.persona import Persona
 from engine.session import DuplexSession
@@ -94,7 +94,7 @@ def test_sampling_changes_take_effect_once_their_graphs_are_recorded(model, audi
 def test_codec_replay_and_demand_sized_state_bit_identical(audio):
     from engine.families.moshi.codec_session import CodecSession
     from engine.families.moshi.mimi import load_mimi
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
 
     mimi = load_mimi(DEMO_MODEL_DIR, device="cuda")
     plain, fast = CodecSession(mimi, RuntimeOptions(**PLAIN)), CodecSession(mimi)
@@ -110,7 +110,7 @@ def test_diffuplex_on_cuda(model, audio, baseline):
     stable addresses), AR stays bit-identical to the plain session, graphs and all; SPEAK with
     every prediction accepted plays predicted frames and keeps the state where it was."""
     from engine.families.moshi.model import PREDICTOR_NAME
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
 
     predictor = DEMO_MODEL_DIR / PREDICTOR_NAME
     session = DuplexSession(model, RuntimeOptions(seed=9), PERSONA, predictor=predictor)
@@ -133,7 +133,7 @@ def test_diffuplex_toggles_bit_identical(model, audio, policy, verify):
     The loop copies a wake's tokens before its decode graph replays: without that copy the
     decode graph, captured earlier, overwrites them (shared memory pool)."""
     from engine.families.moshi.model import PREDICTOR_NAME
-    from engine.paths import DEMO_MODEL_DIR
+    from engine.files.paths import DEMO_MODEL_DIR
 
     def conversation(**toggles):
         options = RuntimeOptions(seed=9, policy=policy, tau=0.0, verify=verify, **toggles)
@@ -173,7 +173,7 @@ def test_a_prepared_session_starts_captured_and_gives_the_same_output(model, aud
 def moshi_model(tmp_path_factory):
     """A small Moshi-variant checkpoint (no prompts: a conversation begins with start-up
     frames, which have no output while the delay lines fill)."""
-    from engine.paths import LM_NAME, TOKENIZER_NAME
+    from engine.files.paths import LM_NAME, TOKENIZER_NAME
     from tests import mimi_reference
     from tests.lm_reference import make_reference_lm, save_official, small_lm_kwargs, write_tokenizer
     directory = tmp_path_factory.mktemp("moshi_small")

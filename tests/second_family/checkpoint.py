@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.config.checks import read_json
 from engine.errors import CheckpointError
-from engine.memory_plan import MemoryPlan
+from engine.loading.memory_plan import MemoryPlan
 from engine.state import Region
 
 MODEL_TYPE = "second-test"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...finite import finite_pcm
+from ...files.finite import finite_pcm
 from ...options import RuntimeOptions
 from ...runtime.stages import StageRunner
 from ...runtime.waiting import wait_for
@@ -23,7 +23,7 @@ class CodecSession:
         self.runner = StageRunner(new_store(mimi.regions(), mimi.device, options), mimi.device, None, options)
         self._stages = MimiStages(self.runner, mimi)
         self._pcm_out = torch.empty(mimi.frame_size, dtype=torch.float32, pin_memory=mimi.device.type == "cuda")
-        self.nonfinite_samples = 0  # replaced as a conversation's are (engine/finite.py)
+        self.nonfinite_samples = 0  # replaced as a conversation's are (engine/files/finite.py)
 
     @torch.no_grad()
     def roundtrip(self, pcm: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
+from ...files.paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
 
 OPTIONAL_FILES = ("voices.tgz", PREDICTOR_NAME, "mimi_config.json")
 """Downloaded when a repository has them: PersonaPlex's voice prompts, a DiffuPlex predictor

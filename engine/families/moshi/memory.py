@@ -1,17 +1,17 @@
 """What a Moshi-family model and its conversation need of a device's memory: the LM as it will
 be loaded plus the Mimi codec (float32, as on disk), and the LM's streaming state for its
 whole context. On the H200 a moshiko frame's peak beyond weights and state is under 0.2 GiB of
-torch's allocations, inside the allowance engine.memory_plan makes for working memory."""
+torch's allocations, inside the allowance engine.loading.memory_plan makes for working memory."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from ...memory_plan import MemoryPlan
-from ...paths import MIMI_NAME, file_in
-from ...quant import int8_layout, is_q8
-from ...quant4 import int4_layout, is_int4
+from ...files.paths import MIMI_NAME, file_in
+from ...loading.memory_plan import MemoryPlan
+from ...weights.int4 import int4_layout, is_int4
+from ...weights.int8 import int8_layout, is_q8
 from .lm.config import LMConfig
 from .lm.moshi_lm import MoshiLM
 from .model import read_lm_checkpoint

@@ -11,14 +11,14 @@ from pathlib import Path
 import sentencepiece
 import torch
 
-from ... import hub
-from ...checkpoint import read_safetensors, read_safetensors_layout
 from ...config.checks import read_json
 from ...errors import CheckpointError
-from ...int4_kept import load_kept_int4
-from ...paths import MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
-from ...quant4 import is_int4
+from ...files.paths import MIMI_NAME, PREDICTOR_NAME, TOKENIZER_NAME, file_in
+from ...loading import locate
+from ...loading.safetensors_files import read_safetensors, read_safetensors_layout
 from ...state import Region
+from ...weights.int4 import is_int4
+from ...weights.int4_kept import load_kept_int4
 from .lm.config import CONFIGS, LMConfig, from_lm_kwargs
 from .lm.loader import build_lm
 from .lm.moshi_lm import MoshiLM
@@ -127,10 +127,10 @@ def read_lm_checkpoint(path_or_name: str | Path, download: bool = False, layout_
                        repo: str | None = None) -> LMCheckpoint:
     """`layout_only`: the tensors as meta tensors (keys, shapes, dtypes), reading only the header.
     `repo`: the repository name of a folder already resolved."""
-    root, found = hub.resolve(path_or_name, download=download)
+    root, found = locate.resolve(path_or_name, download=download)
     repo = repo or found
     meta = _read_config(root)
-    lm_path = hub.lm_file(root, meta)
+    lm_path = locate.lm_file(root, meta)
     tensors = read_safetensors_layout(lm_path) if layout_only else read_safetensors(lm_path)
     name = _model_name(meta, root, repo)
     return LMCheckpoint(root, meta, lm_path, name, lm_config(meta, root, name, repo, tensors, lm_path), tensors)
@@ -145,12 +145,12 @@ def claims(root: Path, meta: dict) -> bool:
 
 def load(root: Path, repo: str | None, device: torch.device, dtype: torch.dtype | None = None,
          weights: str | None = None) -> MoshiModel:
-    """The model in `root` (engine.model_loading.load_model says what it takes).
+    """The model in `root` (engine.loading.models.load_model says what it takes).
 
     dtype applies to the LM's activations and float weights (default: bfloat16 on CUDA,
     float32 elsewhere); `weights` "int8" loads the LM's linear weights in int8 (an official q8
     file as it is, a float checkpoint quantized per row on load), "int4" in our int4 layout (a
-    file in it as it is; a float or q8 one quantized once and kept, engine.int4_kept), "bf16" in
+    file in it as it is; a float or q8 one quantized once and kept, engine.weights.int4_kept), "bf16" in
     dtype, None as the file holds them. Mimi runs in float32 as in the reference. Any problem raises
     CheckpointError naming the file."""
     ckpt = read_lm_checkpoint(root, repo=repo)
@@ -160,7 +160,7 @@ def load(root: Path, repo: str | None, device: torch.device, dtype: torch.dtype 
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     notice = ""
     if weights == "int4" and not is_int4(ckpt.tensors):
-        # Quantized once and kept (engine.int4_kept), not on every load.
+        # Quantized once and kept (engine.weights.int4_kept), not on every load.
         lm, notice = load_kept_int4(cfg, ckpt.tensors, lm_path, device, dtype)
     else:
         lm = build_lm(cfg, ckpt.tensors, lm_path, device, dtype, weights)
@@ -209,7 +209,7 @@ def mimi_file(path_or_name: str | Path) -> Path:
     """The Mimi checkpoint of a model (anything `load_model` takes), or a Mimi file itself."""
     if Path(path_or_name).is_file():
         return Path(path_or_name)
-    root, _ = hub.resolve(path_or_name)
+    root, _ = locate.resolve(path_or_name)
     return file_in(root, _read_config(root).get("mimi_name", MIMI_NAME), f"{root}/config.json", key="mimi_name")
 
 
@@ -242,8 +242,8 @@ def lm_config(meta: dict, root: Path, name: str, repo: str | None, tensors: Iter
     steps = sum(1 for k in tensors if k.startswith("linears.") and k.endswith(".weight"))
     if "dim" in meta:
         cfg = from_lm_kwargs(meta, str(root / "config.json"), name)
-    elif repo in hub.KNOWN_REPOS:
-        cfg = CONFIGS[hub.KNOWN_REPOS[repo]]
+    elif repo in locate.KNOWN_REPOS:
+        cfg = CONFIGS[locate.KNOWN_REPOS[repo]]
     else:
         cfg = CONFIGS["personaplex" if steps == 16 else "moshiko"]
     if steps and steps != cfg.dep_q:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....frame import FRAME_RATE
+from ....period import FRAME_RATE
 
 REFUSALS = {
     "below_tau": "the prediction's confidence was below τ",

@@ -13,7 +13,7 @@ from typing import Any
 from ....config.checks import bounded_float, bounded_int, is_int, shown
 from ....config.transformer import TransformerConfig
 from ....errors import CheckpointError
-from ....paths import file_in
+from ....files.paths import file_in
 
 # Metadata keys of config.json that name files or describe the checkpoint, not the network.
 METADATA_KEYS = ("moshi_name", "mimi_name", "tokenizer_name", "mimi_config_name", "model_type",

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import torch
 
-from ....checkpoint import check_layout, load_into, read_safetensors
 from ....errors import CheckpointError
+from ....files.paths import LM_NAME, LM_Q8_NAME
+from ....loading.safetensors_files import check_layout, load_into, read_safetensors
 from ....options import WEIGHTS
-from ....paths import LM_NAME, LM_Q8_NAME
-from ....quant import int8_layout, is_q8, quantize_checkpoint
-from ....quant4 import int4_layout, is_int4, is_table, layout_problem, quantize_checkpoint4, read_metadata
+from ....weights.int4 import int4_layout, is_int4, is_table, layout_problem, quantize_checkpoint4, read_metadata
+from ....weights.int8 import int8_layout, is_q8, quantize_checkpoint
 from .config import LMConfig
 from .moshi_lm import MoshiLM
 
@@ -28,7 +28,7 @@ def build_lm(cfg: LMConfig, tensors: dict, path: Path, device: torch.device, dty
              weights: str | None = None) -> MoshiLM:
     """`weights`: "bf16" (the file's float weights, in `dtype`), "int8" (the q8 layout: read
     as it is, or quantized per row here from a float checkpoint), "int4" (our int4 layout,
-    engine.quant4: read as it is, or quantized here from a float or q8 checkpoint), None: as
+    engine.weights.int4: read as it is, or quantized here from a float or q8 checkpoint), None: as
     the file holds them."""
     q8, q4 = is_q8(tensors), is_int4(tensors)
     choice = weights_choice(path)

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from ....ops.linear import linear, linear_embed, summed_embeddings
-from ....quant import weight_of
-from ....quant4 import table_of
 from ....state import Region, Store
 from ....transformer import Adapter, RMSNormF32, StreamingTransformer
+from ....weights.int4 import table_of
+from ....weights.int8 import weight_of
 from .config import LMConfig
 from .delays import DelayLines
 
@@ -50,7 +50,7 @@ class MoshiLM(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The activations' dtype: the norms' (the tables may be int8, engine.quant4)."""
+        """The activations' dtype: the norms' (the tables may be int8, engine.weights.int4)."""
         return self.out_norm.alpha.dtype
 
     def regions(self, wake: int = 1) -> list[Region]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ....errors import CheckpointError
-from ....pt_files import load_pt
+from ....loading.pt_files import load_pt
 from .config import LMConfig
 
 UNGENERATED = -2

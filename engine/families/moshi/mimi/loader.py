@@ -5,9 +5,9 @@ from pathlib import Path
 
 import torch
 
-from ....checkpoint import check_layout, load_into, read_safetensors
 from ....errors import CheckpointError
-from ....paths import MIMI_NAME as CHECKPOINT_NAME
+from ....files.paths import MIMI_NAME as CHECKPOINT_NAME
+from ....loading.safetensors_files import check_layout, load_into, read_safetensors
 from .codec import Mimi
 from .config_json import load_config, official_config
 

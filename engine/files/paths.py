@@ -4,7 +4,7 @@ import os
 import sys
 from pathlib import Path, PureWindowsPath
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 DEMO_MODEL_DIR = ASSETS_DIR / "demo_model"
 SPEECH_SAMPLE = ASSETS_DIR / "speech_sample.wav"
 
@@ -37,7 +37,7 @@ def file_in(folder: Path, name: object, source: str, key: str | None = None) -> 
 
     The check is on the name, not on where a link leads: a Hugging Face snapshot's files are
     links into the cache's blob folder beside it, and a link the user made is the user's."""
-    from .errors import CheckpointError
+    from ..errors import CheckpointError
     what = f"{key} = {name!r}" if key else repr(name)
     if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
         raise CheckpointError(f"{source}: {what} is not a file name")

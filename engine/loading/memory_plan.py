@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from .errors import DeviceMemoryError
+from ..errors import DeviceMemoryError
 
 if TYPE_CHECKING:
     pass

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config.checks import MAX_CONFIG_BYTES, read_json
-from ..errors import CheckpointError, HubError
+from ...config.checks import MAX_CONFIG_BYTES, read_json
+from ...errors import CheckpointError, HubError
 from .cache_layout import downloaded_for, record_downloaded_for, remove_incomplete, repo_folder
 from .catalogue import needed_files
 from .hub_failures import describe_failure

@@ -10,8 +10,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import HubError
-from ..int4_copies import kept_copies, remove_copies
+from ...errors import HubError
+from ...weights.int4_copies import kept_copies, remove_copies
 from .cache_layout import being_written, downloaded_for, incomplete_blobs, record_downloaded_for, repo_folder
 from .catalogue import KNOWN
 

@@ -2,7 +2,7 @@
 found in the local Hugging Face cache, or "demo" (the bundled untrained model).
 
 Nothing is downloaded unless the caller asks (`download=True`; the app and `duplexcadence
-download` go through engine.library, with progress). A snapshot counts as a model only when
+download` go through engine.loading.library, with progress). A snapshot counts as a model only when
 it holds every file the loader needs: a download stopped half-way is not one.
 """
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
+from ..files.paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, file_in
 from .library.catalogue import KNOWN_MODELS
 from .library.local import missing_files
-from .paths import DEMO_MODEL_DIR, LM_NAME, LM_Q8_NAME, file_in
 
 # Repositories we know the configuration of (used when a checkpoint has no config.json).
 KNOWN_REPOS = {model.repo: model.preset for model in KNOWN_MODELS}

@@ -1,5 +1,5 @@
 """Loading a model of any family: the place it is named by (a folder, a Hugging Face cache
-snapshot or repository, "demo": engine.hub) resolved to a folder, the family that claims the
+snapshot or repository, "demo": engine.loading.locate) resolved to a folder, the family that claims the
 folder found (engine.families), and that family asked to plan, check or load it."""
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import torch
 
-from . import hub
-from .config.checks import read_json
-from .families import Family, family_of
-from .families.protocol import DuplexModel
+from ..config.checks import read_json
+from ..families import Family, family_of
+from ..families.protocol import DuplexModel
+from . import locate
 from .memory_plan import MemoryPlan
 
 
 def _family(path_or_name: str | Path, download: bool = False) -> tuple[Family, Path, str | None]:
-    root, repo = hub.resolve(path_or_name, download=download)
+    root, repo = locate.resolve(path_or_name, download=download)
     config = root / "config.json"
     return family_of(root, read_json(config) if config.exists() else {}), root, repo
 

@@ -8,10 +8,10 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import hub
-from ..errors import CheckpointError, HubError
-from ..int4_copies import KeptCopy, copies_folder, copies_of, read_header
-from ..paths import DEMO_MODEL_DIR
+from ...errors import CheckpointError, HubError
+from ...files.paths import DEMO_MODEL_DIR
+from ...weights.int4_copies import KeptCopy, copies_folder, copies_of, read_header
+from .. import locate
 from .catalogue import KNOWN, KNOWN_MODELS
 from .hub_client import HubClient, RemoteModel
 from .local import cached_models, local_config, missing_files
@@ -24,7 +24,7 @@ READY, PARTIAL, REMOTE = "ready", "partly downloaded", "not downloaded"
 
 
 def int4_kept_text() -> str:
-    """What an int4 choice does with files that are not int4 (engine.int4_kept)."""
+    """What an int4 choice does with files that are not int4 (engine.weights.int4_kept)."""
     return f"they are quantized to int4 once, on the first int4 load, and the int4 copy kept in {copies_folder()}"
 
 
@@ -44,7 +44,7 @@ class ModelEntry:
     """What its LM file holds (its header says): "bf16" (or another float dtype), "int8" (q8)
     or "int4"; "" when not on this machine."""
     int4_copies: tuple[KeptCopy, ...] = ()
-    """The int4 copies kept of its LM file (engine.int4_copies), once an int4 load made one (a
+    """The int4 copies kept of its LM file (engine.weights.int4_copies), once an int4 load made one (a
     copy per kind of device it loaded on)."""
 
     @property
@@ -88,7 +88,7 @@ def _hub_entry(repo: str, about: str, cached, gated: bool) -> ModelEntry:
 def _weights_on_disk(folder: Path) -> dict:
     """What a complete model's LM file holds and the int4 copy kept of it, as ModelEntry's fields."""
     try:
-        lm = hub.lm_file(folder, local_config(folder))
+        lm = locate.lm_file(folder, local_config(folder))
     except CheckpointError:  # a config.json naming a file out of the folder: no model, said on loading
         return {}
     weights = _held(lm)
@@ -130,7 +130,7 @@ class DownloadPlan:
     to_download: int
     """Bytes not in the cache yet."""
     memory: object | None
-    """engine.memory_plan.MemoryPlan, or None when the model's shape cannot be known before
+    """engine.loading.memory_plan.MemoryPlan, or None when the model's shape cannot be known before
     downloading (a gated repository without access)."""
 
 
@@ -162,9 +162,9 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
 
 
 def _memory(client: HubClient, remote: RemoteModel, weights: str, device):
-    from ..families.moshi.memory import plan_for_config
-    from ..families.moshi.model import lm_config
-    from ..paths import MIMI_NAME
+    from ...families.moshi.memory import plan_for_config
+    from ...families.moshi.model import lm_config
+    from ...files.paths import MIMI_NAME
     config, lm = remote.config or {}, max(remote.files, key=remote.files.get)
     names: list[str] | None = []
     if "dim" not in config and remote.repo not in KNOWN:

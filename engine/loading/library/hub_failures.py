@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 
-from ..output_files import device_of
+from ...files.outputs import device_of
 from .catalogue import close_names
 
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}

@@ -1,9 +1,9 @@
 """Int4 weights quantized once and kept: an int4 load of a bf16 or q8 LM file reads the kept
-copy of it (engine.int4_copies), or makes one with exactly the quantization a load would do
-(engine.quant4's own functions) and then reads it. Where a copy cannot be kept (too little
+copy of it (engine.weights.int4_copies), or makes one with exactly the quantization a load would do
+(engine.weights.int4's own functions) and then reads it. Where a copy cannot be kept (too little
 free space, a folder that cannot be written), the LM is quantized in memory as before, with
 a one-line warning for the log and the user. Every tensor of a copy is compared with the
-checksum written with it as it is read (engine.tensor_checksums); a damaged copy is made
+checksum written with it as it is read (engine.weights.checksums); a damaged copy is made
 again, and the load's notice says so."""
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from . import checkpoint
-from .checkpoint import check_layout, read_safetensors
-from .errors import CheckpointError
-from .families.moshi.lm.config import LMConfig
-from .families.moshi.lm.loader import build_lm, weights_choice
-from .families.moshi.lm.moshi_lm import MoshiLM
+from ..errors import CheckpointError
+from ..families.moshi.lm.config import LMConfig
+from ..families.moshi.lm.loader import build_lm, weights_choice
+from ..families.moshi.lm.moshi_lm import MoshiLM
+from ..loading import safetensors_files
+from ..loading.library.progress import size_text
+from ..loading.safetensors_files import check_layout, read_safetensors
+from .checksums import mismatch, recorded, to_metadata
+from .int4 import SCALE, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
 from .int4_copies import COPY_FORMAT, SourceFile, copy_path, is_current, part_path, read_header, remove_leftovers
-from .library.progress import size_text
-from .quant4 import SCALE, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
-from .tensor_checksums import mismatch, recorded, to_metadata
 
 log = logging.getLogger(__name__)
 RESERVE_BYTES = 500 * 10**6
@@ -204,7 +204,7 @@ def _quantize(tensors: dict, names: list[str], device: torch.device, label: str)
     """quantize_checkpoint4 a parameter at a time (it quantizes each one alone: the result is
     the same), reporting the checkpoint's bytes done through the load's progress
     (engine.reporting_progress)."""
-    report = checkpoint.progress_callback()
+    report = safetensors_files.progress_callback()
     label = f"{label} → int4 (once, then kept)"
     sizes = [tensors[n].nbytes if n in tensors else 0 for n in names]
     done = 0

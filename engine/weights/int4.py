@@ -3,7 +3,7 @@ holds them, and quantizing a float or q8 checkpoint into it.
 
 The format (`model.int4.safetensors`, metadata `{"format": "duplexcadence-int4",
 "group_size": "64", "embeddings": "int8", "quantizer": "1"}`): every linear weight `P` [N, K] of the LM (what
-engine.quant's `linear_weight_names` names, as int8 quantizes) is stored as
+engine.weights.int8's `linear_weight_names` names, as int8 quantizes) is stored as
 
 - `P`: uint8 [N, K/2], two weights a byte: weight k = 2j in the low nibble of byte j, weight
   2j + 1 in the high nibble, each as q + 8 (q in [-8, 7]);
@@ -42,10 +42,10 @@ import re
 import torch
 from torch import nn
 
-from .kernels.operands import GROUP_SIZE, INT4_SCALE, INT8_ROW_SCALE, Int4Weight, Int8Rows
-from .ops.linear import LEVELS, Table
-from .ops.linear import dequantized as dequantize4
-from .quant import SCB, Int8Weight, dequantize, linear_weight_names
+from ..kernels.operands import GROUP_SIZE, INT4_SCALE, INT8_ROW_SCALE, Int4Weight, Int8Rows
+from ..ops.linear import LEVELS, Table
+from ..ops.linear import dequantized as dequantize4
+from .int8 import SCB, Int8Weight, dequantize, linear_weight_names
 
 __all__ = ["FORMAT", "GROUP_SIZE", "LM_INT4_NAME", "ROW_SCALE", "SCALE", "Int4Weight", "Int8Rows", "dequantize4",
            "int4_layout", "int4_metadata", "is_int4", "is_table", "layout_problem", "pack", "quantize_checkpoint4",
@@ -60,7 +60,7 @@ EMBEDDINGS = "int8"
 """The metadata's "embeddings": the tables' layout (absent in files from before they were int8)."""
 QUANTIZER = "1"
 """The metadata's "quantizer": the rounding's version (SHRINK and the scale search), to be raised
-when it changes, so that a kept int4 copy (engine.int4_kept) is made again rather than reused."""
+when it changes, so that a kept int4 copy (engine.weights.int4_kept) is made again rather than reused."""
 _TABLE = re.compile(r"(emb|depformer_emb)\.\d+\.weight|(text_emb|depformer_text_emb)\.weight")
 """The LM's embedding tables by their official keys (engine.families.moshi.lm.moshi_lm's names): a checkpoint's
 keys say which of its tensors are tables with no module at hand (quantize_checkpoint4)."""
@@ -132,7 +132,7 @@ def table_of(module: nn.Embedding) -> Table:
 
 
 def int4_layout(module: nn.Module, group: int = GROUP_SIZE) -> list[str]:
-    """Replace, in place, every linear weight of `module` (engine.quant.linear_weight_names) by
+    """Replace, in place, every linear weight of `module` (engine.weights.int8.linear_weight_names) by
     a uint8 parameter [N, K/2] plus its bf16 `_int4_scale` parameter [N, ceil(K/group)], and
     every embedding table (`is_table`) by an int8 one plus its float32 `_int8_scale` [V].
     Returns the linear weights' names (the tables' keys are the ones `is_table` names)."""

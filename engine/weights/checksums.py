@@ -1,4 +1,4 @@
-"""Checksums of tensors' bytes, for the int4 copies we keep (engine.int4_kept): written with a
+"""Checksums of tensors' bytes, for the int4 copies we keep (engine.weights.int4_kept): written with a
 copy, compared when it is read, on the device its tensors land on.
 
 A tensor's bytes are read as 64-bit little-endian words w_0 … w_{L-1} (the last one padded

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 _REFUSED = "Weights only load failed"
 """How torch's weights-only unpickler begins its refusal (torch 2.4 to 2.13)."""

@@ -12,7 +12,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 _progress = threading.local()
 

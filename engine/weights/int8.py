@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .kernels.operands import INT4_SCALE
-from .ops.linear import LEVELS, Int4Weight, Int8Weight
+from ..kernels.operands import INT4_SCALE
+from ..ops.linear import LEVELS, Int4Weight, Int8Weight
 
 SCB = "_scb"
 """Suffix of a quantized parameter's per-row scale, as the official q8 files name it."""
@@ -41,7 +41,7 @@ def dequantize(w: Int8Weight) -> torch.Tensor:
 
 def weight_of(module: nn.Module, name: str = "weight") -> torch.Tensor | Int8Weight | Int4Weight:
     """A module's weight as the products take it: a tensor, an Int8Weight in the q8 layout, or
-    an Int4Weight in our int4 layout (engine.quant4)."""
+    an Int4Weight in our int4 layout (engine.weights.int4)."""
     w = getattr(module, name)
     if w.dtype == torch.uint8:
         return Int4Weight(w, getattr(module, name + INT4_SCALE))

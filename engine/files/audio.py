@@ -11,9 +11,9 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from .errors import AudioInputError, AudioOutputError
-from .frame import FRAME_SIZE, SAMPLE_RATE
-from .output_files import OutputFiles, real_file
+from ..errors import AudioInputError, AudioOutputError
+from ..period import FRAME_SIZE, SAMPLE_RATE
+from .outputs import OutputFiles, real_file
 
 MIN_RATE = 8000
 """Hz. Telephone speech, the lowest rate anyone records speech at; below it a header is

@@ -6,7 +6,7 @@ import dataclasses
 import difflib
 from pathlib import Path
 
-from ..families import family_of
+from ...families import family_of
 
 
 @dataclasses.dataclass(frozen=True)

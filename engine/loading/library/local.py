@@ -6,9 +6,9 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from ..config.checks import read_json
-from ..errors import CheckpointError
-from ..paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from ...config.checks import read_json
+from ...errors import CheckpointError
+from ...files.paths import LM_NAME, LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
 from .catalogue import KNOWN, needed_files
 
 log = logging.getLogger(__name__)

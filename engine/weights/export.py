@@ -1,7 +1,7 @@
 """Writing a float checkpoint's LM in the official q8 layout (`model.q8.safetensors`), beside
 copies of the rest of its files, so the result loads here and in the stock runtime as the
 official q8 checkpoints do; or a float or q8 one's in our int4 layout (`model.int4.safetensors`,
-engine.quant4), which loads here only."""
+engine.weights.int4), which loads here only."""
 from __future__ import annotations
 
 import json
@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .errors import CheckpointError
-from .families.moshi.lm.moshi_lm import MoshiLM
-from .families.moshi.model import read_lm_checkpoint
-from .output_files import OutputFiles
-from .paths import LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
-from .quant import int8_layout, is_q8, quantize_checkpoint
-from .quant4 import LM_INT4_NAME, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
+from ..errors import CheckpointError
+from ..families.moshi.lm.moshi_lm import MoshiLM
+from ..families.moshi.model import read_lm_checkpoint
+from ..files.outputs import OutputFiles
+from ..files.paths import LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME
+from .int4 import LM_INT4_NAME, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
+from .int8 import int8_layout, is_q8, quantize_checkpoint
 
 _COPIED = {"mimi_name": MIMI_NAME, "tokenizer_name": TOKENIZER_NAME}
 """config.json keys naming files to copy -> the file name where a config leaves them out."""
@@ -32,7 +32,7 @@ def export_q8(source: str | Path, output: str | Path, device: str | torch.device
 
 
 def export_int4(source: str | Path, output: str | Path, device: str | torch.device = "cpu") -> Path:
-    """Quantize `source`'s LM (float or q8) group-wise to int4 (engine.quant4, on `device`) and
+    """Quantize `source`'s LM (float or q8) group-wise to int4 (engine.weights.int4, on `device`) and
     write the checkpoint directory `output` as export_q8 does, the LM as model.int4.safetensors."""
     # Without the stock runtime's q8 switch ("quantize"): it reads no int4.
     return _export(source, output, device, "int4", is_int4, int4_layout, quantize_checkpoint4, torch.uint8,
@@ -83,6 +83,6 @@ def _write(ckpt, out: Path, lm_name: str, tensors: dict, meta: dict, metadata: d
 
 
 def _config_of(ckpt) -> dict:
-    from .families.moshi.lm.config import to_lm_kwargs
+    from ..families.moshi.lm.config import to_lm_kwargs
 
     return to_lm_kwargs(ckpt.cfg)

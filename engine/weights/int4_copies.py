@@ -1,5 +1,5 @@
 """The int4 copies we keep of LM files (each quantized once, on its first int4 load; made by
-engine.int4_kept): where they live, which source file each was made from, and removing them.
+engine.weights.int4_kept): where they live, which source file each was made from, and removing them.
 Torch-free: the model list reads it.
 
 One copy per source file and kind of device it was quantized on, in `user_cache_dir()/int4`,
@@ -7,7 +7,7 @@ named by the source's resolved path (a Hugging Face snapshot's file resolves to 
 named by its sha256) and the device type: a GPU's sums may round otherwise than the CPU's,
 and a copy holds what quantizing on load there gives. The copy's own safetensors metadata
 records the source's path, size and modification time, the device type, the int4 layout's
-metadata, its own format's version and each tensor's checksum (engine.tensor_checksums,
+metadata, its own format's version and each tensor's checksum (engine.weights.checksums,
 compared as it is read); a copy whose record does not match is stale and never read.
 A copy is written under a temporary name in the same folder and renamed into place, so the
 name of a copy never holds a half-written file."""
@@ -21,8 +21,8 @@ import re
 import time
 from pathlib import Path
 
-from .config.checks import parse_json
-from .paths import user_cache_dir
+from ..config.checks import parse_json
+from ..files.paths import user_cache_dir
 
 log = logging.getLogger(__name__)
 SUFFIX = ".int4.safetensors"
