@@ -36,7 +36,7 @@ def count(frames: int) -> dict[str, int]:
     """The ops of each piece in the last of `frames` frames of the bundled speech."""
     from engine import SPEECH_SAMPLE, DuplexSession, Persona, RuntimeOptions, load_model, read_audio, split_frames
     from engine.families.moshi.frame import MoshiFrame
-    from engine.families.moshi.lm.delays import DelayLines
+    from engine.families.moshi.lm.token_delays import DelayLines
 
     last: dict[str, int] = {}
 

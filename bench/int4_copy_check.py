@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from engine.families.moshi.lm.config import CONFIGS
+from engine.families.moshi.lm.lm_config import CONFIGS
 from engine.families.moshi.lm.moshi_lm import MoshiLM
 from engine.loading.safetensors_files import read_safetensors
 from engine.weights.checksums import checksums

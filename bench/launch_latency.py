@@ -52,7 +52,7 @@ def _part(work, replays: int) -> dict:
 
 def measure(replays: int) -> dict:
     from engine.families.moshi.mimi.codec import Mimi
-    from engine.families.moshi.mimi.config_json import official_config
+    from engine.families.moshi.mimi.mimi_config_json import official_config
     from engine.state import FullStore
 
     torch.manual_seed(0)

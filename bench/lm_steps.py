@@ -24,7 +24,7 @@ REPLAYS = 50
 
 
 def _model(name: str):
-    from engine.families.moshi.lm.config import CONFIGS
+    from engine.families.moshi.lm.lm_config import CONFIGS
     from engine.families.moshi.lm.moshi_lm import MoshiLM
 
     torch.manual_seed(0)
@@ -49,7 +49,7 @@ def _adapter(lm, future: int):
 
 
 def measure(name: str, context: int, top: int = 20, launches: bool = False, wake: int = 0) -> dict:
-    from engine.families.moshi.lm.sampling import SamplingParams, sample
+    from engine.families.moshi.lm.token_sampling import SamplingParams, sample
     from engine.state import FullStore
 
     lm = _model(name)

@@ -18,7 +18,7 @@ from .kernels import add_profile_arguments, profile_parts
 
 def measure(replays: int, top: int = 25, launches: bool = False) -> dict:
     from engine.families.moshi.mimi.codec import Mimi
-    from engine.families.moshi.mimi.config_json import official_config
+    from engine.families.moshi.mimi.mimi_config_json import official_config
     from engine.state import FullStore
 
     torch.manual_seed(0)

@@ -74,7 +74,7 @@ def copy_bandwidth(device: str = "cuda", gib: int = 4) -> float:
 
 def write_voice(folder: Path, shape: str) -> None:
     """A voice prompt file for `shape`'s model in `folder` (where load_model finds voices)."""
-    from engine.families.moshi.lm.config import CONFIGS
+    from engine.families.moshi.lm.lm_config import CONFIGS
 
     cfg = CONFIGS[shape]
     (folder / "voices").mkdir(exist_ok=True)

@@ -30,7 +30,7 @@ def _layers(mimi, device) -> list[dict]:
     """Every streaming convolution and transposed convolution of one frame (ungrouped: Mimi's
     own upsampling, one filter a channel, stays on torch): its layer and copies of its inputs
     ("tail" a convolution's input tail, "partial" a transposed one's kept sums)."""
-    import engine.families.moshi.mimi.conv as mimi_conv
+    import engine.families.moshi.mimi.streaming_conv as mimi_conv
     from engine.ops import conv as conv_ops
     from engine.state import FullStore
 
@@ -97,7 +97,7 @@ def _time(call: dict, calls: int, replays: int, flush: torch.Tensor | None) -> f
 
 def measure(calls: int, replays: int, warm: bool) -> dict:
     from engine.families.moshi.mimi.codec import Mimi
-    from engine.families.moshi.mimi.config_json import official_config
+    from engine.families.moshi.mimi.mimi_config_json import official_config
     from engine.kernels import stream_conv, stream_convtr
 
     torch.manual_seed(0)

@@ -29,7 +29,7 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
     from moshi.models import loaders
     from safetensors.torch import save_file
 
-    from engine.families.moshi.lm.config import CONFIGS, to_lm_kwargs
+    from engine.families.moshi.lm.lm_config import CONFIGS, to_lm_kwargs
     from engine.files.paths import DEMO_MODEL_DIR
 
     cfg = CONFIGS["personaplex" if dep_q == 16 else "moshiko"]
@@ -56,7 +56,7 @@ def write_stock_checkpoint(folder: Path, dep_q: int, seed: int) -> None:
 
 def _stock_kwargs(kwargs: dict) -> dict:
     """LMModel keyword arguments only (config.json may carry our metadata keys too)."""
-    from engine.families.moshi.lm.config import METADATA_KEYS, PROMPT_TOKENS_KEY
+    from engine.families.moshi.lm.lm_config import METADATA_KEYS, PROMPT_TOKENS_KEY
 
     return {k: v for k, v in kwargs.items() if k not in (*METADATA_KEYS, PROMPT_TOKENS_KEY)}
 

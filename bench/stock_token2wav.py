@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from engine.token2wav.config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
-from engine.token2wav.loader import read_pt
 from engine.token2wav.prompt import Prompt
+from engine.token2wav.token2wav_config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
+from engine.token2wav.token2wav_loading import read_pt
 
 FLOW_YAML = """\
 # HyperPyYAML as the official files write it (object tags, references)

@@ -184,7 +184,7 @@ def run_runtime(kind: type[_Driver], model_dir: Path, steps: int, fp16: bool, se
                 prompt_tokens: int = PROMPT_TOKENS) -> dict:
     """One runtime over one variant: load, a throwaway stream (`warm_chunks` chunks and a last
     one), then the measured stream (`chunk_schedule`)."""
-    from engine.token2wav.config import read_flow_config
+    from engine.token2wav.token2wav_config import read_flow_config
 
     vocab = read_flow_config(model_dir / "flow.yaml").vocab_size
     prompt = bench_prompt(vocab, seed, prompt_tokens)
@@ -312,7 +312,7 @@ def run_token2wav_bench(output: Path, seed: int = 0, steady: int = STEADY_CHUNKS
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         model_dir = Path(tmp)
         write_model_dir(model_dir, seed)
-        from engine.token2wav.config import read_flow_config
+        from engine.token2wav.token2wav_config import read_flow_config
         flow_cfg = read_flow_config(model_dir / "flow.yaml")
         for steps, fp16 in VARIANTS:
             check_stock_limits(2 * PROMPT_TOKENS, CHUNK_TOKENS + LOOKAHEAD, steps, flow_cfg)

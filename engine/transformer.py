@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config.transformer import TransformerConfig
+from .config.transformer_config import TransformerConfig
 from .ops import fused
 from .ops.attention import ring_attention
 from .ops.linear import matmul

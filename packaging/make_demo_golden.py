@@ -85,8 +85,8 @@ def token2wav_pcm(folder: Path):
     from bench.stock_token2wav import FLOW_YAML, VOCODER_YAML, write_model_dir
     from engine.options import RuntimeOptions
     from engine.token2wav.chunk_plan import chunk_bounds
-    from engine.token2wav.loader import load_token2wav
-    from engine.token2wav.stream import Prompt, Token2wavStream
+    from engine.token2wav.token2wav_loading import load_token2wav
+    from engine.token2wav.token2wav_stream import Prompt, Token2wavStream
     from tests.test_token2wav_parity import SMALL_ENCODER, SMALL_VOCODER, STEPS, VOCAB, _small
     write_model_dir(folder, seed=0, flow_yaml=_small(FLOW_YAML, SMALL_ENCODER),
                     vocoder_yaml=_small(VOCODER_YAML, SMALL_VOCODER))

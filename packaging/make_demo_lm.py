@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.families.moshi.frame import MoshiFrame  # noqa: E402
 from engine.families.moshi.inputs import LMInputs  # noqa: E402
-from engine.families.moshi.lm.config import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
+from engine.families.moshi.lm.lm_config import CONFIGS, LMConfig, to_lm_kwargs  # noqa: E402
 from engine.families.moshi.lm.moshi_lm import MoshiLM  # noqa: E402
 from engine.families.moshi.mimi import MimiStream, load_mimi  # noqa: E402
 from engine.files.audio import read_audio  # noqa: E402

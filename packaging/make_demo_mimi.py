@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.families.moshi.mimi.codec import Mimi  # noqa: E402
-from engine.families.moshi.mimi.config_json import parse_config  # noqa: E402
-from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
+from engine.families.moshi.mimi.mimi_config_json import parse_config  # noqa: E402
+from engine.families.moshi.mimi.mimi_loading import CHECKPOINT_NAME, CONFIG_NAME  # noqa: E402
 from engine.ops.codebooks import nearest_codes  # noqa: E402
 
 SEED = 20240917

@@ -57,8 +57,8 @@ def deep_json(depth: int) -> str:
 
 def token2wav_dir(folder: Path) -> Path:
     """A token2wav folder (flow.yaml, flow.pt, config.yaml, hift.pt) of our modules, small."""
-    from engine.token2wav.config import read_flow_config, read_vocoder_config
     from engine.token2wav.flow import Flow
+    from engine.token2wav.token2wav_config import read_flow_config, read_vocoder_config
     from engine.token2wav.vocoder import CausalHiFTGenerator
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,7 +187,7 @@ class Loads:
     file and loads what it belongs to; returns None on success, else the engine's refusal."""
 
     def __init__(self, folder: Path):
-        from engine.families.moshi.lm.config import from_lm_kwargs
+        from engine.families.moshi.lm.lm_config import from_lm_kwargs
         self.model = demo_copy(folder / "model")
         self.token2wav = token2wav_dir(folder / "token2wav")
         self.predictor_meta, self.predictor_tensors = demo_predictor()
@@ -205,7 +205,7 @@ class Loads:
         from engine.families.moshi.diffuplex.predictor import load_predictor
         from engine.families.moshi.mimi import load_mimi
         from engine.loading.models import load_model
-        from engine.token2wav.loader import load_token2wav
+        from engine.token2wav.token2wav_loading import load_token2wav
 
         path = self.file(target)
         if target == "predictor":

@@ -17,8 +17,8 @@ from moshi.models.compression import MimiModel
 from moshi.models.loaders import get_mimi
 from safetensors.torch import save_file
 
-from engine.families.moshi.mimi.config import OFFICIAL
-from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
+from engine.families.moshi.mimi.mimi_config import OFFICIAL
+from engine.families.moshi.mimi.mimi_loading import CHECKPOINT_NAME, CONFIG_NAME
 from engine.loading.safetensors_files import official_layout
 
 FRAME = 1920

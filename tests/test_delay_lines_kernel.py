@@ -7,8 +7,8 @@ from unittest import mock
 import pytest
 import torch
 
-from engine.families.moshi.lm.config import CONFIGS
-from engine.families.moshi.lm.delays import DelayLines
+from engine.families.moshi.lm.lm_config import CONFIGS
+from engine.families.moshi.lm.token_delays import DelayLines
 from engine.ops import delays as ops_delays
 from engine.state import FullStore
 from tests.triton_device import triton_device

@@ -11,7 +11,7 @@ from engine.errors import CheckpointError
 from engine.families.moshi.diffuplex.predictor import load_predictor, new_predictor, save_predictor
 from engine.families.moshi.inputs import LMInputs
 from engine.families.moshi.lm import load_lm
-from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.families.moshi.lm.lm_config import from_lm_kwargs
 from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.lm_reference import our_lm_runner
 from tests.test_runtime_wake import _user

@@ -12,8 +12,8 @@ from engine.families.moshi.diffuplex.predictor import load_predictor
 from engine.families.moshi.mimi import load_mimi
 from engine.files.paths import LM_NAME, LM_Q8_NAME, PREDICTOR_NAME
 from engine.loading.models import load_model
-from engine.token2wav.config import read_flow_config
-from engine.token2wav.loader import load_token2wav
+from engine.token2wav.token2wav_config import read_flow_config
+from engine.token2wav.token2wav_loading import load_token2wav
 from tests.hostile_files import (
     SMALL_FLOW_YAML,
     assert_named,
@@ -187,7 +187,7 @@ def _predictor(tmp_path, metadata, tensors=None):
 
 @pytest.fixture(scope="module")
 def demo_cfg():
-    from engine.families.moshi.lm.config import from_lm_kwargs
+    from engine.families.moshi.lm.lm_config import from_lm_kwargs
     return from_lm_kwargs(demo_json("config.json"), "config.json", "demo")
 
 

@@ -26,7 +26,7 @@ from engine import (
     reporting_progress,
     size_text,
 )
-from engine.families.moshi.lm.loader import load_lm
+from engine.families.moshi.lm.lm_loading import load_lm
 from engine.families.moshi.model import read_lm_checkpoint
 from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.weights.export import export_q8

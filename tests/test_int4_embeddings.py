@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from engine.errors import CheckpointError
-from engine.families.moshi.lm.loader import load_lm
+from engine.families.moshi.lm.lm_loading import load_lm
 from engine.families.moshi.model import read_lm_checkpoint
 from engine.files.paths import MIMI_NAME
 from engine.kernels.operands import Int8Rows
@@ -146,7 +146,7 @@ def _older(demo):
 
 def test_an_int4_file_from_before_int8_tables_is_read_as_a_new_one(int4_demo, demo, tmp_path, caplog):
     folder = _broken_copy(int4_demo, tmp_path / "older", _older(demo), {"format": FORMAT, "group_size": "64"})
-    with caplog.at_level(logging.INFO, logger="engine.families.moshi.lm.loader"):
+    with caplog.at_level(logging.INFO, logger="engine.families.moshi.lm.lm_loading"):
         older = load_model(folder).lm.state_dict()
     assert f"{folder / LM_INT4_NAME}: float embedding tables (written before they were int8)" in caplog.text
     new = load_model(int4_demo).lm.state_dict()

@@ -13,8 +13,8 @@ from safetensors.torch import load_file, save_file
 from bench.fidelity import measure_int8
 from bench.stock import _stock_kwargs
 from engine.errors import CheckpointError, DeviceMemoryError
-from engine.families.moshi.lm.config import from_lm_kwargs
-from engine.families.moshi.lm.loader import load_lm
+from engine.families.moshi.lm.lm_config import from_lm_kwargs
+from engine.families.moshi.lm.lm_loading import load_lm
 from engine.files.paths import LM_Q8_NAME
 from engine.kernels.operands import Int8Weight
 from engine.loading import locate

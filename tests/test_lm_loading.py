@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.errors import CheckpointError
 from engine.families.moshi.lm import MoshiLM
-from engine.families.moshi.lm.config import CONFIGS, from_lm_kwargs, to_lm_kwargs
+from engine.families.moshi.lm.lm_config import CONFIGS, from_lm_kwargs, to_lm_kwargs
 from engine.files.paths import DEMO_MODEL_DIR, TOKENIZER_NAME
 from engine.loading import locate
 from engine.loading.library.listing import READY, list_models

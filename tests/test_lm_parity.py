@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.families.moshi.lm import load_lm
-from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.families.moshi.lm.lm_config import from_lm_kwargs
 from engine.files.paths import TOKENIZER_NAME
 from engine.loading import locate
 from engine.loading.models import load_model

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.errors import CheckpointError
 from engine.families.moshi.mimi import load_mimi
-from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
+from engine.families.moshi.mimi.mimi_loading import CHECKPOINT_NAME, CONFIG_NAME
 from tests.mimi_reference import build_reference, save_official, small_config
 
 SOME_KEY = "decoder.model.2.convtr.convtr.weight"

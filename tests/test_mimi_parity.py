@@ -11,8 +11,8 @@ from moshi.models.loaders import get_mimi
 from safetensors.torch import load_file
 
 from engine.families.moshi.mimi import Mimi, MimiStream, load_mimi
-from engine.families.moshi.mimi.config_json import official_config
-from engine.families.moshi.mimi.loader import CHECKPOINT_NAME, CONFIG_NAME
+from engine.families.moshi.mimi.mimi_config_json import official_config
+from engine.families.moshi.mimi.mimi_loading import CHECKPOINT_NAME, CONFIG_NAME
 from engine.state import FullStore
 from tests.mimi_reference import (
     FRAME,

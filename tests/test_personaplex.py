@@ -11,7 +11,7 @@ import torch
 
 from engine.errors import CheckpointError
 from engine.families.moshi.lm import load_lm, load_voice
-from engine.families.moshi.lm.config import PROMPT_TOKENS_KEY, from_lm_kwargs
+from engine.families.moshi.lm.lm_config import PROMPT_TOKENS_KEY, from_lm_kwargs
 from engine.families.moshi.prompts import replay_prompts
 from tests.lm_reference import (
     PersonaPlexReference,

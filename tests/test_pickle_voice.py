@@ -10,7 +10,7 @@ import torch
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.personaplex import load_voice
 from engine.families.moshi.model import read_lm_checkpoint
-from engine.token2wav.loader import read_pt
+from engine.token2wav.token2wav_loading import read_pt
 from tests.hostile_files import demo_copy
 from tests.installed_cli import duplexcadence, one_line, speech_clip
 

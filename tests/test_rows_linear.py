@@ -10,7 +10,7 @@ from torch.nn import functional as F
 
 from engine.families.moshi.diffuplex.predictor import new_predictor
 from engine.families.moshi.lm import load_lm
-from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.families.moshi.lm.lm_config import from_lm_kwargs
 from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from engine.kernels.operands import Norm
 from engine.ops.linear import matmul

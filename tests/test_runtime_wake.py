@@ -8,7 +8,7 @@ import torch
 
 from engine.families.moshi.inputs import LMInputs
 from engine.families.moshi.lm import load_lm
-from engine.families.moshi.lm.config import from_lm_kwargs
+from engine.families.moshi.lm.lm_config import from_lm_kwargs
 from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.lm_reference import our_lm_runner
 

@@ -99,8 +99,8 @@ def test_token2wav_writes_bit_for_bit_what_the_whole_stream_gave(tmp_path):
     from safetensors.torch import save_file
 
     from bench.stock_token2wav import FLOW_YAML, VOCODER_YAML, write_model_dir
-    from engine.token2wav.loader import load_token2wav
-    from engine.token2wav.stream import Prompt, Token2wavStream
+    from engine.token2wav.token2wav_loading import load_token2wav
+    from engine.token2wav.token2wav_stream import Prompt, Token2wavStream
     from tests.test_token2wav_parity import SMALL_ENCODER, SMALL_VOCODER, VOCAB, _small
 
     folder = tmp_path / "t2w"

@@ -3,7 +3,7 @@ import pytest
 
 from bench.stock_token2wav import FLOW_YAML, VOCODER_YAML
 from engine.errors import CheckpointError
-from engine.token2wav.config import DiTConfig, EncoderConfig, read_flow_config, read_vocoder_config
+from engine.token2wav.token2wav_config import DiTConfig, EncoderConfig, read_flow_config, read_vocoder_config
 
 
 def _write(tmp_path, name, text):

@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 import torch
 
-from engine.token2wav.config import DiTConfig
 from engine.token2wav.dit import DiT
+from engine.token2wav.token2wav_config import DiTConfig
 from tests.stepaudio2_reference import randomize, stock
 
 SMALL = dict(in_channels=32, out_channels=8, mlp_ratio=4.0, depth=2, num_heads=2, head_dim=24, hidden_size=64)

@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engine.token2wav.config import EncoderConfig
 from engine.token2wav.encoder import UpsampleConformerEncoder
+from engine.token2wav.token2wav_config import EncoderConfig
 from tests.stepaudio2_reference import randomize, stock
 
 SMALL = dict(input_size=64, output_size=64, attention_heads=2, linear_units=96, num_blocks=2, num_up_blocks=2)

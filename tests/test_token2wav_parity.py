@@ -23,8 +23,8 @@ from bench.stock_token2wav import (
 from engine.errors import CheckpointError
 from engine.options import RuntimeOptions
 from engine.token2wav.chunk_plan import chunk_bounds
-from engine.token2wav.loader import load_token2wav
-from engine.token2wav.stream import Prompt, Token2wavStream
+from engine.token2wav.token2wav_loading import load_token2wav
+from engine.token2wav.token2wav_stream import Prompt, Token2wavStream
 
 STEPS = 2
 VOCAB = 300

@@ -17,8 +17,8 @@ from bench import token2wav as bench
 from bench.stock_token2wav import storage_bytes
 from engine.options import RuntimeOptions
 from engine.token2wav.chunk_plan import RETAINED_FRAMES, chunk_bounds
-from engine.token2wav.loader import load_token2wav
-from engine.token2wav.stream import Token2wavStream
+from engine.token2wav.token2wav_loading import load_token2wav
+from engine.token2wav.token2wav_stream import Token2wavStream
 from tests.test_token2wav_parity import STEPS, VOCAB, _prompt, models  # noqa: F401 (a fixture)
 
 HOST_READS = {"aten._local_scalar_dense.default", "aten.lift_fresh.default", "aten.lift_fresh_copy.default",

@@ -1,4 +1,4 @@
-"""The token delay lines' three per-frame steps (engine.families.moshi.lm.delays), each one single-program
+"""The token delay lines' three per-frame steps (engine.families.moshi.lm.token_delays), each one single-program
 kernel: writing outside tokens, beginning a frame, committing it. In torch each is four to
 twelve small kernels of index arithmetic over a ring of a few rows of 17 tokens; here each is
 one launch. Integer work only: the same tokens as the torch formulas, exactly.

@@ -1,6 +1,6 @@
 """A streaming causal transposed convolution of one chunk (batch 1, fp32, ungrouped: SEANet's
 upsamplings) in two kernels, with the partial sums kept for the next chunk as the torch formula
-of engine.families.moshi.mimi.conv keeps them.
+of engine.families.moshi.mimi.streaming_conv keeps them.
 
 A transposed convolution is a product followed by an overlap-add: cols[(o, j), q] = sum over i
 of w[i, o, j] * x[i, q] (the weights [C_in, C_out * K] read as they lie, the ELU applied to the

@@ -1,4 +1,4 @@
-"""The token delay lines' steps (engine.families.moshi.lm.delays holds what they mean): on CUDA one
+"""The token delay lines' steps (engine.families.moshi.lm.token_delays holds what they mean): on CUDA one
 single-program kernel each (engine.kernels.delay_lines), otherwise the torch formulas below.
 Integer work: the same tokens either way. tokens [slots, S] int64, forced [slots, S] bool,
 o [1] int64 the input slot's counter; the index tensors are the DelayLines' constants."""

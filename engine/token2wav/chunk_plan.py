@@ -5,7 +5,7 @@ A plan (`FlowPlan`) fixes every shape and every host branch of the flow's work f
 how many tokens come in, the conformer's and the estimator's cache lengths, and the stock
 retention it applies afterwards (which estimator rows stay, in which order; whether the
 conformer's cache is trimmed). Equal plans mean the same device work, so a plan is the key of
-a captured CUDA graph (engine.token2wav.stream). Once a stream's caches are at their retention
+a captured CUDA graph (engine.token2wav.token2wav_stream). Once a stream's caches are at their retention
 (the prompt and RETAINED_FRAMES), every one-second chunk has the same plan.
 
 Nothing here touches a tensor: the plans of a whole stream can be computed ahead of it (what

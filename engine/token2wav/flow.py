@@ -22,9 +22,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import FlowConfig
 from .dit import DiT
 from .encoder import UpsampleConformerEncoder
+from .token2wav_config import FlowConfig
 
 NOISE_FRAMES = 50 * 600
 """Mel frames the noise table covers (ten minutes at 50 frames a second)."""

@@ -33,7 +33,7 @@ class FlowInputs(NamedTuple):
 
 class FlowStream:
     """The flow of one stream: its regions in `store`, its host counters (`counters`), its
-    plans and their device work. The stream (engine.token2wav.stream) ticks the clock and
+    plans and their device work. The stream (engine.token2wav.token2wav_stream) ticks the clock and
     advances the counters; this class only computes."""
 
     def __init__(self, flow: Flow, noise: torch.Tensor, prompt: Prompt, steps: int, store, max_chunk: int = 28):

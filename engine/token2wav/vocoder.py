@@ -179,7 +179,7 @@ class CausalHiFTGenerator(nn.Module):
 
     @classmethod
     def from_config(cls, config, generator: torch.Generator | None = None) -> CausalHiFTGenerator:
-        """From a dataclass whose fields are this constructor's arguments (engine.token2wav.config)."""
+        """From a dataclass whose fields are this constructor's arguments (engine.token2wav.token2wav_config)."""
         return cls(**dataclasses.asdict(config), generator=generator)
 
     def predict_f0(self, mel: torch.Tensor, finalize: bool = True) -> torch.Tensor:

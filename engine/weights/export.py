@@ -83,6 +83,6 @@ def _write(ckpt, out: Path, lm_name: str, tensors: dict, meta: dict, metadata: d
 
 
 def _config_of(ckpt) -> dict:
-    from ..families.moshi.lm.config import to_lm_kwargs
+    from ..families.moshi.lm.lm_config import to_lm_kwargs
 
     return to_lm_kwargs(ckpt.cfg)

@@ -19,8 +19,8 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from ..errors import CheckpointError
-from ..families.moshi.lm.config import LMConfig
-from ..families.moshi.lm.loader import build_lm, weights_choice
+from ..families.moshi.lm.lm_config import LMConfig
+from ..families.moshi.lm.lm_loading import build_lm, weights_choice
 from ..families.moshi.lm.moshi_lm import MoshiLM
 from ..loading import safetensors_files
 from ..loading.library.progress import size_text

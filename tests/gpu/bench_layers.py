@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from bench.graph_timing import replay_ms
-from engine.families.moshi.lm.config import CONFIGS
+from engine.families.moshi.lm.lm_config import CONFIGS
 from engine.kernels import fused_linear
 from engine.state import FullStore
 from engine.transformer import StreamingTransformer

@@ -19,8 +19,8 @@ import torch
 from bench.stock_token2wav import start_stock_stream, stock_token2wav_runtime
 from engine.options import RuntimeOptions
 from engine.token2wav.chunk_plan import chunk_bounds
-from engine.token2wav.loader import load_token2wav
-from engine.token2wav.stream import Token2wavStream
+from engine.token2wav.token2wav_loading import load_token2wav
+from engine.token2wav.token2wav_stream import Token2wavStream
 from tests.test_token2wav_parity import STEPS, VOCAB, _prompt, models  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.gpu

@@ -24,7 +24,7 @@ from ...options import RuntimeOptions
 from ...runtime.stages import Stage, StageRunner
 from .inputs import LMInputs, Wake
 from .lm.moshi_lm import MoshiLM
-from .lm.sampling import SamplingParams, draw_unused, sample
+from .lm.token_sampling import SamplingParams, draw_unused, sample
 from .mimi import Mimi
 from .mimi_stages import MimiStages
 

@@ -12,7 +12,7 @@ from ...files.paths import MIMI_NAME, file_in
 from ...loading.memory_plan import MemoryPlan
 from ...weights.int4 import int4_layout, is_int4
 from ...weights.int8 import int8_layout, is_q8
-from .lm.config import LMConfig
+from .lm.lm_config import LMConfig
 from .lm.moshi_lm import MoshiLM
 from .model import read_lm_checkpoint
 

@@ -19,8 +19,8 @@ from ...loading.safetensors_files import read_safetensors, read_safetensors_layo
 from ...state import Region
 from ...weights.int4 import is_int4
 from ...weights.int4_kept import load_kept_int4
-from .lm.config import CONFIGS, LMConfig, from_lm_kwargs
-from .lm.loader import build_lm
+from .lm.lm_config import CONFIGS, LMConfig, from_lm_kwargs
+from .lm.lm_loading import build_lm
 from .lm.moshi_lm import MoshiLM
 from .lm.personaplex import VoicePrompt, check_prompt_length, load_voice, wrap_role
 from .mimi import Mimi, load_mimi

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ....options import RuntimeOptions
-from ..lm.config import LMConfig
+from ..lm.lm_config import LMConfig
 
 
 class PolicyChecks:

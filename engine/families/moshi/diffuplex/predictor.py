@@ -26,7 +26,7 @@ from torch import nn
 
 from ....config.checks import bounded_float, bounded_int, parse_json, shown
 from ....errors import CheckpointError
-from ..lm.config import LMConfig
+from ..lm.lm_config import LMConfig
 
 FORMAT = 1
 TARGETS = ("qkv", "out", "ffn_in", "ffn_out")

@@ -17,7 +17,7 @@ import torch
 from ....runtime.stages import Stage
 from ..frame import MoshiFrame, depformer_steps, no_mark
 from ..inputs import LMInputs, Wake
-from ..lm.sampling import sample
+from ..lm.token_sampling import sample
 from .predictor import Predictor
 
 

@@ -15,8 +15,8 @@ from ....state import Region, Store
 from ....transformer import Adapter, RMSNormF32, StreamingTransformer
 from ....weights.int4 import table_of
 from ....weights.int8 import weight_of
-from .config import LMConfig
-from .delays import DelayLines
+from .lm_config import LMConfig
+from .token_delays import DelayLines
 
 
 def project(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 
 from ....errors import CheckpointError
 from ....loading.pt_files import load_pt
-from .config import LMConfig
+from .lm_config import LMConfig
 
 UNGENERATED = -2
 """The reference's marker for a cache slot never written (a very short voice prompt)."""

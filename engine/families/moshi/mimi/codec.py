@@ -16,7 +16,7 @@ from torch import nn
 
 from ....state import Region, Store
 from ....transformer import StreamingTransformer
-from .config import MimiConfig, ProjectedTransformerConfig
+from .mimi_config import MimiConfig, ProjectedTransformerConfig
 from .quantizer import SplitResidualVQ
 from .resample import ConvDownsample, ConvTrUpsample
 from .seanet import SeanetDecoder, SeanetEncoder

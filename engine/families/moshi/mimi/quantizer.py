@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ....ops.codebooks import nearest_codes, summed_centroids
-from .config import QuantizerConfig
+from .mimi_config import QuantizerConfig
 
 _USAGE_EPS = 1e-5
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ....state import Region, Store
-from .conv import StreamingConv1d, StreamingConvTranspose1d
+from .streaming_conv import StreamingConv1d, StreamingConvTranspose1d
 
 
 class ConvDownsample(nn.Module):

@@ -10,8 +10,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ....state import Region, Store
-from .config import SeanetConfig
-from .conv import StreamingConv1d, StreamingConvTranspose1d
+from .mimi_config import SeanetConfig
+from .streaming_conv import StreamingConv1d, StreamingConvTranspose1d
 
 
 def run_layers(layers: nn.ModuleList, x: torch.Tensor, store: Store | None) -> torch.Tensor:

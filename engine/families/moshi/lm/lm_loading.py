@@ -12,7 +12,7 @@ from ....loading.safetensors_files import check_layout, load_into, read_safetens
 from ....options import WEIGHTS
 from ....weights.int4 import int4_layout, is_int4, is_table, layout_problem, quantize_checkpoint4, read_metadata
 from ....weights.int8 import int8_layout, is_q8, quantize_checkpoint
-from .config import LMConfig
+from .lm_config import LMConfig
 from .moshi_lm import MoshiLM
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 The directory holds `flow.yaml` and `flow.pt` (the flow-matching decoder) and `config.yaml`
 and `hift.pt` (the causal HiFT vocoder). The YAML files are read for their numbers only
-(engine.token2wav.config); the `.pt` files are read with `weights_only=True`, so a file
+(engine.token2wav.token2wav_config); the `.pt` files are read with `weights_only=True`, so a file
 cannot run code, and their keys and shapes are checked against our modules, naming the file.
 The speech tokenizer and speaker model (ONNX files beside them) are not used: a voice prompt
-comes prepared (engine.token2wav.stream.Prompt).
+comes prepared (engine.token2wav.token2wav_stream.Prompt).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import torch
 from ..errors import CheckpointError
 from ..loading.pt_files import load_pt
 from ..loading.safetensors_files import check_layout, load_into
-from .config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
 from .flow import Flow, new_noise
+from .token2wav_config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
 from .vocoder import CausalHiFTGenerator
 
 FILES = ("flow.yaml", "flow.pt", "config.yaml", "hift.pt")

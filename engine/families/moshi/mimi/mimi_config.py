@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ....config.transformer import TransformerConfig
+from ....config.transformer_config import TransformerConfig
 
 # The official Mimi (tokenizer-e351c8d8-checkpoint125) in the reference's dict format.
 OFFICIAL: dict[str, Any] = {

@@ -23,7 +23,7 @@ import torch
 
 from ....ops import delays
 from ....state import Region, Store
-from .config import LMConfig
+from .lm_config import LMConfig
 
 
 class _Constants(NamedTuple):

@@ -9,7 +9,7 @@ from ....errors import CheckpointError
 from ....files.paths import MIMI_NAME as CHECKPOINT_NAME
 from ....loading.safetensors_files import check_layout, load_into, read_safetensors
 from .codec import Mimi
-from .config_json import load_config, official_config
+from .mimi_config_json import load_config, official_config
 
 CONFIG_NAME = "mimi_config.json"
 

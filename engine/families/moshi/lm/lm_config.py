@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ....config.checks import bounded_float, bounded_int, is_int, shown
-from ....config.transformer import TransformerConfig
+from ....config.transformer_config import TransformerConfig
 from ....errors import CheckpointError
 from ....files.paths import file_in
 

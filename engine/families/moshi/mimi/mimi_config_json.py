@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ....config.checks import bounded_float, bounded_int, is_int, is_number, read_json, shown
-from ....config.transformer import TransformerConfig
+from ....config.transformer_config import TransformerConfig
 from ....errors import CheckpointError
-from .config import OFFICIAL, MimiConfig, ProjectedTransformerConfig, QuantizerConfig, SeanetConfig
+from .mimi_config import OFFICIAL, MimiConfig, ProjectedTransformerConfig, QuantizerConfig, SeanetConfig
 
 # Accepted keys and their JSON types: "int", "num" (int or float), "bool", "str", "ints"
 # (list of ints), "dict", "num?" (number or null). Optional keys have defaults below.
