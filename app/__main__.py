@@ -1,7 +1,7 @@
 """`python -m app`: the `duplexcadence` command (the installers' frozen entry point too)."""
 import sys
 
-from app.cli import main
+from app.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

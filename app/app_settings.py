@@ -11,9 +11,9 @@ from PyQt6.QtCore import QByteArray, QSettings, QStandardPaths
 from engine import TOGGLES, WEIGHTS, RuntimeOptions
 
 from . import settings_repair
-from .echo_cancel import EchoSettings
+from .audio.echo_cancel import EchoSettings
 from .settings_repair import ECHO_CHOICES, RUNTIME_GROUP, SAMPLING, SettingsReport, parse_presets
-from .theme import THEMES
+from .window.theme import THEMES
 
 log = logging.getLogger("duplexcadence")
 __all__ = ["ECHO_CHOICES", "RUNTIME_GROUP", "SAMPLING", "AppSettings", "PersonaPreset", "SettingsReport"]
@@ -194,7 +194,7 @@ class AppSettings:
 
     @property
     def theme(self) -> str:
-        """"system" (the platform's colours), "light" or "dark" (app.theme)."""
+        """"system" (the platform's colours), "light" or "dark" (app.window.theme)."""
         value = self._get("appearance/theme", "system")
         return value if value in THEMES else "system"
 

@@ -14,9 +14,9 @@ from PyQt6.QtCore import QByteArray, QSettings
 
 from engine import TOGGLES, WEIGHTS, RuntimeOptions
 
-from .plain_words import OPTIONS
-from .plain_words import TOGGLES as SWITCHES
-from .theme import THEMES
+from .window.plain_words import OPTIONS
+from .window.plain_words import TOGGLES as SWITCHES
+from .window.theme import THEMES
 
 log = logging.getLogger("duplexcadence")
 

@@ -1,4 +1,4 @@
-"""CPU time of the microphone path's echo canceller (app/echo_cancel.py) per 80 ms engine frame,
+"""CPU time of the microphone path's echo canceller (app/audio/echo_cancel.py) per 80 ms engine frame,
 driven the way the live loop drives it.
 
 The engine thread polls the audio rings every few milliseconds and hands the canceller whatever
@@ -10,9 +10,9 @@ add_played / process call, i.e. everything the canceller does (resampling, conve
 module), per 80 ms of microphone audio:
 
 - poll_10ms: a poll every 10 ms, as tests/test_app_echo_loop.py drives AudioLink, the canceller
-  run only when AudioLink would run it (app.audio_io.echo_batch_due: when the call could
+  run only when AudioLink would run it (app.audio.audio_io.echo_batch_due: when the call could
   complete the next 24 kHz frame, the resampler to the engine's rate included);
-- poll_4ms: the same with a poll every 4 ms, as the app's conversation loop does (app/conversation.py);
+- poll_4ms: the same with a poll every 4 ms, as the app's conversation loop does (app/conversation/engine_thread.py);
 - every_poll_10ms: a poll every 10 ms, the canceller run at each poll that brought microphone
   audio (what batching saves);
 - per_frame: the canceller called once per 80 ms with the whole frame's audio;
@@ -37,8 +37,8 @@ import numpy as np
 import soxr
 
 from app import echo_cancel
-from app.audio_io import ENGINE_RATE, echo_batch_due
-from app.echo_cancel import EchoCanceller, EchoSettings, ForecastStream
+from app.audio.audio_io import ENGINE_RATE, echo_batch_due
+from app.audio.echo_cancel import EchoCanceller, EchoSettings, ForecastStream
 from engine import FRAME_SIZE
 
 from .echo_options import make_signals
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="audio per run (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per mode, taking turns (default 3)")
     parser.add_argument("--rate", type=int, default=48000,
-                        help="the devices' rate (default 48000, app.audio_devices.SERVER_RATE)")
+                        help="the devices' rate (default 48000, app.audio.audio_devices.SERVER_RATE)")
     args = parser.parse_args(argv)
     source = Path(echo_cancel.__file__)
     load = os.getloadavg()
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "command": f"python3 -m bench.echo_cpu OUT.json --seconds {args.seconds:g} --rounds {args.rounds} "
                    f"--rate {args.rate}",
-        "canceller": {"file": "app/echo_cancel.py", "sha256": hashlib.sha256(source.read_bytes()).hexdigest()},
+        "canceller": {"file": "app/audio/echo_cancel.py", "sha256": hashlib.sha256(source.read_bytes()).hexdigest()},
         "python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
         "cpus": os.cpu_count(), "load_average_1min_before": round(load[0], 2),
         "signals": "bench/echo_options.py's echo-only microphone and far end, at the device rate",

@@ -1,5 +1,5 @@
 """Echo-cancellation libraries compared on the same synthetic signals, to choose one for the app's
-microphone path (app/echo_cancel.py: 10 ms frames, 48 kHz, int16 mono).
+microphone path (app/audio/echo_cancel.py: 10 ms frames, 48 kHz, int16 mono).
 
 Signals (48 kHz, deterministic: the noise has a fixed seed):
 - far end: assets/speech_sample.wav (24 kHz, resampled with soxr) repeated to 20 s;

@@ -21,17 +21,17 @@ if [ "${GPU_CHECK:-1}" != 0 ]; then
     grep -E "passed|failed|error" "$OUT/gpu_check.log"
 fi
 for shape in "${@:-moshiko}"; do
-    "$PYTHON" -m app.cli bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep --line-buffered -v -i warn
+    "$PYTHON" -m bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep --line-buffered -v -i warn
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     if [ "$shape" = personaplex ]; then
-        "$PYTHON" -m app.cli bench --model personaplex --diffuplex --output "$OUT/bench_diffuplex_personaplex.json" \
+        "$PYTHON" -m bench --model personaplex --diffuplex --output "$OUT/bench_diffuplex_personaplex.json" \
             2>&1 | tee "$OUT/bench_diffuplex_personaplex.log" | grep --line-buffered -v -i warn
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     fi
 done
 # Step-Audio2's token2wav against the stock minicpmo-utils 1.0.7 (its wheel travels in .whl too).
 if [ "${TAIL:-1}" != 0 ]; then
-    "$PYTHON" -m app.cli bench --tail step-audio2 --output "$OUT/bench_token2wav.json" 2>&1 \
+    "$PYTHON" -m bench --tail step-audio2 --output "$OUT/bench_token2wav.json" 2>&1 \
         | tee "$OUT/bench_token2wav.log" | grep --line-buffered -v -i warn
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

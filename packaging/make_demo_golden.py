@@ -144,8 +144,8 @@ def record_files(out: Path) -> dict:
     from PyQt6.QtCore import QSettings
 
     from app.app_settings import AppSettings, PersonaPreset
-    from app.recorder import ConversationRecorder
-    from app.recording_files import read_recording
+    from app.conversation.recorder import ConversationRecorder
+    from app.conversation.recording_files import read_recording
     settings = AppSettings(QSettings(str(out / "settings.ini"), QSettings.Format.IniFormat))
     for key in ("model_source", "model_weights", "speaker_volume", "speaker_muted", "theme", "record",
                 "engine_pane_open", "sampling"):

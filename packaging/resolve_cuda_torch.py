@@ -1,4 +1,4 @@
-"""Resolves the GPU support the installed app may fetch (app/cuda_torch.py): the CUDA build of
+"""Resolves the GPU support the installed app may fetch (app/gpu/cuda_torch.py): the CUDA build of
 the torch release this environment bundles, with everything it needs, for this Python and
 platform, from PyPI (or --index-url, e.g. PyTorch's own index for Windows). Writes a manifest:
 each wheel's URL, SHA-256 and size, and the unpacked size read from the wheels' zip

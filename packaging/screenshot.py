@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     from PyQt6.QtWidgets import QApplication
 
     from app.app_settings import AppSettings
-    from app.main_window import MainWindow
-    from app.theme import apply_theme
+    from app.window.main_window import MainWindow
+    from app.window.theme import apply_theme
     from engine import RuntimeOptions
     from engine.files.paths import DEMO_MODEL_DIR
     from tests.audio_fixture import VirtualAudio

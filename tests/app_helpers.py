@@ -10,7 +10,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PyQt6.QtCore import QSettings, Qt  # noqa: E402
 
 from app.app_settings import AppSettings  # noqa: E402
-from app.model_loader import LoadedModel, LoaderSignals, ModelLoader  # noqa: E402
+from app.models.model_loader import LoadedModel, LoaderSignals, ModelLoader  # noqa: E402
 
 
 def isolated_settings(folder) -> AppSettings:
@@ -47,7 +47,7 @@ def keep_torch_threads():
 
 def demo_window(tmp_path, demo_model, audio_config):
     """The main window with the demo model loaded and short prompts (a fast start), shown."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     w = MainWindow(isolated_settings(tmp_path), device="cpu", audio_config=audio_config)
     w.show()
     w.model_picker.select("demo")

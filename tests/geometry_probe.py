@@ -24,8 +24,8 @@ LONG_TEXT = ("Could not download kyutai/moshiko-pytorch-bf16: the disk that hold
 
 def main(out: Path, shots: str | None) -> None:
     app = QApplication(sys.argv[:1])
-    from app.file_feed import FileFeed
-    from app.message_bar import MessageBar
+    from app.audio.file_feed import FileFeed
+    from app.window.message_bar import MessageBar
     from tests.app_helpers import isolated_settings, load_demo
     from tests.audio_fixture import VirtualAudio
 
@@ -34,8 +34,8 @@ def main(out: Path, shots: str | None) -> None:
     try:
         audio.add_source("long_mic", LONG_MIC)
         audio.pactl("set-default-source", "long_mic")
-        from app import audio_devices
-        from app.main_window import MainWindow
+        from app.audio import audio_devices
+        from app.window.main_window import MainWindow
         audio_devices.rescan()
         window = MainWindow(isolated_settings(Path(tempfile.mkdtemp(prefix="geometry-"))), device="cpu")
         window.show()

@@ -6,10 +6,10 @@ import pytest
 import soundfile as sf
 import soxr
 
-from app import audio_devices
-from app.audio_devices import AudioDevice
-from app.audio_io import ENGINE_RATE, AudioConfig, AudioDeviceError, AudioLink
-from app.echo_cancel import EchoSettings
+from app.audio import audio_devices
+from app.audio.audio_devices import AudioDevice
+from app.audio.audio_io import ENGINE_RATE, AudioConfig, AudioDeviceError, AudioLink
+from app.audio.echo_cancel import EchoSettings
 from tests.audio_fixture import (
     SINK_RATE,
     VirtualAudio,

@@ -6,11 +6,11 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.audio_io import AudioCounters  # noqa: E402
-from app.cadence_chart import FRAME_UNDER, OVER, UNDER, colour  # noqa: E402
-from app.cadence_panel import CadencePanel  # noqa: E402
-from app.cadence_stats import CadenceStats  # noqa: E402
-from app.conversation import FrameReport  # noqa: E402
+from app.audio.audio_io import AudioCounters  # noqa: E402
+from app.conversation.engine_thread import FrameReport  # noqa: E402
+from app.window.cadence_chart import FRAME_UNDER, OVER, UNDER, colour  # noqa: E402
+from app.window.cadence_panel import CadencePanel  # noqa: E402
+from app.window.cadence_stats import CadenceStats  # noqa: E402
 from engine import FrameOutput, RuntimeOptions  # noqa: E402
 from engine.families.moshi.diffuplex.stats import DiffuPlexStats  # noqa: E402
 from engine.families.moshi.frame import STAGE_WORDS  # noqa: E402
@@ -61,7 +61,7 @@ def _report(timings: dict, speak_s: list[float], gpu_memory: int | None, counter
 
 
 def _colour_count(chart, role: str) -> int:
-    """Pixels of the chart painted in `role`'s colour (app.theme's, on the chart's palette)."""
+    """Pixels of the chart painted in `role`'s colour (app.window.theme's, on the chart's palette)."""
     image = chart.grab().toImage()
     pixels = image.constBits()
     pixels.setsize(image.sizeInBytes())

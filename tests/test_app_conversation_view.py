@@ -3,7 +3,7 @@ and the recording state; copying, saving and clearing the words."""
 import numpy as np
 from PyQt6.QtWidgets import QApplication, QPushButton
 
-from app.conversation_view import ConversationView
+from app.conversation.conversation_view import ConversationView
 from tests.app_helpers import isolated_settings  # noqa: F401  (chooses the Qt platform)
 
 SILENCE = np.zeros(1920, np.float32)

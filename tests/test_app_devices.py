@@ -8,13 +8,13 @@ import time
 import numpy as np
 import pytest
 
-from app import audio_devices
 from app.app_settings import AppSettings
-from app.audio_io import AudioConfig, AudioLink
-from app.device_choices import LOST
-from app.device_picker import METER_FLOOR_DB, DevicePicker
-from app.echo_cancel import APM_RATE, EchoSettings
-from app.main_window import MainWindow
+from app.audio import audio_devices
+from app.audio.audio_io import AudioConfig, AudioLink
+from app.audio.device_choices import LOST
+from app.audio.device_picker import METER_FLOOR_DB, DevicePicker
+from app.audio.echo_cancel import APM_RATE, EchoSettings
+from app.window.main_window import MainWindow
 from tests.app_helpers import choose, combo_texts, isolated_settings
 from tests.audio_fixture import (
     MIC_SINK,

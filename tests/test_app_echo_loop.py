@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import soxr
 
-from app import audio_devices
-from app.audio_io import ENGINE_RATE, AudioLink, echo_batch_due
-from app.echo_cancel import APM_RATE, CHUNK, EchoCanceller, EchoSettings, ForecastStream, _Module, _module
+from app.audio import audio_devices
+from app.audio.audio_io import ENGINE_RATE, AudioLink, echo_batch_due
+from app.audio.echo_cancel import APM_RATE, CHUNK, EchoCanceller, EchoSettings, ForecastStream, _Module, _module
 from engine import FRAME_SIZE, SPEECH_SAMPLE, read_audio, split_frames
 from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
 

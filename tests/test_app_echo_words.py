@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-from app.conversation_controller import _echo_text
-from app.echo_cancel import EchoCanceller, EchoSettings
+from app.audio.echo_cancel import EchoCanceller, EchoSettings
+from app.conversation.conversation_controller import _echo_text
 from engine import SPEECH_SAMPLE, read_audio
 
 RATE = 48000

@@ -13,7 +13,7 @@ from PyQt6.QtCore import QObject, QUrl, pyqtSlot
 from PyQt6.QtGui import QDesktopServices
 
 from app.crash_reporting import default_log_dir, setup_logging
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from engine import HubClient
 from engine.files.paths import DEMO_MODEL_DIR, LM_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)

@@ -33,7 +33,7 @@ def shown(tmp_path_factory) -> dict:
 
 
 def test_every_bar_combination_fits_before_and_during_a_conversation(shown):
-    from app.window_fit import FRAME_ALLOWANCE
+    from app.window.window_fit import FRAME_ALLOWANCE
     problems = {case["case"]: case["problems"] for case in shown["cases"] if case["problems"]}
     assert problems == {}
     assert shown["ran"] and len(shown["bars"]) >= 3, shown["bars"]  # settings, hint and message bars

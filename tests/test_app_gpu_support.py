@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.cuda_torch import CudaTorchInstaller, NvidiaGpu
-from app.gpu_support_dialog import GpuSupportDialog
-from app.main_window import MainWindow
+from app.gpu.cuda_torch import CudaTorchInstaller, NvidiaGpu
+from app.gpu.gpu_support_dialog import GpuSupportDialog
 from app.project_info import project_info
+from app.window.main_window import MainWindow
 from tests.app_helpers import isolated_settings
 from tests.wheel_server import WheelServer, make_wheel
 

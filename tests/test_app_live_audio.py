@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from app.audio_io import ENGINE_RATE, AudioConfig  # noqa: E402
+from app.audio.audio_io import ENGINE_RATE, AudioConfig  # noqa: E402
 from tests.app_helpers import demo_window, keep_torch_threads, load_demo  # noqa: F401
 from tests.audio_fixture import (
     SINK_RATE,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from PyQt6.QtWidgets import QMessageBox
 
-from app.main_window import MainWindow
-from app.model_picker import ModelPicker
+from app.models.model_picker import ModelPicker
+from app.window.main_window import MainWindow
 from engine import PARTIAL, REMOTE, HubClient
 from engine.files.paths import LM_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_selected, removal_dialog  # noqa: F401  (fixture)

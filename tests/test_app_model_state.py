@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from PyQt6.QtWidgets import QLineEdit, QWidget
 
-from app.file_feed import FileFeed
-from app.main_window import MainWindow
+from app.audio.file_feed import FileFeed
+from app.window.main_window import MainWindow
 from engine import READY, REMOTE, HubClient
 from engine.files.paths import DEMO_MODEL_DIR, LM_NAME, TOKENIZER_NAME
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401  (fixture)
@@ -85,7 +85,7 @@ def test_a_failed_load_keeps_the_model_that_works(qtbot, window, tmp_path):
 
 def test_a_model_that_needed_the_room_is_followed_by_the_previous_one_loaded_again(qtbot, window, tmp_path,
                                                                                   monkeypatch):
-    from app import model_loader
+    from app.models import model_loader
 
     # Stand-in for a GPU that holds one 7B model, not two (there is no GPU here): the loaded model
     # is closed to make room, and the failure brings it back.

@@ -1,4 +1,4 @@
-"""The window speaks plainly: none of app.plain_words' technical terms in any visible text
+"""The window speaks plainly: none of app.window.plain_words' technical terms in any visible text
 (labels, buttons, group titles, every combo box item, the chart's legend and painted titles,
 message bars) before and during a conversation, with the Engine details folded and open; each
 term is in a tooltip instead."""
@@ -10,11 +10,11 @@ from PyQt6.QtCore import QSettings, Qt
 from PyQt6.QtWidgets import QAbstractButton, QComboBox, QGroupBox, QLabel, QLineEdit, QPlainTextEdit, QWidget
 
 from app.app_settings import AppSettings
-from app.cadence_chart import CadenceChart
-from app.file_feed import FileFeed
-from app.main_window import MainWindow
-from app.message_bar import MessageBar
-from app.plain_words import TERMS, pattern, terms_in
+from app.audio.file_feed import FileFeed
+from app.window.cadence_chart import CadenceChart
+from app.window.main_window import MainWindow
+from app.window.message_bar import MessageBar
+from app.window.plain_words import TERMS, pattern, terms_in
 from tests.app_helpers import keep_torch_threads, load_demo  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.recorder import FLUSH_EVERY_FRAMES, ConversationRecorder
+from app.conversation.recorder import FLUSH_EVERY_FRAMES, ConversationRecorder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ def test_a_crash_keeps_everything_up_to_the_last_flush(tmp_path):
     frames = 2 * FLUSH_EVERY_FRAMES + 5
     script = textwrap.dedent(f"""
         import os, numpy as np
-        from app.recorder import ConversationRecorder
+        from app.conversation.recorder import ConversationRecorder
         r = ConversationRecorder({str(tmp_path)!r}, "tiny", {{}})
         for i in range({frames}):
             r.add_frame(np.full(1920, 0.1, np.float32), np.full(1920, -0.1, np.float32), "x")

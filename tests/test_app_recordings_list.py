@@ -10,8 +10,8 @@ from PyQt6.QtCore import QObject, Qt, QTimer, QUrl, pyqtSlot
 from PyQt6.QtGui import QDesktopServices
 from PyQt6.QtWidgets import QApplication, QMainWindow, QMessageBox
 
-from app.recorder import ConversationRecorder
-from app.recordings_list import COLUMNS, RecordingsDialog, RecordingsLauncher
+from app.conversation.recorder import ConversationRecorder
+from app.conversation.recordings_list import COLUMNS, RecordingsDialog, RecordingsLauncher
 from engine import FRAME_SIZE
 
 SILENCE = np.zeros(FRAME_SIZE, dtype=np.float32)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from app.ring_buffer import SpscRing
+from app.audio.ring_buffer import SpscRing
 
 
 def test_wraps_around_and_keeps_order():

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from app.audio_io import ENGINE_RATE, AudioConfig
+from app.audio.audio_io import ENGINE_RATE, AudioConfig
 from tests import second_family
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401
 from tests.audio_fixture import SINK_RATE, best_window_match, virtual_audio  # noqa: F401  (a fixture)
@@ -21,7 +21,7 @@ SPEECH = "assets/speech_sample.wav"
 
 @pytest.fixture
 def window(qtbot, tmp_path, virtual_audio):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     w = MainWindow(isolated_settings(tmp_path), device="cpu",
                    audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
     qtbot.addWidget(w)

@@ -7,7 +7,7 @@ from PyQt6.QtGui import QWheelEvent
 from PyQt6.QtWidgets import QApplication, QDialogButtonBox
 
 from app.app_settings import SAMPLING, AppSettings, PersonaPreset
-from app.settings_dialog import SettingsDialog
+from app.window.settings_dialog import SettingsDialog
 from engine import RuntimeOptions
 from tests.app_helpers import isolated_settings
 

@@ -8,7 +8,7 @@ import pytest
 from PyQt6.QtCore import QSettings
 
 from app.app_settings import AppSettings
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from tests.app_helpers import keep_torch_threads  # noqa: F401
 
 # One value for every key that no choice in the app could have stored: the wrong type, out of

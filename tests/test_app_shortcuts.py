@@ -3,8 +3,8 @@ in Help, and never acting while the user types in a text field."""
 from PyQt6.QtGui import QKeySequence
 from PyQt6.QtWidgets import QLineEdit
 
-from app.main_window import MainWindow
-from app.shortcuts import help_text
+from app.window.main_window import MainWindow
+from app.window.shortcuts import help_text
 from tests.app_helpers import isolated_settings
 
 

@@ -5,8 +5,8 @@ from PyQt6.QtGui import QColor, QPalette
 from PyQt6.QtWidgets import QApplication, QVBoxLayout, QWidget
 
 import tests.app_helpers  # noqa: F401  (chooses the offscreen platform before Qt starts)
-from app.message_bar import KINDS, MessageBar
-from app.theme import READABLE, ROLE_HUES, THEMES, apply_theme, bar_colours, contrast, palette, role_colour
+from app.window.message_bar import KINDS, MessageBar
+from app.window.theme import READABLE, ROLE_HUES, THEMES, apply_theme, bar_colours, contrast, palette, role_colour
 
 WINDOW = QPalette.ColorRole.Window
 

@@ -4,8 +4,8 @@ from PyQt6.QtCore import QPoint, QPointF, Qt
 from PyQt6.QtGui import QWheelEvent
 from PyQt6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox
 
-from app.main_window import MainWindow
-from app.wheel_guard import GUARDED
+from app.gpu.wheel_guard import GUARDED
+from app.window.main_window import MainWindow
 from tests.app_helpers import isolated_settings
 
 
@@ -43,7 +43,7 @@ def test_the_wheel_changes_no_unfocused_control(qtbot, tmp_path):
 def test_a_focused_control_takes_the_wheel(qtbot):
     from PyQt6.QtWidgets import QDoubleSpinBox, QVBoxLayout, QWidget
 
-    from app.wheel_guard import guard_wheel
+    from app.gpu.wheel_guard import guard_wheel
     root = QWidget()
     spin = QDoubleSpinBox(root)
     QVBoxLayout(root).addWidget(spin)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app import audio_devices  # noqa: E402  (after app_helpers chose the Qt platform)
-from app.file_feed import FileFeed  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
+from app.audio import audio_devices  # noqa: E402  (after app_helpers chose the Qt platform)
+from app.audio.file_feed import FileFeed  # noqa: E402
+from app.window.main_window import MainWindow  # noqa: E402
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def _stop(qtbot, window):
 def test_the_window_does_not_import_torch():
     # The window shares the engine's audio constants (engine.files.audio, no torch); the models
     # and torch load on the loader thread only.
-    code = ("import sys; import app.main_window; "
+    code = ("import sys; import app.window.main_window; "
             "assert 'torch' not in sys.modules and 'engine.session' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 

@@ -28,7 +28,7 @@ def test_the_apps_command_line_has_no_bench(capsys):
     except SystemExit as exc:  # argparse: an unknown command
         assert exc.code == 2
     assert "invalid choice: 'bench'" in capsys.readouterr().err
-    assert "sys.path" not in (ROOT / "app" / "cli.py").read_text()
+    assert "sys.path" not in (ROOT / "app" / "cli" / "commands.py").read_text()
 
 
 def test_the_wheel_and_the_bundle_leave_bench_out():

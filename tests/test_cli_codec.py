@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import soundfile as sf
 
-from app.cli import main
+from app.cli.commands import main
 from engine.files.paths import SPEECH_SAMPLE
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.cli import build_parser
+from app.cli.commands import build_parser
 
 
 def _undocumented(parser: argparse.ArgumentParser, name: str) -> list[str]:

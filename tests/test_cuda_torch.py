@@ -1,4 +1,4 @@
-"""Fetching GPU support (app/cuda_torch.py): real wheels from a real HTTP server on loopback,
+"""Fetching GPU support (app/gpu/cuda_torch.py): real wheels from a real HTTP server on loopback,
 with range requests; resuming after a dropped connection; a corrupt download refused; what is
 not the manifest's file (an HTML page, a longer or shorter file, a wrong file already on disk)
 refused before it is saved or unpacked; a refused range started again once; offline reported
@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from app import cuda_torch
-from app.cuda_torch import CudaTorchInstaller, load_manifest
-from app.wheel_fetch import Cancelled, OfflineError
+from app.gpu import cuda_torch
+from app.gpu.cuda_torch import CudaTorchInstaller, load_manifest
+from app.gpu.wheel_fetch import Cancelled, OfflineError
 from tests.wheel_server import WheelServer, make_wheel
 
 

@@ -14,9 +14,9 @@ import pulsectl
 import pytest
 import soundfile as sf
 
-from app import audio_devices, sound_server
-from app.audio_io import ENGINE_RATE, AudioConfig, AudioDeviceError, AudioLink
-from app.device_choices import LOST
+from app.audio import audio_devices, sound_server
+from app.audio.audio_io import ENGINE_RATE, AudioConfig, AudioDeviceError, AudioLink
+from app.audio.device_choices import LOST
 from tests.app_helpers import choose, combo_texts, demo_window, keep_torch_threads, load_demo  # noqa: F401
 from tests.audio_fixture import (
     SINK_RATE,

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from app.cli import main
+from app.cli.commands import main
 from engine.errors import AudioInputError
 from engine.families.moshi.diffuplex.predictor import load_predictor, new_predictor
 from engine.files.paths import SPEECH_SAMPLE

@@ -21,7 +21,7 @@ CLEAN = ["engine/session.py", "engine/loading/models.py", "engine/loading/memory
          "engine/period.py", "engine/families/__init__.py", "engine/families/protocol.py", "bench/report.py",
          *sorted(str(p.relative_to(ROOT)) for folder in ("runtime", "state")
                  for p in (ROOT / "engine" / folder).glob("*.py")),
-         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "app").glob("*.py"))]
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "app").rglob("*.py"))]
 
 
 def _members(protocol) -> set[str]:

@@ -270,7 +270,7 @@ def test_models_shows_the_kept_copy(hub, tmp_path):
 def test_the_window_says_where_the_copy_is_and_removes_it(qtbot, tmp_path, monkeypatch, hub):
     from huggingface_hub import constants
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     cache = tmp_path / "hub"
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     client = HubClient(endpoint=hub.endpoint, cache_dir=cache)

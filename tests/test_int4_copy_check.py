@@ -213,7 +213,7 @@ def test_a_copy_from_before_the_checksums_is_made_again_quietly(caplog):
 
 
 def test_the_window_says_the_damaged_copy_was_made_again(qtbot, tmp_path):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     path = keep_demo_copy()
     key = "depformer_text_emb.weight"

@@ -10,8 +10,8 @@ import soundfile as sf
 import torch
 from safetensors.torch import load_file, save_file
 
-from app.cli import main
-from app.offline import run_offline  # noqa: F401 (imported before a test captures stderr: its progress bar keeps that stream)
+from app.cli.commands import main
+from app.cli.offline import run_offline  # noqa: F401 (imported before a test captures stderr: its progress bar keeps that stream)
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.personaplex import load_voice
 from engine.files.finite import finite_pcm

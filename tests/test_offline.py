@@ -11,9 +11,9 @@ import soundfile as sf
 import soxr
 import torch
 
-from app.cli import main
-from app.offline import Progress, _write_all
-from app.transcript import words_with_times
+from app.cli.commands import main
+from app.cli.offline import Progress, _write_all
+from app.conversation.transcript import words_with_times
 from engine.files.paths import SPEECH_SAMPLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

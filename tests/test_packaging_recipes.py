@@ -52,7 +52,7 @@ def test_console_script_resolves():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     module, func = data["project"]["scripts"][INFO.name].split(":")
     assert callable(getattr(importlib.import_module(module), func))
-    assert "from app.cli import main" in (ROOT / "app" / "__main__.py").read_text()
+    assert "from app.cli.commands import main" in (ROOT / "app" / "__main__.py").read_text()
 
 
 def test_windows_recipe_names_the_bundle_the_spec_builds():

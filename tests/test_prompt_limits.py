@@ -9,9 +9,9 @@ import pytest
 import torch
 from PyQt6.QtCore import Qt
 
-from app.conversation import ConversationSignals, ConversationWorker
-from app.file_feed import FileFeed
-from app.model_loader import LoadedModel, LoaderSignals, ModelLoader
+from app.audio.file_feed import FileFeed
+from app.conversation.engine_thread import ConversationSignals, ConversationWorker
+from app.models.model_loader import LoadedModel, LoaderSignals, ModelLoader
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.personaplex import load_voice
 from engine.families.moshi.model import read_lm_checkpoint
@@ -73,8 +73,8 @@ def test_a_voice_longer_than_the_context_is_refused_even_as_the_default(model_di
 
 
 def test_the_cli_shows_progress_of_prompts_that_take_long(model_dir, tmp_path, monkeypatch, capsys):
-    from app import prompt_progress
-    from app.cli import main
+    from app.cli.commands import main
+    from app.conversation import prompt_progress
     monkeypatch.setattr(prompt_progress, "SHOWN_AFTER_S", 0.0)  # what takes 2 s on a slow CPU takes less here
     clip = speech_clip(tmp_path / "in.wav")
     assert main(["offline", "--model", str(model_dir), "--device", "cpu", "--input", str(clip),
@@ -86,7 +86,7 @@ def test_the_cli_shows_progress_of_prompts_that_take_long(model_dir, tmp_path, m
 
 
 def test_prompt_progress_waits_two_seconds_then_shows_every_step_and_the_end():
-    from app.prompt_progress import PromptProgress
+    from app.conversation.prompt_progress import PromptProgress
     now, shown = [0.0], []
     progress = PromptProgress(lambda done, total: shown.append(done), every_s=0.5, clock=lambda: now[0])
     for done in range(1, 101):
@@ -135,7 +135,7 @@ def test_the_window_refuses_a_long_role_before_playing_it(model_dir):
 
 
 def test_the_window_shows_progress_of_long_prompts(model_dir, monkeypatch):
-    from app import prompt_progress
+    from app.conversation import prompt_progress
     monkeypatch.setattr(prompt_progress, "SHOWN_AFTER_S", 0.0)
     notices, failures, started = _converse(_loaded(model_dir), ("FITS", ""))
     assert started and not failures

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 from scipy.io import wavfile
 
-from app.recorder import FLUSH_EVERY_FRAMES, ConversationRecorder
+from app.conversation.recorder import FLUSH_EVERY_FRAMES, ConversationRecorder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ def _chunks(data: bytes) -> dict[bytes, tuple[int, int]]:
 def _recorded_and_killed(folder: Path, frames: int) -> Path:
     script = textwrap.dedent(f"""
         import os, numpy as np
-        from app.recorder import ConversationRecorder
+        from app.conversation.recorder import ConversationRecorder
         r = ConversationRecorder({str(folder)!r}, "tiny", {{}})
         for i in range({frames}):
             user = np.full(1920, i / 100, np.float32)

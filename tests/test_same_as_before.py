@@ -116,7 +116,7 @@ def test_settings_and_presets_read_as_they_were(tmp_path):
 
 
 def test_a_recording_reads_as_it_did():
-    from app.recording_files import list_recordings, read_recording
+    from app.conversation.recording_files import list_recordings, read_recording
     expected = EXPECTED["recording"]
     rec = read_recording(GOLDEN / "recordings" / expected["wav"])
     assert not rec.problems

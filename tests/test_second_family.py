@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.cli import main
+from app.cli.commands import main
 from engine import RuntimeOptions, list_models, load_model, plan_memory
 from engine.period import FRAME_SIZE, SAMPLE_RATE
 from engine.session import DuplexSession

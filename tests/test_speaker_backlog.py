@@ -15,12 +15,12 @@ import soundfile as sf
 import soxr
 from PyQt6.QtCore import Qt
 
-from app import audio_devices
-from app.audio_io import ENGINE_RATE, AudioConfig, AudioLink
-from app.conversation import ConversationSignals, ConversationWorker
-from app.echo_cancel import EchoSettings
-from app.main_window import MainWindow
-from app.recorder import ConversationRecorder
+from app.audio import audio_devices
+from app.audio.audio_io import ENGINE_RATE, AudioConfig, AudioLink
+from app.audio.echo_cancel import EchoSettings
+from app.conversation.engine_thread import ConversationSignals, ConversationWorker
+from app.conversation.recorder import ConversationRecorder
+from app.window.main_window import MainWindow
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401
 from tests.audio_fixture import (
     SINK_RATE,

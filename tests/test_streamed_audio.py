@@ -11,7 +11,7 @@ import soundfile as sf
 import soxr
 import torch
 
-from app.cli import main
+from app.cli.commands import main
 from engine.files.audio import BLOCK_FRAMES, AudioInput, AudioOutput, output_format
 from engine.files.paths import SPEECH_SAMPLE
 

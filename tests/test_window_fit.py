@@ -20,7 +20,7 @@ from PyQt6.QtCore import QByteArray
 from PyQt6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLabel, QSizePolicy
 app = QApplication(sys.argv[:1])
 from tests.app_helpers import isolated_settings
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 settings = isolated_settings(Path(tempfile.mkdtemp()))
 if len(sys.argv) > 1:
     settings.set_geometry(QByteArray.fromHex(sys.argv[1].encode()))
@@ -65,7 +65,7 @@ def _probe(tmp_path, width: int, height: int, scale: float, *args: str) -> dict:
 
 @pytest.mark.parametrize(("width", "height", "scale"), [(1280, 720, 1.0), (1920, 1080, 1.5)])
 def test_the_default_window_fits_the_screen(tmp_path, width, height, scale):
-    from app.window_fit import FRAME_ALLOWANCE
+    from app.window.window_fit import FRAME_ALLOWANCE
 
     shown = _probe(tmp_path, width, height, scale)
     _, _, avail_w, avail_h = shown["available"]

@@ -8,7 +8,7 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from app.cuda_torch import Manifest, WheelFile
+from app.gpu.cuda_torch import Manifest, WheelFile
 
 
 def make_wheel(folder: Path, package: str, payload_bytes: int = 300_000) -> Path:

@@ -1,9 +1,9 @@
 """On a real GPU: the driver-only probe the installed app uses before it has a CUDA build of
-torch (app/cuda_torch.py) sees the GPU torch sees, and the window's device line names it."""
+torch (app/gpu/cuda_torch.py) sees the GPU torch sees, and the window's device line names it."""
 import pytest
 import torch
 
-from app.cuda_torch import find_nvidia_gpu, why_this_device
+from app.gpu.cuda_torch import find_nvidia_gpu, why_this_device
 
 pytestmark = pytest.mark.gpu
 

@@ -29,25 +29,25 @@ from PyQt6.QtWidgets import (
     QWidget,
 )
 
+from ..app_settings import AppSettings
+from ..audio.audio_io import AudioConfig
+from ..audio.device_picker import DevicePicker
+from ..conversation.conversation_controller import ConversationController
+from ..conversation.conversation_view import ConversationView
+from ..conversation.recordings_list import RecordingsLauncher
+from ..crash_reporting import CrashReporter, default_log_dir, setup_logging, show_log
+from ..gpu.cuda_torch import find_nvidia_gpu, is_installed, load_manifest
+from ..gpu.wheel_guard import guard_wheel
+from ..models.library_controller import LibraryController
+from ..models.model_controller import ModelController
+from ..models.model_picker import ModelPicker
+from ..project_info import project_info
 from . import shortcuts
-from .app_settings import AppSettings
-from .audio_io import AudioConfig
 from .cadence_panel import CadencePanel
-from .conversation_controller import ConversationController
-from .conversation_view import ConversationView
-from .crash_reporting import CrashReporter, default_log_dir, setup_logging, show_log
-from .cuda_torch import find_nvidia_gpu, is_installed, load_manifest
-from .device_picker import DevicePicker
-from .library_controller import LibraryController
 from .message_bar import MessageBar
-from .model_controller import ModelController
-from .model_picker import ModelPicker
-from .project_info import project_info
-from .recordings_list import RecordingsLauncher
 from .runtime_controls import machine_reasons
 from .settings_dialog import SettingsDialog
 from .theme import apply_theme
-from .wheel_guard import guard_wheel
 from .window_fit import ElidedLabel, default_size, elide_combos, keep_combos_narrow
 
 log = logging.getLogger("duplexcadence")
@@ -260,7 +260,7 @@ class MainWindow(QMainWindow):
                 f"{gpu.name} found, but its driver runs CUDA up to {gpu.driver_cuda_text}; GPU support needs "
                 f"CUDA {manifest.cuda}. Update the NVIDIA driver, then choose Help ▸ Install GPU support.", "info")
             return
-        from .gpu_support_dialog import GpuSupportDialog
+        from ..gpu.gpu_support_dialog import GpuSupportDialog
         self.gpu_dialog = GpuSupportDialog(manifest, gpu, self)
         self.gpu_dialog.open()
 
@@ -310,7 +310,7 @@ def run_app(model: str | None = None, device: str = "auto") -> int:
     apply_theme(app, settings.theme)  # before the first widget: it paints in the chosen colours
     window = MainWindow(settings, device=device)
     reporter.parent_window = window
-    from .echo_cancel import unavailable
+    from ..audio.echo_cancel import unavailable
     log.info("echo cancellation: %s", unavailable() or "available (WebRTC AEC3, livekit)")
     window.show()
     # A session logout or `kill` closes the window as its close button does (a recording in

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PyQt6.QtCore import QObject, pyqtSignal
 
-from .audio_io import AudioCounters
-from .echo_cancel import EchoSettings, EchoState
+from ..audio.audio_io import AudioCounters
+from ..audio.echo_cancel import EchoSettings, EchoState
 from .recorder import ConversationRecorder
 
 if TYPE_CHECKING:
     from engine import DuplexSession, FrameOutput, RuntimeOptions
 
-    from .audio_io import AudioLink
-    from .file_feed import FileFeed
+    from ..audio.audio_io import AudioLink
+    from ..audio.file_feed import FileFeed
 
 log = logging.getLogger("duplexcadence.conversation")
 IDLE_WAIT_S = 0.004  # between polls of the microphone ring while no frame is complete

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
+from ..app_settings import AppSettings
 from . import audio_devices
-from .app_settings import AppSettings
 from .audio_devices import AudioDevice
 
 log = logging.getLogger("duplexcadence")

@@ -7,7 +7,7 @@ mark). The latency comes back in the model's pauses: while more than the prebuff
 waits, a silent frame is left out (no speech is lost, and the reply is late only until the
 model next pauses). The callback keeps what it handed the device twice: after the volume (the echo
 canceller's far end: exactly what was played) and before it (the recording's model channel,
-app/played_track.py: the model's speech where and when it was played, at the model's level).
+app/audio/played_track.py: the model's speech where and when it was played, at the model's level).
 """
 from __future__ import annotations
 

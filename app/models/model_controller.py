@@ -19,9 +19,9 @@ from PyQt6.QtWidgets import (
     QWidget,
 )
 
-from .app_settings import AppSettings
-from .cadence_panel import CadencePanel
-from .message_bar import MessageBar
+from ..app_settings import AppSettings
+from ..window.cadence_panel import CadencePanel
+from ..window.message_bar import MessageBar
 from .model_loader import LoadedModel, LoaderSignals, MemoryCheck, ModelLoader, PredictorLoader
 from .model_picker import ModelPicker
 

@@ -117,7 +117,7 @@ class ModelLoader(threading.Thread):
             select_device,
         )
 
-        from .cuda_torch import why_this_device
+        from ..gpu.cuda_torch import why_this_device
 
         device = select_device(self.device)
         limit_cpu_threads(device)

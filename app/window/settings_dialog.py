@@ -26,10 +26,10 @@ from PyQt6.QtWidgets import (
 
 from engine import RuntimeOptions
 
-from .app_settings import SAMPLING, AppSettings
+from ..app_settings import SAMPLING, AppSettings
+from ..gpu.wheel_guard import guard_wheel
 from .persona_presets import PersonaPresetsBox
 from .theme import THEMES, role_colour
-from .wheel_guard import guard_wheel
 
 FIELDS = {
     "text_temperature": ("Text temperature", "How freely the model picks its words: 0 always takes the likeliest "
@@ -51,7 +51,7 @@ class SettingsDialog(QDialog):
     sampling_changed = pyqtSignal(dict)       # the SAMPLING fields of RuntimeOptions, after OK changed them
     persona_chosen = pyqtSignal(str, str)     # voice ("" for none) and role of a preset the user chose to use
     recordings_folder_changed = pyqtSignal(str)
-    theme_changed = pyqtSignal(str)           # "system", "light" or "dark" (app.theme.apply_theme)
+    theme_changed = pyqtSignal(str)           # "system", "light" or "dark" (app.window.theme.apply_theme)
 
     def __init__(self, settings: AppSettings, parent=None, persona: tuple[str | None, str] | None = None):
         """`persona`: the voice (None: none) and role in the Model box (ModelPicker.persona()),

@@ -28,7 +28,7 @@ from .wheel_fetch import CHUNK, Cancelled, NotTheFile, ProgressFn, RangeRefused,
 
 log = logging.getLogger("duplexcadence.gpu_support")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "assets" / "cuda_torch.json"  # written by packaging/resolve_cuda_torch.py
 
 
@@ -150,7 +150,7 @@ def find_nvidia_gpu() -> NvidiaGpu | None:
 # --- fetching and unpacking --------------------------------------------------------------
 class CudaTorchInstaller:
     """Downloads the manifest's wheels into `downloads/` (resuming `.part` files with HTTP
-    range requests, app/wheel_fetch.py), checks each one's SHA-256 (a file found there too),
+    range requests, app/gpu/wheel_fetch.py), checks each one's SHA-256 (a file found there too),
     unpacks them into a staging folder and renames it into place, so a half-done install is
     never taken for a finished one."""
 

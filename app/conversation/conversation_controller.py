@@ -13,18 +13,18 @@ from PyQt6.QtWidgets import QCheckBox, QPushButton, QWidget
 
 from engine import RuntimeOptions
 
-from .app_settings import AppSettings
-from .audio_io import AudioConfig, AudioDeviceError, AudioLink
-from .cadence_panel import CadencePanel
-from .conversation import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
+from ..app_settings import AppSettings
+from ..audio.audio_io import AudioConfig, AudioDeviceError, AudioLink
+from ..audio.device_picker import DevicePicker
+from ..audio.echo_cancel import HEARD_DB
+from ..audio.file_feed import FileFeed
+from ..models.model_controller import ModelController
+from ..models.model_loader import LoadedModel
+from ..models.model_picker import ModelPicker
+from ..window.cadence_panel import CadencePanel
+from ..window.message_bar import MessageBar
 from .conversation_view import ConversationView
-from .device_picker import DevicePicker
-from .echo_cancel import HEARD_DB
-from .file_feed import FileFeed
-from .message_bar import MessageBar
-from .model_controller import ModelController
-from .model_loader import LoadedModel
-from .model_picker import ModelPicker
+from .engine_thread import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
 from .recorder import ConversationRecorder
 
 

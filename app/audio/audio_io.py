@@ -2,8 +2,8 @@
 
 Each device runs at its own rate. PortAudio's callbacks only move samples between the
 device and a preallocated ring (no allocation, lock, logging or torch there; the speaker's
-applies its volume and keeps what it played: app/speaker_queue.py); the engine thread does
-everything else: echo cancellation (app.echo_cancel), streaming resampling with soxr, cutting
+applies its volume and keeps what it played: app/audio/speaker_queue.py); the engine thread does
+everything else: echo cancellation (app.audio.echo_cancel), streaming resampling with soxr, cutting
 80 ms frames, bounding latency, and watching that both streams are still alive.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ class AudioConfig:
     max_input_backlog_s: float = 0.32  # older microphone audio is dropped beyond this
     input_capacity_s: float = 1.0
     # Model audio late after a stall still plays, this much beyond the prebuffer; a frame
-    # later than that is skipped (app/speaker_queue.py), shown and marked in the recording.
+    # later than that is skipped (app/audio/speaker_queue.py), shown and marked in the recording.
     max_output_backlog_s: float = 2.0
     # Device buffer, seconds: Python callbacks on a busy machine miss the deadlines of
     # PortAudio's "low" setting and the device glitches.
@@ -67,7 +67,7 @@ def echo_batch_due(echo: EchoCanceller, resampler: ForecastStream, pending: int,
 class AudioLink(LinkDevices):
     """An opened microphone + speaker pair. `start()`, then from one engine thread:
     `read_frame()` / `write_frame()` / `problem()` / `counters()`; `close()` and
-    `use_device()` (another device, mid-conversation: app/device_switch.py) from anywhere.
+    `use_device()` (another device, mid-conversation: app/audio/device_switch.py) from anywhere.
     `notify(text, kind)` hears, on the engine thread, what changed or failed meanwhile."""
 
     def __init__(self, microphone: AudioDevice, speaker: AudioDevice,
@@ -277,7 +277,7 @@ class AudioLink(LinkDevices):
     def problem(self) -> str | None:
         """A message for the user if the speaker failed (the conversation cannot go on), else
         None. Applies the devices asked for meanwhile; a microphone that failed is opened
-        again, the model hearing silence until it works (app/device_switch.py)."""
+        again, the model hearing silence until it works (app/audio/device_switch.py)."""
         now = time.monotonic()
         self._switch.apply(now)
         return self._fatal or self._speaker_stream.problem(now)

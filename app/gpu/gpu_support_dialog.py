@@ -1,4 +1,4 @@
-"""The offer to fetch GPU support (app/cuda_torch.py) and its download: the size up front,
+"""The offer to fetch GPU support (app/gpu/cuda_torch.py) and its download: the size up front,
 a progress bar, pause and resume, a plain message when offline, and a restart at the end."""
 from __future__ import annotations
 

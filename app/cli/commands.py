@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine import WEIGHTS
 
-from .cli_models import add_model_commands
+from .model_commands import add_model_commands
 
 
 def _codec(args) -> None:
@@ -45,12 +45,12 @@ def _codec(args) -> None:
         finally:
             codec.close()
     print(f"wrote {args.output} ({source.given / SAMPLE_RATE:.2f} s)", file=sys.stderr)
-    from app.offline import note_nonfinite
+    from app.cli.offline import note_nonfinite
     note_nonfinite(codec.nonfinite_samples)
 
 
 def _offline(args) -> None:
-    from app.offline import run_offline
+    from app.cli.offline import run_offline
     run_offline(args)
 
 
@@ -109,7 +109,7 @@ def _gui(args) -> int:
         # Not a failure: the install worked, and the README's first command ends here on a server.
         print(missing)
         return 0
-    from app.main_window import run_app
+    from app.window.main_window import run_app
     return run_app(model=args.model)
 
 

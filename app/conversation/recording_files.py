@@ -1,4 +1,4 @@
-"""The recordings on disk: each conversation's WAV and transcript JSON (app/recorder.py) read
+"""The recordings on disk: each conversation's WAV and transcript JSON (app/conversation/recorder.py) read
 into what the Recordings window lists, a bad file included, and its words as timed lines."""
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _size(path: Path) -> int:
 
 
 def _read_transcript(rec: Recording) -> None:
-    """Fills `rec` from its JSON (app/recorder.py's fields); ValueError naming the bad key."""
+    """Fills `rec` from its JSON (app/conversation/recorder.py's fields); ValueError naming the bad key."""
     record = json.loads(rec.json.read_text(encoding="utf-8"))
     if not isinstance(record, dict):
         raise ValueError(f"not an object but {type(record).__name__}")

@@ -11,7 +11,7 @@ from .cadence_stats import FRAME_S, CadenceStats
 from .theme import role_colour
 
 UNDER, OVER, FRAME_UNDER = "good", "error", "info"
-"""Meanings, coloured by app.theme to be readable on the palette in use (light or dark)."""
+"""Meanings, coloured by app.window.theme to be readable on the palette in use (light or dark)."""
 SPAN_S = 30          # the chart fills from the left over this long, then compresses
 MIN_FRAME_PX = 1.0   # ... until a frame is this wide, then scrolls
 MARGIN_LEFT, MARGIN = 44, 8

@@ -18,8 +18,8 @@ from PyQt6.QtWidgets import (
     QSlider,
 )
 
+from ..app_settings import AppSettings
 from . import audio_devices, sound_server
-from .app_settings import AppSettings
 from .audio_devices import AudioDevice
 from .device_choices import DeviceChoices, item_text, lost_text
 from .echo_cancel import EchoSettings

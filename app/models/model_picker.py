@@ -20,8 +20,8 @@ from PyQt6.QtWidgets import (
 
 from engine import READY, REMOTE, WEIGHTS, size_text
 
-from .app_settings import AppSettings
-from .theme import role_colour
+from ..app_settings import AppSettings
+from ..window.theme import role_colour
 
 AS_STORED = ("Weights as the checkpoint holds them", "")
 NO_VOICE = "No voice prompt"

@@ -23,7 +23,7 @@ from PyQt6.QtWidgets import (
 
 from engine import FRAME_SECONDS
 
-from .cadence_chart import OVER, UNDER, colour
+from ..window.cadence_chart import OVER, UNDER, colour
 from .transcript import Words
 
 PAUSE_S = 1.0         # a word after this much silence starts a new, time-marked line

@@ -20,7 +20,7 @@ from PyQt6.QtWidgets import (
 
 from engine import MAX_BLOCK, POLICIES, TOGGLES, RuntimeOptions
 
-from .cuda_torch import find_nvidia_gpu
+from ..gpu.cuda_torch import find_nvidia_gpu
 from .plain_words import POLICIES as POLICY_WORDS
 from .plain_words import SWITCH_TERMS as TOGGLE_TERMS
 from .plain_words import TOGGLES as TOGGLE_WORDS

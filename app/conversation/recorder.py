@@ -1,6 +1,6 @@
 """Recording of a conversation: a stereo 32-bit float WAV and a transcript JSON beside it. Left:
 the microphone's frames as the model heard them; right: what the speaker played meanwhile (its
-volume aside; app/played_track.py), so late speech is late and skipped speech is missing, as
+volume aside; app/audio/played_track.py), so late speech is late and skipped speech is missing, as
 the user heard it. The JSON's words keep the model's time; `speaker_skips` marks what the
 speaker skipped.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .audio_io import ENGINE_RATE, FRAME_SIZE
+from ..audio.audio_io import ENGINE_RATE, FRAME_SIZE
 from .transcript import Words
 
 log = logging.getLogger("duplexcadence.recorder")
@@ -55,7 +55,7 @@ class ConversationRecorder:
             "options": dict(options),
             "audio_processing": audio_processing,
             "frames": 0,
-            "words": [],  # the model's, with start and end seconds (app.transcript: as `offline` writes)
+            "words": [],  # the model's, with start and end seconds (app.conversation.transcript: as `offline` writes)
         }
         self._stereo = np.zeros((FRAME_SIZE, 2), dtype=np.float32)
         self._words = Words()

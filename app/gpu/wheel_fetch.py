@@ -1,4 +1,4 @@
-"""One wheel's bytes over HTTP into its `.part` file (app/cuda_torch.py decides what to fetch
+"""One wheel's bytes over HTTP into its `.part` file (app/gpu/cuda_torch.py decides what to fetch
 and checks what came): resumed with a range request, never read past the size the manifest
 gives, and refused before anything is saved when the answer is not the manifest's file (a
 captive portal's or an error's HTML page, a file of another size). Nothing here imports torch

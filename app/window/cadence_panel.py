@@ -11,7 +11,7 @@ from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from engine import FRAME_SECONDS, RuntimeOptions
 
-from .audio_io import AudioCounters
+from ..audio.audio_io import AudioCounters
 from .cadence_chart import LEGEND, CadenceChart, colour
 from .cadence_gauge import CadenceGauge
 from .cadence_stats import CadenceStats
@@ -22,7 +22,7 @@ from .runtime_controls import RuntimeControls
 if TYPE_CHECKING:
     from engine import FrameOutput
 
-    from .conversation import FrameReport
+    from ..conversation.engine_thread import FrameReport
 
 
 class CadencePanel(QWidget):

@@ -23,8 +23,8 @@ from engine import (
     output_format,
 )
 
-from .prompt_progress import cli_prompt_progress
-from .transcript import words_with_times
+from ..conversation.prompt_progress import cli_prompt_progress
+from ..conversation.transcript import words_with_times
 
 ROLE_SHOWN = 40
 """Characters of the role prompt the summary shows."""

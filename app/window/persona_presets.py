@@ -16,8 +16,8 @@ from PyQt6.QtWidgets import (
     QVBoxLayout,
 )
 
-from .app_settings import PersonaPreset
-from .model_picker import NO_VOICE
+from ..app_settings import PersonaPreset
+from ..models.model_picker import NO_VOICE
 
 NO_ROLE = "(no role prompt)"
 

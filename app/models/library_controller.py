@@ -13,9 +13,9 @@ from PyQt6.QtWidgets import QMessageBox, QWidget
 
 from engine import READY, free_bytes, missing_files, size_text
 
-from .app_settings import AppSettings
+from ..app_settings import AppSettings
+from ..window.message_bar import MessageBar
 from .download_advice import ADVICE, download_failure
-from .message_bar import MessageBar
 from .model_controller import ModelController
 from .model_library import (
     DownloadCheck,
