@@ -1,17 +1,15 @@
-"""A streaming conversation with a duplex model of any family: 80 ms of microphone audio in,
-80 ms of model speech (and its text) out, with per-stage timings and the figures a live panel
-shows.
+"""A streaming conversation with a duplex model of any family: 80 ms of microphone audio in, 80 ms
+of model speech (and its text) out, with per-stage timings and the figures a live panel shows.
 
-The session is the engine's one API for the app and the command line. Its audio is the app's:
-24 kHz, in periods of 80 ms (engine.period), whatever the family hears and speaks. It owns what
-every model family shares: the options (checked against what this machine can honour, applied
-between steps), the sampling generator, the step timer and SPEAK meter, the host buffers, the
-conversion of the period's audio to the family's rates and step (buffered in, queued out), and
-the `FrameOutput`. The family's conversation (engine.families.protocol.FamilyConversation,
-registered by the family) owns the stage runner, the state, the prompts and how a step runs.
-`reset()` starts a new conversation without reloading weights and matches a fresh session
-with the same seed. Inside a plain step nothing waits for the device except the final copy
-of the output to the host (a predicting policy's steps also read their checks).
+The engine's one API for the app and the command line. Its audio is the app's: 24 kHz, in periods of
+80 ms (engine.period), whatever the family hears and speaks. It owns what every family shares: the
+options (checked against what this machine can honour, applied between steps), the sampling
+generator, the step timer and SPEAK meter, the host buffers, the conversion of the period's audio to
+the family's rates and step (buffered in, queued out), and the `FrameOutput`. The family's
+conversation (engine.families.protocol.FamilyConversation, registered by the family) owns the stage
+runner, the state, the prompts and how a step runs. `reset()` starts a new conversation without
+reloading weights and matches a fresh session with the same seed. In a plain step only the output's
+final copy to the host waits for the device (a predicting policy's steps also read their checks).
 """
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
-"""The streaming transformer shared by Mimi (encoder/decoder) and the Moshi LM (temporal, depformer).
+"""The streaming transformer of Mimi (encoder/decoder) and the Moshi LM (temporal, depformer).
 
 Parameter names mirror the official checkpoints relative to the transformer
-(`layers.{i}.self_attn.in_proj_weight`, `layers.{i}.gating.linear_in.weight`, ...), so
-loading needs no renaming. Streaming state (a K and a V ring per layer, and a position
-counter) is declared through `regions()` and lives in the caller's `Store`.
-
-Ring semantics follow the reference runtime exactly: a ring of `context` entries; the T new
-entries of a step are written first, then each query attends to the keys whose position p
-satisfies 0 <= pos_q - p < context. After a wrap, the first query of a multi-entry step
-therefore sees one key fewer than a whole-signal pass would; that is the reference's
-behaviour and we keep it.
-
-Where torch or Triton computes is engine.ops's choice: a streaming step over a few positions
-on CUDA runs each layer as fused products (`engine.ops.fused.fuses`, decided once per step
-and carried by StepPositions.fused), any other step as the torch formulas.
+(`layers.{i}.self_attn.in_proj_weight`, `layers.{i}.gating.linear_in.weight`, ...), so loading
+needs no renaming. Streaming state (a K and a V ring per layer, and a position counter) is
+declared through `regions()` and lives in the caller's `Store`. Ring semantics follow the
+reference runtime exactly: a ring of `context` entries; a step's T new entries are written first,
+then each query attends to the keys whose position p satisfies 0 <= pos_q - p < context. After a
+wrap the first query of a multi-entry step thus sees one key fewer than a whole-signal pass would:
+the reference's behaviour, which we keep. engine.ops chooses torch or Triton: a streaming step
+over a few positions on CUDA runs each layer as fused products (`engine.ops.fused.fuses`, decided
+once per step and carried by StepPositions.fused), any other step as the torch formulas.
 """
 from __future__ import annotations
 

@@ -1,18 +1,15 @@
 """The sound server's devices (PulseAudio, or PipeWire's pulse server), through pulsectl.
 
-On a Linux desktop the sound server owns the sound cards: PortAudio's ALSA list then shows
-plugin names ("default", "pulse"), not the headset a person plugged in. The server knows
-each source and sink by a stable name and a description people recognise, and tells its
-clients when one comes or goes, so the app can follow plugging without a restart.
-
-Every call here makes its own short connection: a pulsectl connection must only be used by
-one thread, and listing is rare (start-up, and after a device event).
-
-The watch also keeps the model from hearing itself: a server moves a stream whose device went
-away to its default, and with no other microphone left the default source is the monitor of
-the default sink, the one our speaker plays to. Our capture stream found on a monitor of a sink
-our playback is on is muted there at once (milliseconds after the move), until the window
-reopens the microphone where the user wants it or the loop is gone.
+On a Linux desktop the sound server owns the sound cards: PortAudio's ALSA list then shows plugin
+names ("default", "pulse"), not the headset a person plugged in. The server knows each source and
+sink by a stable name and a description people recognise, and tells its clients when one comes or
+goes, so the app can follow plugging without a restart. Every call here makes its own short
+connection: a pulsectl connection must only be used by one thread, and listing is rare (start-up,
+and after a device event). The watch also keeps the model from hearing itself: a server moves a
+stream whose device went away to its default, and with no other microphone left the default source
+is the monitor of the default sink, the one our speaker plays to. Our capture stream found on a
+monitor of a sink our playback is on is muted there at once, until the window reopens the microphone
+where the user wants it or the loop is gone.
 """
 from __future__ import annotations
 

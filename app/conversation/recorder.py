@@ -1,16 +1,14 @@
-"""Recording of a conversation: a stereo 32-bit float WAV and a transcript JSON beside it. Left:
-the microphone's frames as the model heard them; right: what the speaker played meanwhile (its
-volume aside; app/audio/played_track.py), so late speech is late and skipped speech is missing, as
-the user heard it. The JSON's words keep the model's time; `speaker_skips` marks what the
-speaker skipped.
+"""Recording of a conversation: a stereo 32-bit float WAV and a transcript JSON beside it. Left: the
+microphone's frames as the model heard them; right: what the speaker played meanwhile (its volume
+aside; app/audio/played_track.py), so late speech is late and skipped speech is missing, as the user
+heard it. The JSON's words keep the model's time; `speaker_skips` marks what the speaker skipped.
 
-Both are written while the conversation runs and flushed about once a second, so a crash
-or a lost device keeps everything up to the last flush: the WAV is written here (libsndfile
-writes a WAV's sizes only on close, so a killed recording looked empty to every reader but
-libsndfile) with its header's sizes rewritten at each flush, so it is a complete WAV of what
-was flushed at any moment; the JSON, whose `frames` counts the frames flushed, is replaced
-atomically after the audio it describes. Both are fsynced once a second, so a power cut also
-loses at most about a second.
+Both are written while the conversation runs and flushed about once a second, so a crash or a lost
+device keeps everything up to the last flush: the WAV is written here (libsndfile writes a WAV's
+sizes only on close, so a killed recording looked empty to every reader but libsndfile) with its
+header's sizes rewritten at each flush, so it is a complete WAV of what was flushed at any moment;
+the JSON, whose `frames` counts the frames flushed, is replaced atomically after the audio it
+describes. Both are fsynced once a second, so a power cut also loses at most about a second.
 """
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
-"""Mimi's residual vector quantizer in a few kernels: the nearest centroid of each codebook in
-one launch per codebook, and the sum of the chosen centroids in one launch.
+"""Mimi's residual vector quantizer in a few kernels: the nearest centroid of each codebook in one
+launch per codebook, and the sum of the chosen centroids in one launch.
 
-Encoding, torch takes about ten kernels a codebook (the distances through a matrix product,
-their square root, argmin, the centroid's lookup, the subtraction). Here codebook i's kernel
-takes the residual left by codebook i - 1 and that codebook's choice, subtracts its centroid
-(every program, for its own use; the first program also keeps the result for codebook i + 1),
-and computes the squared distance to BB centroids per program, sum((c - x)^2) in fp32. The
-programs meet in one 64-bit atomic minimum per row: the distance's bits (non-negative, so they
-order as the values) above the centroid's index, so the smallest distance wins and a tie goes
+Encoding: codebook i's kernel takes the residual left by codebook i - 1 and that codebook's choice,
+subtracts its centroid (every program, for its own use; the first program also keeps the result for
+codebook i + 1), and computes the squared distance to BB centroids per program, sum((c - x)^2) in
+fp32. The programs meet in one 64-bit atomic minimum per row: the distance's bits (non-negative, so
+they order as the values) above the centroid's index, so the smallest distance wins and a tie goes
 to the lower index, as argmin's first minimum does, whatever order the programs run in.
 
 Decoding sums the chosen centroids row by row in codebook order: the torch formula's chain of

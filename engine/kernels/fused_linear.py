@@ -1,34 +1,15 @@
-"""Matrix-vector products for a few rows of activations, with the layer's elementwise work
-fused in: at batch 1 a frame is bound by reading weights and by kernel launches, not by
-arithmetic, so every elementwise step folded into a product is a launch and a round trip
-to memory saved.
-
-One Triton kernel, specialised by constexpr flags:
-
-- prologue (applied to each chunk of the input row as it is loaded): RMSNorm (in the K
-  loop's one pass for dense weights: the sums scaled by 1 / rms at the end) or LayerNorm
-  (statistics over the whole row first: the row is a few KB and stays in cache), the SiLU
-  gate of a gated FFN (the input row holds both halves), or GELU;
-- epilogue: a residual add (with an optional per-channel layer scale), the attention's QKV
-  split with RoPE and the K/V write into the ring cache at the position read from device
-  memory, the addition of an embedding row picked by a token on the device, or a gated FFN's
-  gate (a program takes rows n and n + H of its input weights and writes silu(a) * b).
-
-Every intermediate is rounded to the activation dtype where the torch formulas round it
-(the product, the gate, the scaled branch; the norm's output too, except a dense product's
-RMSNorm, whose normalized row stays in fp32), so the result is what the unfused layer
-computes up to the order of the fp32 sums and that one rounding.
-
-Grid: one program per (tile of BN output features, row); the rows of a tile are adjacent
-in launch order, so a weight tile read from memory for the first row is read from cache for
-the others. The K loop keeps a [BN, BK] fp32 accumulator and reduces it once at the end.
-The tile sizes are a function of the static shape only (`_config`), so a product reduces in
-the same order eagerly and graph-replayed: the toggles never change a bit.
-
-Weights are bf16/fp32, int8 (one scale per row, applied to the row's fp32 sum) or int4
-(engine.weights.int4, read as 32-bit words of eight inputs and unpacked in registers; a group's fp32
-sum times its scale: engine.ops.linear.matmul's values, its sums rounded in another order).
-The K loop itself is in gemv_dots.py.
+"""Matrix-vector products for a few rows, elementwise work fused in: at batch 1 a frame is bound by
+weight reads and launches, so each fused step saves a launch and a round trip to memory. One
+`_gemv_kernel`, specialised by constexpr flags. Prologue, on each input chunk loaded: RMSNorm (a
+dense product's within its K pass, the sums scaled by 1 / rms), LayerNorm (statistics first), a
+gated FFN's SiLU gate or GELU (where cheaper, once in a kernel of its own: `_separate_prologue`).
+Epilogue: a residual (optional layer scale), the QKV split with RoPE and K/V written to the ring at
+a device-held position, a device-picked embedding row added, or a gated FFN's gate (rows n and
+n + H: silu(a) * b). Weights: bf16/fp32, int8 (row scale on the fp32 sum) or int4 (32-bit words of
+eight inputs unpacked in registers, scaled per group). Intermediates round to the activation dtype
+where torch's formulas do (a dense RMSNorm's row stays fp32): the unfused result up to fp32 sum
+order. One program per (BN output tile, row), a tile's rows adjacent (weights read once, then
+cached); `_config` depends on the static shape only: eager and replayed products reduce alike.
 """
 from __future__ import annotations
 

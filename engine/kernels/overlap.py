@@ -1,26 +1,15 @@
-"""Overlapped launches (programmatic dependent launch, Hopper and later): each kernel of ours
-may start while the kernel before it in the stream is still finishing, and waits for it only
-where it first reads what that kernel (or any before it) wrote.
-
-At batch 1 a frame is about a thousand short kernels, most of them reading a few MB of
-weights; between two of them the GPU drains one grid and ramps up the next. Launched
-overlapped, a kernel's programs are placed on the multiprocessors the previous grid frees,
-and a matrix-vector product loads its first weight tile (weights no kernel writes) before it
-waits. Arithmetic and its order are untouched, so outputs are the same bits either way.
-
-The protocol, in every kernel launched with `launch()`'s options:
-- `begin(PDL)` first: the next kernel may be launched once every program of this one has
-  started (it then waits in its turn);
-- nothing produced on the device is read, and nothing is written, before `wait(PDL)`, which
-  returns once the previous kernel has finished and its writes are visible (that kernel
-  waited for its own predecessor the same way, so everything earlier is finished too);
-  `enter(PDL)` is the two at once, for a kernel with nothing to load before it waits.
-
-Only where the device supports it (compute capability 9.0 and later) and not under Triton's
-interpreter, and only while `ENABLED`: on by default (on an H200, bench.overlap measured the
-moshiko frame 1.025x faster with it, bit-identical, and the GPU suite passes under it);
-`OVERLAP_ENV`=0 turns it off for a whole process; bench.overlap and the GPU test switch it
-between sessions. A change needs new graphs: a captured graph keeps the launches it recorded.
+"""Overlapped launches (programmatic dependent launch, Hopper and later): each kernel of ours may
+start while the one before it in the stream is finishing, and waits only where it first reads what
+that kernel (or an earlier one) wrote. A frame is many short kernels; overlapped, a kernel's
+programs take the multiprocessors the previous grid frees, and a matrix-vector product loads its
+first weight tile (weights no kernel writes) before it waits. Arithmetic and its order are
+untouched: same bits either way. In every kernel launched with `launch()`'s options: `begin(PDL)`
+first (the next kernel may launch once all of this one's programs started); nothing produced on the
+device read, nothing written, before `wait(PDL)`, which returns once the previous kernel finished
+and its writes are visible (it waited for its own predecessor, so all earlier ones are done);
+`enter(PDL)` is both. Only on compute capability 9.0+, not under Triton's interpreter, and while
+`ENABLED` (by default; `OVERLAP_ENV`=0 turns it off for a process; bench.overlap and the GPU test
+switch it between sessions). A change needs new graphs: a captured graph keeps its launches.
 """
 from __future__ import annotations
 

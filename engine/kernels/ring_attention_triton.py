@@ -1,17 +1,15 @@
 """Split-K ("flash-decoding") ring attention in Triton, for few queries (T <= TRITON_MAX_T).
 
-Keys are counted by age (0 = the newest entry, position pos + T - 1). The query at
-pos + t sees exactly the ages [T-1-t, min(live, T-1-t + context)), where live is the
-number of entries the ring holds: one contiguous run, no mask needed inside it.
-Grid (H, S, T): program (h, s, t) takes the s-th of S equal chunks of that run, with an
-online softmax in fp32; the last of a (head, query)'s S programs to finish merges their
-partial results in a fixed order (split_sums.arrived_last: no second launch; with S = 1, as
-for the depformer's few keys, the one program writes the output itself). `live` is computed
-from `pos` inside the kernel, so grid and graph are the same every frame while the work
-follows the conversation; nothing past the live entries is ever loaded. No atomics on the
-data and a fixed reduction order: the same inputs give the same bits.
-ring_attention_queries.py serves a wake's queries from one program per chunk of keys instead
-(from QUERIES_FROM queries; its partial results are merged by a launch of their own).
+Keys are counted by age (0 = the newest entry, position pos + T - 1). The query at pos + t sees
+exactly the ages [T-1-t, min(live, T-1-t + context)), live being the number of entries the ring
+holds: one contiguous run, no mask needed inside it. Grid (H, S, T): program (h, s, t) takes the
+s-th of S equal chunks of that run, with an online softmax in fp32; the last of a (head, query)'s S
+programs to finish merges their partial results in a fixed order (split_sums.arrived_last: no second
+launch; with S = 1, as for the depformer's few keys, the one program writes the output itself).
+`live` is computed from `pos` inside the kernel, so grid and graph are the same every frame while
+the work follows the conversation; nothing past the live entries is ever loaded. No atomics on the
+data and a fixed reduction order: the same inputs give the same bits. From QUERIES_FROM queries,
+ring_attention_queries.py serves them instead: a program per chunk of keys, then a merge launch.
 """
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
-"""The Triton code of the many-row products (rows_linear.py launches it; see there for what
-it computes and how it rounds).
-
-Both kernels split K when the shape alone would not keep the GPU busy, and stay
-deterministic doing so: each split writes its fp32 partial sum to a workspace, and the sum
-is taken in split order (split_sums), so the bits depend on the static shape only.
-
-- `lead_kernel`, grid (rows, splits): the prologue's rows (norm, the FFN's gate or GELU)
-  and, for the LoRA rows, the partial products with A.
-- `rows_kernel`, PHASE 0, grid (output tiles, splits): one tile of BN outputs over all rows
-  (padded to BM) on the tensor cores, then the epilogue when K is not split, else its
-  partial sum, and the tile's last program to finish sums them and runs the epilogue.
-  With K split, no prologue and float weights (LORA_TILE), PHASE 0's grid has one more column
-  of programs, whose tile of "outputs" is the LoRA's A: the down-projection's partial
-  products, stored where lead_kernel stores them, so the product needs no lead launch; there
-  PHASE 1, grid (output tiles,), sums the partials and runs the epilogue once all are stored.
+"""The Triton kernels of the many-row products, launched by rows_linear.py (which says what they
+compute and how they round). Both split K when the shape alone would not keep the GPU busy, and stay
+deterministic: each split writes its fp32 partial sum to a workspace, summed in split order
+(split_sums), so the bits depend on the static shape only.
+- `lead_kernel`, grid (rows, splits): the prologue's rows (norm, the FFN's gate or GELU) and, for
+  the LoRA rows, the partial products with A.
+- `rows_kernel`, PHASE 0, grid (output tiles, splits): one tile of BN outputs over all rows (padded
+  to BM) on the tensor cores, then the epilogue if K is not split, else its partial sum, the tile's
+  last program to finish summing them and running the epilogue. With K split, no prologue and float
+  weights (LORA_TILE), PHASE 0's grid has one more column of programs whose tile of "outputs" is the
+  LoRA's A, storing the down-projection's partials where lead_kernel does (no lead launch); there
+  PHASE 1, grid (output tiles,), sums them and runs the epilogue once all are stored.
 """
 from __future__ import annotations
 

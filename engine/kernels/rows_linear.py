@@ -1,41 +1,15 @@
-"""Products for a wake's rows (more than fused_linear's MAX_ROWS, up to MAX_WAKE_ROWS, or fewer
-with a LoRA), with the layer's elementwise work and a DiffuPlex LoRA correction fused in.
-
-fused_linear runs one program per (output tile, row): past a few rows each row's program
-reads the weight tile again (from L2 at best). Here ONE program per tile of BN output
-features covers all rows, padded to BM = 16 or 32, and multiplies them on the tensor cores
-(tl.dot, fp32 accumulation): each weight is read from memory once per wake.
-
-- Weights: bf16/fp32 as they are; int8 converted to the activations' dtype exactly
-  (|q| <= 127), the row scale applied to the fp32 result; int4 unpacked exactly (nibble - 8),
-  one dot per group of GROUP inputs (even and odd inputs against the low and high nibbles)
-  times the group's scale. Int4 is read byte by byte and converted with the ordinary
-  instruction, not gemv_dots' words and 2**23 trick: the tensor cores want a [BN, 32] tile of
-  nibbles in input order, and whether the conversion bounds a tile of 16-32 rows is for
-  tests/gpu/bench_rows_linear.py to say. fp32 activations use tl.dot with input_precision="ieee": exact
-  fp32 products, the same code as bf16's (a separate FMA loop would be a second K loop to
-  keep right, for tests and small models only).
-- Prologue (norm, the FFN's gate or GELU) and the LoRA's down-projection t = x[-r:] @ A.T in
-  one small kernel (`lead_kernel`, a program per row and span of K): the norm's statistics
-  are per row, and the LoRA needs the prologue's rows anyway. A product with K split and no
-  prologue computes t itself instead (`_inline_lead`), in one more column of programs.
-- Epilogues, over all rows: plain store, residual (+ per-channel scale), and the QKV split
-  with RoPE writing K/V into the ring at slots (pos + row) % ring, fused_linear's formulas per
-  row. Before any of them, the LoRA rows get t @ (scale * B).T added.
-- A shape with few output tiles (4096 outputs: the attention's output and the FFN's last
-  product) splits K so that the grid keeps the GPU busy; the last of a tile's programs to
-  finish sums the splits' fp32 partials in order and runs the epilogue (split_sums: no second
-  launch, and the same bits whichever program finished last). A product projecting its LoRA
-  down itself (`_inline_lead`) sums in a second launch instead: every tile's epilogue needs
-  the down-projection, which other programs compute.
-
-A projection is therefore at most two launches. Rounding follows the torch formulas
-(engine.transformer, engine.families.diffuplex.predictor's add_delta): the product rounded to
-the activations' dtype, then y + t @ B'.T rounded once (B' = B * scale rounded to B's dtype,
-t = x @ A.T rounded to A's dtype then to y's), as addmm_ rounds. Where it differs: the order
-of the fp32 sums (tl.dot's, the splits', and an int4 group's sum scaled after summing instead
-of each weight dequantized first). Tile sizes and splits depend on the static shape only:
-eager and graph-replayed calls give the same bits.
+"""Products for a wake's rows (past fused_linear's MAX_ROWS, up to MAX_WAKE_ROWS, or fewer with a
+LoRA), the layer's elementwise work and a DiffuPlex LoRA correction fused in. fused_linear reads a
+weight tile again for each row; here one program per BN output features covers all rows, padded to
+BM = 16 or 32, on the tensor cores (tl.dot, fp32 sums): each weight is read once per wake. Int8 and
+int4 (read by byte: the dot wants [BN, 32] nibbles in input order) convert exactly, the scale on
+the fp32 sum (a row's; a GROUP's); fp32 activations take the same code, input_precision="ieee".
+`lead_kernel` does the per-row prologue (norm, gate, GELU) and the LoRA's t = x[-r:] @ A.T; a split
+product with no prologue computes t itself (`_inline_lead`). The epilogues (store, residual, QKV
+with RoPE into ring slots (pos + row) % ring) add t @ (scale * B).T first. Few output tiles split K:
+the tile's last program sums the fp32 partials in order (split_sums: same bits whichever is last),
+or, with `_inline_lead`, a second launch does. Rounding is the torch formulas' (`add_delta`'s) but
+for the fp32 sums' order. Tiles and splits follow the static shape: eager or replayed, same bits.
 """
 from __future__ import annotations
 

@@ -1,26 +1,15 @@
-"""A streaming causal convolution of one chunk (batch 1, fp32) in one kernel, and the update of
-its kept input tail in a second.
-
-SEANet's residual blocks are ELU, a convolution over the previous chunk's tail and this chunk,
-ELU, a 1x1 convolution and the skip's addition: in torch seven to eleven kernels (the ELUs, the
-concatenation with the tail, the tail's copy, cuDNN's layout conversions, the addition). Here the
+"""A streaming causal convolution of one chunk (batch 1, fp32) in one kernel, and the update of its
+kept input tail in a second. Built for SEANet's residual blocks (ELU, a convolution over the kept
+tail and this chunk, ELU, a 1x1 convolution, the skip's addition), many small kernels in torch: the
 convolution reads the tail and the new input in place (no concatenation), applies the ELU to the
-new input as it loads it (the tail holds the convolution's input, already activated), and adds
-the bias and the residual in its epilogue: out[o, t] = bias[o] + sum over (i, j) of
-w[o, i, j] * in[i, t * stride + j * dilation], `in` the tail followed by the chunk. A product of
-[C_out, C_in * kernel] weights with the input gathered on the fly, on `tl.dot` in TF32 (fp32
-accumulation), the arithmetic cuDNN runs torch's fp32 convolutions in by default, and so the
-stock runtime's Mimi; in plain fp32 a frame's convolutions took 1.4x as long on an H200
-(bench.seanet_convs).
-The tail is updated after, by the second kernel: the programs of the first
-still read the old one.
-
-A layer with a deep product and few output tiles (the residual blocks and downsamplings of the
-deeper, shorter stages: a few hundred time steps or fewer) would leave most multiprocessors
-idle, each program walking its whole depth; there the depth is split over programs, which
-store fp32 partial sums, and the last of a tile's programs to finish adds them in split order
-(the same bits every time: split_sums) before the bias and the residual. The split is a function of the
-layer's shape alone.
+new input as it loads it (the tail is kept activated) and adds the bias and the residual in its
+epilogue: out[o, t] = bias[o] + sum over (i, j) of w[o, i, j] * in[i, t * stride + j * dilation],
+`in` the tail then the chunk. A product of [C_out, C_in * kernel] weights and the input gathered on
+the fly, on `tl.dot` in TF32 (fp32 accumulation): how cuDNN runs torch's fp32 convolutions by
+default, so the stock Mimi's arithmetic. The second kernel updates the tail after: the first's
+programs still read the old one. A deep product with few output tiles would leave most SMs idle:
+its depth is split over programs storing fp32 partials, added in split order by the tile's last
+(split_sums: same bits every time) before bias and residual; the split depends on shape alone.
 """
 from __future__ import annotations
 

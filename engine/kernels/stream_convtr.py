@@ -2,17 +2,14 @@
 upsamplings) in two kernels, with the partial sums kept for the next chunk as the torch formula
 of engine.families.moshi.mimi.streaming_conv keeps them.
 
-A transposed convolution is a product followed by an overlap-add: cols[(o, j), q] = sum over i
-of w[i, o, j] * x[i, q] (the weights [C_in, C_out * K] read as they lie, the ELU applied to the
-chunk as it is loaded), then y[o, q * stride + j] is the sum of the columns that land there,
-plus the bias. The first kernel is the product, its depth split over programs where the layer
-has few output tiles (fp32 partial sums, as in stream_conv); the second adds the splits in
-order and the landing columns in tap order, adds the bias and the partial sums the previous
-chunk left (its first K - stride samples), writes the chunk's stride * T samples and the next
-partial sums (the rest, bias excluded) to a scratch buffer, copied over the kept ones after:
-its programs still read them. Where torch ran an ELU, cuDNN's layout conversions, the
-transposed convolution, a concatenation, an addition, a subtraction and a copy, this is three
-launches.
+A transposed convolution is a product then an overlap-add: cols[(o, j), q] = sum over i of
+w[i, o, j] * x[i, q] (the weights [C_in, C_out * K] read as they lie, the ELU applied to the chunk
+as it is loaded), then y[o, q * stride + j] sums the columns landing there, plus the bias. The
+first kernel is the product, its depth split over programs where the layer has few output tiles
+(fp32 partial sums, as in stream_conv). The second adds the splits in order and the landing
+columns in tap order, adds the bias and the partial sums the previous chunk left (its first
+K - stride samples), then writes the chunk's stride * T samples, and the next partial sums (the
+rest, bias excluded) to scratch, copied over the kept ones after: its programs still read them.
 """
 from __future__ import annotations
 

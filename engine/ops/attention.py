@@ -1,21 +1,15 @@
 """Attention over a ring KV cache, reading only the entries that hold live keys.
 
 Semantics are the reference runtime's (moshi 0.2.13 RingKVCache plus the mask of its
-StreamingMultiheadAttention): the T new entries of a step are already written, at ring
-slots (pos + t) % ring, and the query at position p = pos + t attends to every key
-position p' that is still in the ring and satisfies 0 <= p - p' < context. The ring holds
-positions [end - ring, end) with end = pos + T, so each query's keys are one contiguous
-run of positions ending at p; their slots are p' % ring.
-
-One function serves the eager and the graph-replayed paths, so switching CUDA graphs on
-or off never changes a bit. The valid length comes from `pos`, a device tensor, never
-from the host: one captured graph serves every frame, and nothing syncs.
-
-- CUDA (T <= TRITON_MAX_T = 32): a Triton split-K kernel that visits exactly the keys any
-  query can see (engine/kernels/ring_attention_triton.py).
-- Otherwise (`torch_ring_attention`): torch ops over the whole ring at a fixed shape, with every slot that holds no
-  live key redirected to slot 0 (always written once anything is) and masked out, so no
-  unbacked entry of a demand-sized ring is ever read.
+StreamingMultiheadAttention): the step's T new entries are already written, at slots
+(pos + t) % ring, and the query at p = pos + t attends to every key p' still in the ring with
+0 <= p - p' < context, a contiguous run ending at p. One function serves the eager and the
+graph-replayed paths, so CUDA graphs on or off never change a bit; the valid length comes from
+`pos`, a device tensor, never the host: one captured graph serves every frame, and nothing syncs.
+CUDA, T <= `TRITON_MAX_T`: a Triton split-K kernel (engine/kernels/ring_attention_triton.py)
+visits exactly the keys any query can see. Otherwise `torch_ring_attention`: torch ops over the
+whole ring at a fixed shape, each slot holding no live key redirected to slot 0 (always written
+once anything is) and masked out, so no unbacked entry of a demand-sized ring is ever read.
 """
 from __future__ import annotations
 

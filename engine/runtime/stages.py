@@ -1,24 +1,15 @@
-"""The stage runner: how keyed pieces of device work run over one store, knowing no model.
-
-A model family (engine.families) describes its work as `Stage`s: a key that names one
-exact-shape piece of work, the function that queues it, and the clocks it advances. The
-runner owns everything around them, written once for every family:
-
-- clocks: it ticks the clocks a stage declares, before the stage writes the new entries and
-  outside graph capture. Nothing else ticks a clock, so demand-sized state is backed before
-  it is written and a captured graph never sees a clock move;
-- the capture policy: with graph replay on CUDA, a key runs eagerly the first time (that run
-  does every lazy initialisation: Triton compilation, cuBLAS/cuFFT plans, constant tables),
-  and from then on replays its graph (captured on first need). `prepare` does the eager run
-  and the capture ahead of time, for a list of stages; `prepare_through` for stages that
-  read one another's outputs, by running the family's own step until each is done;
-- validity: graphs point into the store and bake in whatever the stages close over, so
-  moving the state, replacing the store, or the family saying its inputs changed
-  (`invalidate`) drops them;
-- generations: each key's graph writes its outputs where the key's first capture put them,
-  and the runner keeps the work it captured, so every graph can be recorded anew, under a
-  configuration not in use yet (`Regeneration`: new sampling, another placement of the
-  state) a few keys at a time while the graphs in use go on replaying, then swapped in.
+"""The stage runner: how keyed pieces of device work run over one store, knowing no model. A family
+gives its work as `Stage`s (a key naming one exact-shape piece of work, the function queuing it,
+the clocks it advances); the runner owns the rest. It ticks a stage's clocks before the stage
+writes its new entries, outside capture, and nothing else does: demand-sized state is backed before
+it is written, and no captured graph sees a clock move. With graph replay on CUDA a key runs eagerly
+first (every lazy initialisation: Triton, cuBLAS/cuFFT plans, constant tables), then replays its
+graph, captured on first need; `prepare` does both ahead for given stages, `prepare_through` for
+stages reading one another's outputs, by running the family's step. Graphs point into the store and
+bake in what stages close over: moving the state, replacing the store or `invalidate` drops them.
+A key's graph writes where its first capture put its outputs and the runner keeps the captured work,
+so `Regeneration` records every graph anew for a configuration not in use yet (new sampling, another
+state placement), a few keys at a time while the graphs in use replay, then swaps them in.
 """
 from __future__ import annotations
 

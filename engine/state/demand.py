@@ -1,20 +1,15 @@
 """Demand-sized placement of declared state: memory follows the regions' clocks.
 
-`DemandStore` implements the `engine.state.Store` protocol and backs each ring region with
-memory for `region.backed_at(ticks)` entries only (the live ones and those a wake writes
-ahead), where `ticks` is how far the region's clock has advanced. The stage runner calls
-`advance` before the stage that writes the new entries, outside graph capture.
-
-- Fixed regions (conv tails, counters, delay lines, the depformer's one-frame KV) are
-  allocated whole, once.
-- Other rings on CUDA: the address range of the full retention is reserved once and
-  physical memory is mapped into it on demand (vmm.VmmBuffer, 2 MiB granules); the tensor
-  never moves, so captured CUDA graphs stay valid as the region grows.
-- Other rings on CPU (no graphs, so nothing needs stable addresses): an emulation for
-  tests. The full-size tensor is allocated, but `nbytes()` counts only backed entries, and
-  every unbacked entry is poisoned (NaN, or the dtype's minimum for integers) so that any
-  code reading memory a CUDA store would not have mapped produces visibly wrong results.
-  Newly backed entries read as zeros, as in a `FullStore`.
+In `DemandStore` (an `engine.state.Store`) a ring region is backed for `region.backed_at(ticks)`
+entries only (the live ones and those a wake writes ahead), `ticks` being how far its clock has
+advanced; the stage runner calls `advance` before the stage that writes the new entries, outside
+graph capture. Fixed regions (conv tails, counters, delay lines, the depformer's one-frame KV) are
+allocated whole, once. Other rings on CUDA reserve the address range of the full retention once and
+map physical memory into it on demand (vmm.VmmBuffer, 2 MiB granules): the tensor never moves, so
+captured CUDA graphs stay valid as the region grows. On CPU (no graphs, so no stable addresses) a
+test emulation allocates full size, `nbytes()` counts backed entries only, and unbacked ones are
+poisoned (NaN, or an integer dtype's minimum) so reading what a CUDA store would not have mapped
+goes visibly wrong; newly backed ones read as zeros, as in a `FullStore`.
 """
 from __future__ import annotations
 

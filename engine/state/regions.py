@@ -1,17 +1,14 @@
 """Declared streaming state: regions, the clocks that advance them, and what a store offers.
 
-Every piece of streaming state in the engine (conv tails, transposed-conv partial sums, KV
-rings, position counters, token delay lines) is declared as a `Region` by the module that
-uses it. Modules never allocate state: a store built from the declarations owns every
-buffer, so the runtime can size and place it (docs/architecture.md, "State and clocks").
-
-A region's *clock* says how it advances: a ring region appends `per_tick` entries each time
-its clock ticks and keeps the last `retain` of them; a fixed region has a constant size. A
-clock is a name the regions declare (a model's step, its codec's step, a mel frame: each
-family's docs list its own); the runtime knows only ``fixed``, which never advances (conv
-tails, counters, delay lines, and any cache whose position restarts every step).
-
-Clocks are ticked by the stage runner (engine.runtime.stages) and nowhere else, before the
+Every piece of streaming state in the engine (conv tails, transposed-conv partial sums, KV rings,
+position counters, token delay lines) is declared as a `Region` by the module that uses it. Modules
+never allocate state: a store built from the declarations owns every buffer, so the runtime can size
+and place it (docs/architecture.md, "State and clocks"). A region's *clock* says how it advances: a
+ring region appends `per_tick` entries each time its clock ticks and keeps the last `retain` of
+them; a fixed region has a constant size. A clock is a name the regions declare (a model's step, its
+codec's step, a mel frame: each family's docs list its own); the runtime knows only ``fixed``, which
+never advances (conv tails, counters, delay lines, and any cache whose position restarts every
+step). Clocks are ticked by the stage runner (engine.runtime.stages) and nowhere else, before the
 stage that writes the new entries.
 """
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""The DiT estimator of Step-Audio2's flow-matching decoder (CosyVoice2 `flow/decoder_dit.py`, class `DiT`).
+"""The DiT estimator of Step-Audio2's flow-matching decoder (CosyVoice2 `flow/decoder_dit.py`, class
+`DiT`). Submodule and parameter names are the stock ones, so the official `flow.pt` (under
+`decoder.estimator.`) loads unchanged.
 
-Submodule and parameter names are the stock ones, so the official `flow.pt` (under `decoder.estimator.`)
-loads unchanged.
-
-The network has no positional encoding at all: order enters only through the causal convolutions
-(kernel 3) inside every block. Attention therefore treats its keys as a set, so a key/value cache is
-just rows to attend to: their order and the removal of some of them (the stock Token2wav trims the
-cache) need no position bookkeeping.
+No positional encoding at all: order enters only through the causal convolutions (kernel 3) inside
+every block. So attention treats its keys as a set and a key/value cache is just rows to attend to:
+their order, and dropping some (the stock Token2wav trims the cache), need no position bookkeeping.
 
 Three entry points share one block and differ only in where keys/values and conv history come from:
 - `forward`: the whole signal, with a key padding mask and zero conv history at the start.

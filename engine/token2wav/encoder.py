@@ -1,24 +1,15 @@
 """The upsampling conformer encoder of Step-Audio2's flow (stock `UpsampleConformerEncoderV2`).
-
-Token embeddings (25 Hz) go through a linear input layer, a pre-lookahead conv (each token sees 3 future
-ones), `num_blocks` conformer layers, a x2 upsampling conv to the mel rate (50 Hz), a second input layer
-and `num_up_blocks` more layers. All attention is full (no chunk mask) with ESPnet relative positions.
-
-Streaming (`forward_chunk`) keeps the stock cache layouts, so a cache can move between stock and ours:
-
-- cnn cache (B, D, 2 + 2*stride): [:2] the last two pre-lookahead conv1 outputs, [2:] the last 2*stride
-  upsampled frames, i.e. each conv's left context, zeros before the first chunk.
-- attention cache (num_blocks + num_up_blocks, B, H, 2L, 2*d_k), keys then values on the last axis: the
-  token-rate layers hold their L frames twice ([cache, cache]) so that all layers share the mel-rate
-  time axis of the upsampled layers (2L frames). The stock derives L from this length, and so do we.
-
-Relative positions are always those within the keys given: a query at chunk index a sits at L + a after
-L cached keys, and key b at b. When a caller trims the cache (Token2wav keeps the prompt frames and the
-last 100), the dropped frames simply stop counting, so the kept prompt is seen as closer than it was;
-that is what the stock does and what the model is run with.
-
-`forward_chunk_fixed` is the same step on preallocated caches written in place (fixed shapes, no value
-read back to the host), for a runtime that keeps its state at stable addresses.
+Token embeddings (25 Hz) pass a linear input layer, a pre-lookahead conv (3 tokens of lookahead),
+`num_blocks` conformer layers, a x2 upsampling conv to the mel rate (50 Hz), a second input layer
+and `num_up_blocks` more layers; attention is full (no chunk mask), ESPnet relative positions.
+`forward_chunk` streams with the stock cache layouts, so a cache moves between stock and ours. The
+cnn cache (B, D, 2 + 2*stride) holds each conv's left context (zeros before the first chunk): [:2]
+the last two pre-lookahead conv1 outputs, [2:] the last 2*stride upsampled frames. The attention
+cache (num_blocks + num_up_blocks, B, H, 2L, 2*d_k), keys then values on the last axis: token-rate
+layers hold their L frames twice, so all share the mel-rate 2L axis (L derived from it, as stock).
+Positions are within the keys given (query a at L + a, key b at b), so a trimmed cache (Token2wav
+keeps the prompt and the last 100 frames) sees the prompt closer, exactly as the stock runs it.
+`forward_chunk_fixed`: the same step in place on preallocated caches (fixed shapes, no read-back).
 """
 from __future__ import annotations
 

@@ -1,18 +1,15 @@
 """The flow-matching decoder of Step-Audio2's token2wav: speech tokens -> 80-band mel.
 
-Tokens are embedded, encoded by the upsampling conformer (two mel frames per token, three
-tokens of lookahead), projected to the mel width and used as the condition `mu` of a
-conditional flow: starting from noise, a fixed number of Euler steps along a cosine schedule
-follow the DiT estimator's velocity, with classifier-free guidance (the estimator runs on a
-doubled batch, conditioned and unconditioned, and the two are mixed by `cfg_rate`).
-
-Streaming keeps, per Euler step, the estimator's attention and convolution caches, and the
-conformer's caches: a chunk attends to the voice prompt and everything since. Parameter names
-equal the official `flow.pt` keys.
-
-The noise is a fixed table drawn once (`noise`), read at the chunk's position in the stream,
-as the stock decoder reads the table it draws at construction: the same table gives the same
-mel, and a table from a seeded generator makes runs reproducible.
+Tokens are embedded, encoded by the upsampling conformer (two mel frames per token, three tokens of
+lookahead), projected to the mel width and used as the condition `mu` of a conditional flow:
+starting from noise, a fixed number of Euler steps along a cosine schedule follow the DiT
+estimator's velocity, with classifier-free guidance (the estimator runs on a doubled batch,
+conditioned and unconditioned, and the two are mixed by `cfg_rate`). Streaming keeps, per Euler
+step, the estimator's attention and convolution caches, and the conformer's caches: a chunk attends
+to the voice prompt and everything since. Parameter names equal the official `flow.pt` keys. The
+noise is a fixed table drawn once (`new_noise`), read at the chunk's position in the stream, as the
+stock decoder reads the table it draws at construction: the same table gives the same mel, and a
+table from a seeded generator makes runs reproducible.
 """
 from __future__ import annotations
 

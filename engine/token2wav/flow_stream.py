@@ -1,17 +1,15 @@
 """The flow's side of a token2wav stream: its declared state, and the device work of one call.
 
 The caches are declared regions (`regions`) in a store the caller places: the conformer's and
-every Euler step's estimator attention rows on the `mel` clock (one entry per mel frame, up to
-the prompt, the retained frames and one call), their convolution tails fixed. Rows are kept in
-arrival order and written in place; a call reads views of exactly the rows in use, never a row
-a demand-sized store has not backed, and the retention moves the kept rows down within the
-same memory.
+every Euler step's estimator attention rows on the `mel` clock (one entry per mel frame, up to the
+prompt, the retained frames and one call), their convolution tails fixed. Rows are kept in arrival
+order and written in place; a call reads views of exactly the rows in use, never a row a
+demand-sized store has not backed, and the retention moves the kept rows down in the same memory.
 
-A call is a host plan (engine.token2wav.chunk_plan, from host counters only) and `work`, a
-function of that plan and of tensors at fixed addresses: the store's regions, the noise table,
-the speaker vector, the call's tokens and its `FlowInputs` (built once per plan, outside the
-work). `work` reads nothing back to the host and makes no tensor from host data, so it can be
-captured as a CUDA graph and replayed.
+A call is a host plan (engine.token2wav.chunk_plan, from host counters only) and `work`, a function
+of that plan and of tensors at fixed addresses: the store's regions, the noise table, the speaker
+vector, the call's tokens and its `FlowInputs` (built once per plan, outside the work). `work` reads
+nothing back to the host and makes no tensor from host data, so it can be captured as a CUDA graph.
 """
 from __future__ import annotations
 

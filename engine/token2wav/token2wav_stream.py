@@ -1,22 +1,15 @@
-"""Streaming token2wav: chunks of speech tokens in, audio out, with the official retention.
-
-A stream starts from a voice prompt (its speech tokens, its speaker embedding and its mel):
-the prompt runs through the flow once to fill the caches. Each later chunk carries fresh
-tokens plus `pre_lookahead_len` (3) tokens of lookahead that the next chunk repeats; the
-last chunk carries none and flushes. After every chunk the caches keep the voice prompt and
-the last RETAINED_FRAMES mel frames (the stock Token2wav's policy: attention reaches the
-prompt and the recent past, so memory and time per chunk stay bounded in a long stream).
-The vocoder runs on each chunk's fresh mel with its own bounded history.
-
-A push is planned on the host first (`Token2wavStream.plan`: from host counters only, a
-`ChunkKey` that fixes every shape and host branch of the chunk's device work, and the counters
-after it), then the device work runs: eagerly, or, with `RuntimeOptions.graph_replay` on CUDA,
-as the CUDA graph captured for that key, one per key in one memory pool: the stream's work
-runs through the same stage runner as a conversation (engine.runtime.stages), which ticks the
-`mel` clock and owns the capture policy. The work reads its inputs from tensors at fixed
-addresses (the store, the noise table, a token buffer per chunk length, device constants built
-once per key) and never reads a value back to the host, so replaying it is running it: the
-output is bit-identical either way.
+"""Streaming token2wav: chunks of speech tokens in, audio out, with the official retention. A stream
+starts from a voice prompt (speech tokens, speaker embedding, mel), run through the flow once to
+fill the caches. Later chunks carry fresh tokens plus `pre_lookahead_len` (3) lookahead tokens that
+the next repeats; the last carries none and flushes. After each chunk the caches keep the prompt and
+the last RETAINED_FRAMES mel frames (the stock Token2wav's policy: attention reaches the prompt and
+the recent past, so memory and time per chunk stay bounded); the vocoder runs on each chunk's fresh
+mel with its own bounded history. A push is planned on the host first (`Token2wavStream.plan`, from
+host counters only: a `ChunkKey` fixing every shape and host branch of the chunk's device work, and
+the counters after it), then runs, eagerly or (`RuntimeOptions.graph_replay`, CUDA) as the key's
+graph in one shared pool, through the stage runner (engine.runtime.stages), which ticks the `mel`
+clock and owns capture. Inputs sit at fixed addresses (store, noise table, a token buffer per chunk
+length, per-key device constants), nothing read back to the host: replayed or eager, the same bits.
 """
 from __future__ import annotations
 

@@ -1,17 +1,14 @@
-"""Step-Audio2's causal HiFT vocoder (CosyVoice3 `CausalHiFTGenerator` + `CausalConvRNNF0Predictor`),
-whole-signal and streaming.
+"""Step-Audio2's causal HiFT vocoder, whole-signal and streaming (CosyVoice3 `CausalHiFTGenerator`
++ `CausalConvRNNF0Predictor`); the stream (the stock `BoundedVocoder`) is
+`vocoder_stream.StreamingVocoder`.
 
 Mel [1, 80, T] -> F0 per frame (float64) -> a harmonic excitation at 24 kHz (the neural source
-filter) -> a causal upsampling conv net fed with the excitation's STFT -> magnitude and phase
--> ISTFT -> audio [1, T * 480].
-
-The stream (the stock `BoundedVocoder`) is `vocoder_stream.StreamingVocoder`.
-
-Randomness: the stock model draws, when it is built, an initial phase per harmonic and a table of
-uniform noise (300 s x 9 harmonics) from torch's global generator; inference then reads the table
-by absolute sample position and draws nothing. Ours draws the same two tensors in the same order
-from `generator` (the global one if None), so a generator seeded like the global one before the
-stock model was built gives identical audio.
+filter) -> a causal upsampling conv net fed with the excitation's STFT -> magnitude and phase ->
+ISTFT -> audio [1, T * 480]. Randomness: the stock model draws, when it is built, an initial phase
+per harmonic and a table of uniform noise (300 s x 9 harmonics) from torch's global generator;
+inference then reads the table by absolute sample position and draws nothing. Ours draws the same
+two tensors in the same order from `generator` (the global one if None), so a generator seeded
+like the global one before the stock model was built gives identical audio.
 """
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
 """Training a DiffuPlex predictor by self-distillation from the frozen AR model.
 
 1. Rollouts: the AR model converses (greedy) against user audio, one real frame at a time, as a
-   session would; every frame's input tokens and generated tokens are recorded. The targets
-   are the AR model's own outputs.
-2. Training: windows of real history ending at a random frame t, then K masked future
-   positions (MASK embeddings where the input is not known yet, the user's codes where the
-   staircase says they are); the LoRA acts at the masked positions only. Loss: cross-entropy
-   of the text token and of every depformer codebook (teacher-forced on the targets, as in
-   AR training) against what the AR model generated at frames t+1..t+K. Only the predictor
-   learns; base weights are frozen and never modified.
-
-Data: a folder of audio files (any format soundfile reads). A stereo file is a recorded
-conversation, user left, assistant right: its left channel is the user; the assistant's side
-comes from the AR model itself (self-distillation). Checkpoints are predictor files; a
-checkpoint holds the steps done, so training resumes from it.
+   session would, recording each frame's input and generated tokens: its outputs are the targets.
+2. Training: windows of real history ending at a random frame t, then K masked future positions
+   (MASK embeddings where the input is not known yet, the user's codes where the staircase says
+   they are); the LoRA acts at the masked positions only. Loss: cross-entropy of the text token
+   and every depformer codebook (teacher-forced on the targets, as in AR training) against what
+   the AR model generated at frames t+1..t+K. Only the predictor learns; base weights never change.
+Data: a folder of audio files (any format soundfile reads). Of a stereo file (a conversation, user
+left, assistant right) the left channel is the user; the assistant comes from the AR model itself.
+A checkpoint is a predictor file holding the steps done, so training resumes from it.
 """
 from __future__ import annotations
 

@@ -1,39 +1,15 @@
-"""Int4 weights: group-wise round-to-nearest along the input dimension, the layout of ours that
-holds them, and quantizing a float or q8 checkpoint into it.
-
-The format (`model.int4.safetensors`, metadata `{"format": "duplexcadence-int4",
-"group_size": "64", "embeddings": "int8", "quantizer": "1"}`): every linear weight `P` [N, K] of the LM (what
-engine.weights.int8's `linear_weight_names` names, as int8 quantizes) is stored as
-
-- `P`: uint8 [N, K/2], two weights a byte: weight k = 2j in the low nibble of byte j, weight
-  2j + 1 in the high nibble, each as q + 8 (q in [-8, 7]);
-- `P_int4_scale`: bfloat16 [N, ceil(K / 64)], one scale per row and group of 64 inputs (the
-  last group of a row may be shorter).
-
-Weight k of row n is `q[n, k] * scale[n, k // 64]`, computed in fp32 (exact: a 4-bit integer
-times a bf16). A group's scale is its signed extreme over -8, so the extreme is -8 exactly and
-all 16 levels are used (a negative scale is fine: the product only multiplies), shrunk by the
-factor of SHRINK that gives the group the least squared error (clipping the extreme to round
-the rest finer: no calibration data, the weights alone). bench/int4_quality.py measured the
-choices (README).
-
-Every embedding table `T` [V, D] of the LM (`is_table`: the backbone's `emb.{i}.weight` and
-`text_emb.weight`, the depformer's `depformer_text_emb.weight` and `depformer_emb.{i}.weight`)
-is stored as
-
-- `T`: int8 [V, D], row v rounded to nearest on its own scale (|q| <= 127);
-- `T_int8_scale`: float32 [V], row v's absolute maximum / 127 (0 for an all-zero row).
-
-Row v is `q[v] * scale[v]`, one fp32 product (correctly rounded on every device, so torch
-and the kernels agree), rounded once to the activation dtype; ZERO_TOKEN still looks up a
-zero row. The scales are float32 because they cost 4 bytes a row (0.4 MB for moshiko) and,
-unlike bf16 ones, are the row's maximum / 127 itself: no second rounding moves a row's
-extreme past 127 levels, and every entry is within scale / 2 of the checkpoint's. An int4
-file written before the tables were int8 (no "embeddings" metadata, bf16 tables, no
-`_int8_scale` keys) is read: its tables are quantized on load as an export quantizes them,
-so it computes what a new file does (a second or two of the load; a new export saves it),
-and a user's exported file keeps working. Norms, Mimi and PersonaPlex's voice prompts stay
-as their files have them.
+"""Int4 weights: group-wise round-to-nearest along the input dimension, our layout for them, and
+quantizing a float or q8 checkpoint into it. In `model.int4.safetensors` (metadata `{"format":
+"duplexcadence-int4", "group_size": "64", "embeddings": "int8", "quantizer": "1"}`) a linear weight
+`P` [N, K] (`linear_weight_names`) is `P` uint8 [N, K/2] (weight 2j in byte j's low nibble, 2j + 1
+in its high one, each q + 8, q in [-8, 7]) and `P_int4_scale` bf16 [N, ceil(K / 64)] (a row's last
+group may be shorter): weight k of row n is q * scale[n, k // 64] in fp32, exactly. A group's scale
+is its signed extreme over -8 (all 16 levels used), shrunk by the factor of SHRINK with the least
+squared error (no calibration data). An embedding table `T` (`is_table`) is `T` int8 [V, D] rounded
+per row and `T_int8_scale` float32 [V], the row's max |T| / 127 (0 for a zero row): one fp32 product
+rounded once, the same in torch and kernels, and no bf16 scale rounding pushes an extreme past 127
+levels; ZERO_TOKEN still looks up zeros. An older file's bf16 tables (no "embeddings" metadata) are
+quantized on load, as an export would. Norms, Mimi and PersonaPlex's voice prompts stay as stored.
 """
 from __future__ import annotations
 

@@ -2,15 +2,14 @@
 engine.weights.int4_kept): where they live, which source file each was made from, and removing them.
 Torch-free: the model list reads it.
 
-One copy per source file and kind of device it was quantized on, in `user_cache_dir()/int4`,
-named by the source's resolved path (a Hugging Face snapshot's file resolves to its blob,
-named by its sha256) and the device type: a GPU's sums may round otherwise than the CPU's,
-and a copy holds what quantizing on load there gives. The copy's own safetensors metadata
-records the source's path, size and modification time, the device type, the int4 layout's
-metadata, its own format's version and each tensor's checksum (engine.weights.checksums,
-compared as it is read); a copy whose record does not match is stale and never read.
-A copy is written under a temporary name in the same folder and renamed into place, so the
-name of a copy never holds a half-written file."""
+One copy per source file and kind of device it was quantized on, in `user_cache_dir()/int4`, named
+by the source's resolved path (a Hugging Face snapshot's file resolves to its blob, named by its
+sha256) and the device type: a GPU's sums may round otherwise than the CPU's, and a copy holds what
+quantizing on load there gives. The copy's own safetensors metadata records the source's path, size
+and modification time, the device type, the int4 layout's metadata, its own format's version and
+each tensor's checksum (engine.weights.checksums, compared as it is read); a copy whose record does
+not match is stale and never read. A copy is written under a temporary name in the same folder and
+renamed into place, so the name of a copy never holds a half-written file."""
 from __future__ import annotations
 
 import dataclasses

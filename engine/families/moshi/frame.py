@@ -1,16 +1,15 @@
-"""The Moshi family's frame (Moshi, PersonaPlex): how one 80 ms frame runs, as four stages
-over the generic runner (engine.runtime.stages):
+"""The Moshi family's frame (Moshi, PersonaPlex): how one 80 ms frame runs, as four stages:
 
     encode     microphone PCM -> the user's codes                      (Mimi encoder)
     backbone   a wake of the temporal transformer over N positions -> hidden state, text token
     depformer  hidden state -> the frame's audio codebooks              (sampled on the device)
     decode     the model's codebooks -> PCM                             (Mimi decoder)
 
-Each stage is a function of static device buffers and the store, so the runner may run it
-eagerly or replay its graph; a frame's four graphs read one another's outputs, so a frame
-replays all four or none. The stages declare their clocks (`mimi_step` for encode, `frame`
-for the backbone); the runner ticks them. DiffuPlex (engine.families.diffuplex) builds its
-wakes from the same pieces (`frame_rows`, `wake_of`, `run_lm`, `codebooks`).
+Each stage is a function of static device buffers and the store, so the generic runner
+(engine.runtime.stages) may run it eagerly or replay its graph; a frame's four graphs read one
+another's outputs, so a frame replays all four or none. The stages declare their clocks (`mimi_step`
+for encode, `frame` for the backbone); the runner ticks them. DiffuPlex (engine.families.diffuplex)
+builds its wakes from the same pieces (`frame_rows`, `wake_of`, `run_lm`, `codebooks`).
 """
 from __future__ import annotations
 

@@ -1,23 +1,15 @@
-"""DiffuPlex in a conversation: one backbone wake predicts a block of future frames, and the
-conversation consumes a confident prefix of it at the normal 80 ms cadence.
-
-Each frame, once the user's audio of it is encoded:
-- if a predicted frame is planned for now, the policy checks it: `listen` consumes it only
-  while the assistant is predicted silent (a padding text token), `speak` also while it
-  speaks; both only with confidence >= tau, and only if the user said what was predicted
-  (the predicted user semantic code against the real one, `verify="semantic"`). The text
-  token and its confidence came with the wake (read on the host, no wait); if they pass, the
-  depformer runs on the hidden state the wake left for this frame (its codebooks and the
-  user's, and the first codebook's confidence), and the rest is checked on the device. A
-  consumed frame is played as predicted, with no backbone run;
-- otherwise the backbone wakes: one forward over the frames consumed since the last wake
-  (they enter history as they were played, with the user's real codes), the current frame
-  (generated as a single AR step would be) and K masked future positions, which become the
-  new plan. A frame the check refused discards what is left of the plan: audio already
-  played stays as played; only the unplayed future is predicted again.
-
-`ar` never predicts. The output frame is assembled as the delay lines assemble it: streams
-without delay from the previous frame's generated tokens, delayed ones from this frame's.
+"""DiffuPlex in a conversation: a backbone wake predicts a block of future frames, of which the
+conversation consumes a confident prefix at the normal 80 ms cadence. Each frame, its user audio
+encoded, a predicted frame planned for it is checked: `listen` consumes it only while the assistant
+is predicted silent (a padding text token), `speak` also while it speaks, both only with
+confidence >= tau and if the user said what was predicted (the user's real semantic code against the
+predicted, `verify="semantic"`). The text token and its confidence came with the wake (on the host:
+no wait); if they pass, the depformer runs on the wake's hidden state for this frame and the rest is
+checked on the device; a consumed frame plays as predicted (no backbone run). Else the backbone
+wakes: one forward over the frames consumed since its last wake (into history as played, with the
+user's real codes), the current frame (as by an AR step) and K masked future positions, the new
+plan; a refused frame discards the plan's unplayed rest. `ar` never predicts. Frames are assembled
+as by the delay lines: undelayed streams from the previous frame's tokens, delayed from this one's.
 """
 from __future__ import annotations
 

@@ -3,14 +3,13 @@
 Frozen base weights, plus
 - one learned MASK embedding per stream (text, model codebooks, user codebooks), fed where a
   future position's input token is not known yet;
-- LoRA adapters on the temporal transformer's projections (rank and targets configurable),
-  applied only at the masked future positions, so real history is computed exactly as the AR
-  model computes it.
+- LoRA adapters on the temporal transformer's projections (rank and targets configurable), applied
+  only at masked future positions, so real history is computed exactly as the AR model computes it.
 
-Stored as one safetensors file: `mask_embeddings` [n_q + 1, dim], `lora.<target>.a`
-[layers, rank, in] and `lora.<target>.b` [layers, out, rank], and the JSON metadata under the
-key "diffuplex": format, the base model's identity and shape, rank, alpha, targets, block size
-K, masking scheme, and the training settings. A file for another model is refused, naming it.
+Stored as one safetensors file: `mask_embeddings` [n_q + 1, dim], `lora.<target>.a` [layers, rank,
+in] and `lora.<target>.b` [layers, out, rank], and the JSON metadata under the key "diffuplex":
+format, the base model's identity and shape, rank, alpha, targets, block size K, masking scheme, and
+the training settings. A file for another model is refused, naming it.
 """
 from __future__ import annotations
 

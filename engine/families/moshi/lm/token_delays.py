@@ -1,19 +1,15 @@
 """Token delay lines: the per-stream slots the LM reads its input from and writes its output to.
 
-Slot s holds one token per stream (text, model codebooks, user codebooks). A stream with
-delay d is written d slots late: the acoustic codebooks trail the semantic one by a frame.
-Each frame reads its input from slot `o` and generates slot `o + 1`; slots that no stream
-has reached yet (s <= d) hold the start-of-stream ("initial") token. A token written from
-outside (the user's codes, or prompt tokens) is *forced*: the depformer is teacher-forced on
-it and sampling never overwrites it.
-
-`lead` is how many slots ahead of the input slot this frame's outside tokens land: 0 in Moshi
-(the user's semantic code of this frame enters the temporal transformer now), 1 in PersonaPlex
-(it enters next frame, and this frame's depformer is teacher-forced on it).
-
-Ring of `max_delay + 2 + lead` slots (the reference's cache length for each model), so a
-PersonaPlex voice prompt's saved cache maps slot for slot. All indices are device tensors:
-nothing here synchronizes with the host.
+Slot s holds one token per stream (text, model codebooks, user codebooks). A stream with delay d is
+written d slots late: the acoustic codebooks trail the semantic one by a frame. Each frame reads its
+input from slot `o` and generates slot `o + 1`; slots that no stream has reached yet (s <= d) hold
+the start-of-stream ("initial") token. A token written from outside (the user's codes, or prompt
+tokens) is *forced*: the depformer is teacher-forced on it and sampling never overwrites it. `lead`
+is how many slots past the input slot this frame's outside tokens land: 0 in Moshi (the user's
+semantic code of this frame enters the temporal transformer now), 1 in PersonaPlex (it enters next
+frame, and this frame's depformer is teacher-forced on it). The ring has `max_delay + 2 + lead`
+slots (the reference's cache length for each model), so a PersonaPlex voice prompt's saved cache
+maps slot for slot. All indices are device tensors: nothing here synchronizes with the host.
 """
 from __future__ import annotations
 
