@@ -97,7 +97,3 @@ class StepAudio:
         n = min(FRAME_SIZE, len(self._queue))
         out[:n], self._queue = self._queue[:n], self._queue[n:]
         return out
-
-    def queued_s(self) -> float:
-        """Seconds of the family's speech waiting to be given out."""
-        return len(self._queue) / SAMPLE_RATE
