@@ -3,7 +3,7 @@ CUDA GPU with random full-size weights (bench.run), DiffuPlex against our AR pat
 (bench.diffuplex), or Step-Audio2's token2wav against the stock one (bench.token2wav). The
 installed app does not carry bench/; this is its only command.
 
-Errors the user can fix are one line and exit 2, as the app's command line does."""
+Errors the user can fix are one line and exit 2, through the app's command line's own runner."""
 from __future__ import annotations
 
 import argparse
@@ -56,16 +56,8 @@ def run(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    import soundfile
-    try:
-        run(args)
-    except (ValueError, OSError, soundfile.SoundFileError) as exc:
-        print(f"python3 -m bench: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    from app.cli.commands import run_command
+    return run_command(run, build_parser().parse_args(argv), "python3 -m bench")
 
 
 if __name__ == "__main__":

@@ -246,13 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     func = getattr(args, "func", None)
     if func is None:
         return _gui(args) or 0
+    return run_command(func, args, "duplexcadence")
+
+
+def run_command(func, args, prog: str) -> int:
+    """`func(args)` as a command runs it: bad input (files, options, devices) is the user's to
+    fix, so it is one line naming `prog` and exit status 2, never a traceback; Ctrl-C is 130."""
     import soundfile
 
     try:
         func(args)
-    # Bad input (files, options, devices) is the user's to fix: one line, no traceback.
     except (ValueError, OSError, soundfile.SoundFileError) as exc:
-        print(f"duplexcadence: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
