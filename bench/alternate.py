@@ -3,14 +3,11 @@ that a change that should cost nothing (a reorganisation) is held to the run-to-
 
     python3 -m bench.alternate --base COMMIT [--rounds 2] [--frames 1000] [--model moshiko] --output OUT.json
 
-A is the base: `--base COMMIT` checks it out with `git worktree add` (or `--base-tree PATH`, a
-tree made beforehand, e.g. `git archive COMMIT | tar -x -C PATH` where no .git travels); B is
-this tree. The checkpoint (full-size random weights of the shape, this tree's
-bench.stock.write_stock_checkpoint) and the input frames are written once and shared. Each run is
-a process of its own in its tree, running that tree's `bench.run.run_ours` as `duplexcadence
-bench` runs ours (graph replay and demand-sized state, then its kernel profile). Printed as each
-run ends; the JSON holds every run and, per figure (frame p50 and each stage's p50, kernels per
-frame), the medians of A and of B, their ratio B/A and the spread between the A runs.
+A is the base (`--base COMMIT`, checked out with `git worktree add`, or `--base-tree PATH`, a
+tree made beforehand with `git archive`); B is this tree. Both read one checkpoint of full-size
+random weights and the same input frames. Each run is a process of its own in its tree, running
+that tree's `bench.run.run_ours`; the JSON holds every run and, per figure, the medians of A and
+B, their ratio B/A and the spread between the A runs.
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """`python3 -m bench --diffuplex`: what DiffuPlex saves over our own AR path, in one run.
 
-Full-size PersonaPlex-shaped random weights (as the main bench builds them) and a full-size
-predictor (rank 16 on every target, K future frames; its LoRA B drawn as well, so the adapter
-costs what a trained one costs). A random predictor is never confident, and a trained
-full-size one needs the real weights and conversation data, so acceptance is forced: after
-each wake the loop plays exactly `a` of the frames it predicted (each still checked, one device
-read, as a real policy checks it), for a = 0..K, under LISTEN and SPEAK. Reported per run, as
-means over every frame: the Core LM (backbone stage), the LM (backbone and depformer) and the
-deployment path (PCM in on the host to PCM out on the host), the ratios over AR, and the slowest
-wake frame (each must fit the 80 ms frame). The session is prepared at load, as the app
-prepares it (`prepare_s`: the plain frame and the wakes of K); before each run, a conversation
-of its own replays a voice prompt and the default role (`prompt_s`) and times its first frame
-(`first_frame_ms`: under LISTEN and SPEAK a wake), then the run starts from an empty context.
+Full-size PersonaPlex-shaped random weights and a full-size predictor (rank 16 on every target,
+its LoRA B drawn too, so the adapter costs what a trained one costs). A random predictor is
+never confident, so acceptance is forced: after each wake the loop plays exactly `a` of the
+predicted frames (each still checked, as a real policy checks it), for a = 0..K, under LISTEN
+and SPEAK. Reported per run, as means over every frame: the Core LM, the LM (with the
+depformer) and the deployment path (PCM in to PCM out on the host), their ratios over AR, the
+slowest wake frame, and the start-up figures (`prepare_s`, `prompt_s`, `first_frame_ms`).
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
-"""CPU time of the microphone path's echo canceller (app/audio/echo_cancel.py) per 80 ms engine frame,
-driven the way the live loop drives it.
+"""CPU time of the microphone path's echo canceller (app/audio/echo_cancel.py) per 80 ms engine
+frame, driven the way the live loop drives it.
 
-The engine thread polls the audio rings every few milliseconds and hands the canceller whatever
-PortAudio delivered since (played and microphone audio in 12.5 ms blocks each
-on the PulseAudio-backed devices here). Between polls it sleeps, so each call starts with cold
-caches, which costs more than the work itself on a shared machine. Each mode replays that in
-real time (the bench's signals, at the device rate) and sums time.thread_time() around every
-add_played / process call, i.e. everything the canceller does (resampling, conversions, the
-module), per 80 ms of microphone audio:
-
-- poll_10ms: a poll every 10 ms, as tests/test_app_echo_loop.py drives AudioLink, the canceller
-  run only when AudioLink would run it (app.audio.audio_io.echo_batch_due: when the call could
-  complete the next 24 kHz frame, the resampler to the engine's rate included);
-- poll_4ms: the same with a poll every 4 ms, as the app's conversation loop does (app/conversation/engine_thread.py);
-- every_poll_10ms: a poll every 10 ms, the canceller run at each poll that brought microphone
-  audio (what batching saves);
-- per_frame: the canceller called once per 80 ms with the whole frame's audio;
-- unpaced: 80 ms blocks back to back, no sleeping: the processing alone, caches warm.
-
-The modes take turns, ROUNDS times (the machine's other load moves single runs); the minimum and
-the median go into the JSON. ERLE (from 2 s on) shows each run really cancelled the echo.
+The engine thread polls the audio rings every few milliseconds and sleeps between polls, so each
+call starts with cold caches. Each mode (see MODES) replays that in real time and sums
+time.thread_time() around every add_played / process call, per 80 ms of microphone audio. The
+modes take turns ROUNDS times (the machine's other load moves single runs); the minimum and the
+median go into the JSON, with each run's ERLE from 2 s on to show it really cancelled the echo.
 
     python3 -m bench.echo_cpu OUT.json [--seconds 8] [--rounds 3] [--rate 48000]
 """
@@ -36,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from app import echo_cancel
+from app.audio import echo_cancel
 from app.audio.audio_io import ENGINE_RATE, echo_batch_due
 from app.audio.echo_cancel import EchoCanceller, EchoSettings, ForecastStream
 from engine import FRAME_SIZE
@@ -48,6 +34,10 @@ PLAYED_BLOCK_S = 0.0125  # what the speaker callback delivers each time here (60
 MIC_BLOCK_S = 0.0125  # the microphone callback's block, the same here
 SPEAKER_LEAD_S = 0.1  # the speaker's callback runs this far ahead of what it plays
 CONVERGED_S = 2.0
+# poll_10ms: a poll every 10 ms, the canceller run only when AudioLink would run it (echo_batch_due), as
+# tests/test_app_echo_loop.py drives it; poll_4ms: the same every 4 ms, as the conversation loop polls;
+# every_poll_10ms: run at each poll that brought audio (what batching saves); per_frame: once per 80 ms
+# with the whole frame; unpaced: back to back, caches warm (the processing alone).
 MODES = {"poll_10ms": (0.010, True), "poll_4ms": (0.004, True), "every_poll_10ms": (0.010, False),
          "per_frame": (FRAME_S, False), "unpaced": (None, False)}  # (poll interval, batched as AudioLink)
 

@@ -1,40 +1,14 @@
 """Echo-cancellation libraries compared on the same synthetic signals, to choose one for the app's
 microphone path (app/audio/echo_cancel.py: 10 ms frames, 48 kHz, int16 mono).
 
-Signals (48 kHz, deterministic: the noise has a fixed seed):
-- far end: assets/speech_sample.wav (24 kHz, resampled with soxr) repeated to 20 s;
-- echo: the far end through a 3-tap room (0 / 7 / 19 ms, gains 0.6 / 0.3 / 0.15), delayed 60 ms,
-  attenuated by 6 dB, plus white noise at -60 dBFS;
-- near speech: the same file reversed in time (so unrelated to the far end sample by sample,
-  with the same spectrum and level statistics), scaled to the echo's RMS (0 dB signal-to-echo
-  ratio), present only in the second half.
-Scenarios: (a) echo only, (b) double talk (echo all along, near speech from 10 s on).
-
-Per library, each 10 ms: the far frame in, the delay hint, the microphone frame out. Measured:
-- ERLE after convergence: 10*log10(microphone energy / output energy) from 2 s on, in (a);
-- time to 20 dB: the end of the first 0.5 s window (10 ms steps) whose ERLE reaches 20 dB, in (a),
-  over windows where the microphone is 20 dB above the noise (so the noise cannot cap ERLE below
-  20 dB); 0.5 s is the earliest possible. Also the end of the window from which every later one
-  keeps 20 dB ("held from");
-- near-speech preservation in (b): Pearson correlation of the output with the clean near speech
-  over the double-talk half, at the best lag within +-50 ms (and the output's level against it,
-  dB); and the same correlation against the library's own output for the near speech alone (far
-  end silent), which leaves out what it does to any speech (AEC3's enforced high-pass filter
-  shifts the phase of the low voice band and lowers the plain r by itself);
-- CPU: time.process_time() around the library calls, per second of audio, in (a): the least of
-  7 runs, the libraries taking turns (a 2-core machine's other load moves single runs by +-30%).
-Each library runs (a) with the delay hints 0, 10 and 60 ms; the one with the highest ERLE is kept
-for (b). Unless --no-wheels is given it also asks pip which wheels each package has for Linux,
-Windows and macOS on Python 3.10-3.12 (pip download --only-binary=:all: --platform ...), and
-dates them from the zip timestamps of the wheel's METADATA.
+The far end is the bundled speech through a 3-tap room, delayed and attenuated, with a little
+noise; the near speech is the same file reversed, present only in the double-talk half. Measured
+per library: ERLE after convergence and the time to 20 dB (echo only), how well near speech is
+kept in double talk (correlation against the clean near speech and against the library's own
+output for near speech alone), and CPU per second of audio. `evaluate` and `cpu_cost` say exactly how.
+Unless --no-wheels is given it also asks pip which platforms each package has wheels for.
 
     python3 -m bench.echo_options OUT.json [--no-wheels]
-
-Libraries: livekit (rtc.AudioProcessingModule, WebRTC AEC3, the app's settings; and once more
-with the high-pass filter off, as a control), aec-audio-processing (AudioProcessor: WebRTC AEC3
-through webrtc-audio-processing 2; it exposes no high-pass filter) and speexdsp (Speex MDF,
-linear filter only; it takes no delay hint, so the hint delays its far reference instead). A
-library that does not import is reported as unavailable.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""Where a steady frame's host time goes, on the session's own path: host clock stamps at
-the frame's entry, each stage's mark, the steps from the first mark to the first graph
-replay (the input made finite, the family's step, Mimi's encode call, the runner, the first
-clock tick), the last replay, the end of the sync (the first thing after it), and the
-return, with the stages' CUDA-event times beside them.
+"""Where a steady frame's host time goes, on the session's own path: host clock stamps at the
+frame's entry, each stage's mark, the steps up to the first graph replay, the last replay, the
+end of the sync and the return, with the stages' CUDA-event times beside them.
 
-The frame's wall time is the host's from `begin()` to `end()`: the GPU's stages, and what
-the GPU waits for at the frame's start (the host's path to its first replay, the microphone
-frame's copy) and after its last kernel (the sync returning). bench.launch_latency gives a
-graph replay's own start cost, for comparison.
+The frame's wall time is the GPU's stages plus what the GPU waits for before its first kernel
+(the host's path to its first replay) and after its last (the sync returning);
+bench.launch_latency gives a graph replay's own start cost, for comparison.
 
     python3 -m bench.frame_host OUT.json [--shape moshiko|personaplex|demo] [--frames 300]
                                          [--wait stream|driver]

@@ -1,22 +1,15 @@
 """What 4-bit weights cost, beside bitsandbytes' 4-bit quantizers at the same group size.
 
-Two measures, written as JSON:
+- matrices: random weights quantized each way; the relative error of the weights and of their
+  product with random rows, per group size;
+- teacher-forced (bench/fidelity.py's measure): the LM with its linear weights quantized each
+  way against its float weights on the same token history (logits' error, top-1 agreement).
+  "ours int4" is the int4 path itself; the others are the float LM with weights rounded as each
+  quantizer rounds them (ours, min/max with zero points, bnb nf4 / fp4, and ours int8 for scale).
 
-- matrices: random N x N weights (normal, std 0.02, in bf16) quantized each way; the relative
-  L2 error of the weights and of their product with 64 random bf16 rows, per group size;
-- teacher-forced (engine-level, bench/fidelity.py's measure): the LM with its linear weights
-  quantized each way against the same LM with its float weights, fed the same random token
-  history: relative error of the text and audio logits and their top-1 agreement. "ours int4"
-  is the int4 path itself (engine.weights.int4, packed weights, the int4 product); the others are
-  the float LM with its linear weights replaced by what a quantizer rounds them to: "ours int4
-  gG" our rounding at group size G, "zero points gG" min/max rounding with a zero point per
-  group (16 levels), "bnb nf4" / "bnb fp4" bitsandbytes' quantize_4bit/dequantize_4bit at
-  blocksize 64 (what its Linear4bit multiplies by), and "ours int8" for scale.
-
-On random weights these figures compare methods; they say little about a real checkpoint's
-quality. Run: `python -m bench.int4_quality --model demo --device cpu` (the demo model, on the
-CPU), or `--shape moshiko --groups --matrix 0` on a CUDA GPU (full-size random weights written
-by the stock runtime, as `python3 -m bench` does; needs moshi).
+On random weights these compare methods, not a real checkpoint's quality. Run
+`python -m bench.int4_quality --model demo --device cpu`, or `--shape moshiko --groups --matrix 0`
+on a CUDA GPU (full-size random weights written by the stock runtime; needs moshi).
 """
 from __future__ import annotations
 

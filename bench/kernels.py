@@ -1,18 +1,12 @@
 """Kernels per frame and GPU busy time per stage, from a torch.profiler trace.
 
-While profiling, the frame timer's marks synchronize and drop a named marker into the trace
-(the bench wraps the timer's `mark` for the profiled frames), so every kernel (graph-replayed
-ones included: CUPTI records each node) runs between the marker before its stage and the
-marker that ends it. Kernels between a `mark(None)` and the next stage belong to no stage
-("other"). Busy time is the union of the kernels', copies' and memsets' intervals; each stage
-also names the work its time goes to (the heaviest names, their launches and time). A kernel
-launched overlapped starts while the one before it is finishing and waits for it, so the
-trace's duration of a kernel includes that wait: each is counted only from where the work
-before it ended (`exclusive`), and the names' times add up to the busy time. Since each
-mark synchronizes, a stage starts with the device idle: the time to its first device work is
-the host's (the Python, the copies and the graph launch queued before it), reported with the
-CUDA calls the host made in the stage. The synchronizations make these frames slower: they are
-profiled apart from the timed frames.
+While profiling, the frame timer's marks synchronize and drop a named marker into the trace, so
+every kernel (graph-replayed ones included) falls between its stage's markers; kernels after a
+`mark(None)` belong to "other". Busy time is the union of the kernels', copies' and memsets'
+intervals, each kernel counted only from where the work before it ended (an overlapped launch
+waits for its predecessor inside its own duration), so the names' times add up to the busy
+time. A stage's time to its first device work is the host's, reported with its CUDA calls. The
+synchronizations slow these frames, so they are profiled apart from the timed ones.
 """
 from __future__ import annotations
 

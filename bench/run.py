@@ -1,19 +1,12 @@
 """`python3 -m bench`: ours against the stock runtime, side by side in one process.
 
-Both runtimes run the same full-size random weights (built by the stock runtime, written in
-the official layout, read back by our loader) on the same input frames. Reported per runtime:
-per-frame p50/p99 of the deployment path (PCM in on the host -> PCM out on the host) and of
-each stage, SPEAK time per second, streaming-state memory at 10 / 30 / 120 s of
-conversation, peak memory; then the ratios ours/stock and the weight-read floor. The int8
-rows run the same weights from the official q8 layout through stock q8 (bitsandbytes) and
-ours, over the whole context and under memory budgets (engine.state.memory_budget).
-
-Each run also records how it starts: `prepare_s` (ours: `DuplexSession.prepare()`, as the app
-and `offline` run it at load; stock: its server's own warm-up), `first_frame_ms` (the first
-conversation frame once the model is ready) and, for the personaplex shape, `prompt_s` (ours:
-a voice prompt and the default role replayed, in a conversation of their own before the
-measured one; that first frame follows them). The measured runs start from an empty context
-on both sides, as the stock runtime runs no prompts.
+Both runtimes run the same full-size random weights (built by the stock runtime, written in the
+official layout, read back by our loader) on the same input frames. Reported per runtime: frame
+p50/p99 of the deployment path (PCM in to PCM out on the host) and of each stage, SPEAK time per
+second, state memory at 10 / 30 / 120 s, peak memory, the start-up (`prepare_s`,
+`first_frame_ms`, and `prompt_s` for the personaplex shape); then the ratios and the weight-read
+floor. The int8 rows run the official q8 layout through stock q8 (bitsandbytes) and ours. The
+measured runs start from an empty context on both sides, as the stock runtime runs no prompts.
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
-"""The stock Step-Audio2 token2wav (`minicpmo-utils` 1.0.7 from PyPI, module `stepaudio2`,
-installed --no-deps) for the benchmark and the parity tests: its modules built with given
-numbers and random weights and written as an official model directory (flow.yaml, flow.pt,
-config.yaml, hift.pt) that our loader reads, loaded back the way `Token2wav.__init__` loads
-them, and its own streaming path (`Token2wav.set_stream_cache`, `Token2wav.stream`) driven on
-a prepared prompt.
+"""The stock Step-Audio2 token2wav (`minicpmo-utils` 1.0.7, module `stepaudio2`, installed
+--no-deps) for the benchmark and the parity tests: its modules built with given numbers and
+random weights, written as an official model directory our loader reads, loaded back as
+`Token2wav.__init__` loads them, and streamed by its own `set_stream_cache` / `stream`.
 
-The package's `__init__` imports the whole speech front end (ONNX tokenizers, torchaudio,
-hyperpyyaml) only to export `Token2wav`; the streaming path needs none of it, so the package is
-entered without running that `__init__`: its submodules are the stock code, imported from the
-installed files unchanged. What the stock modules import at the top for the front end only
-(s3tokenizer, torchaudio, hyperpyyaml, librosa, onnxruntime: `flow_matching.py` and
-`token2wav.py` import it for an ONNX estimator and the speaker model) gets an empty placeholder
-module where it is not installed; calling anything from one raises. What the streaming path
-does use must be installed: numpy, scipy (the vocoder's window), einops (the DiT), PyYAML.
+The package's `__init__` imports the whole speech front end (ONNX tokenizers, torchaudio, …)
+only to export `Token2wav`, so its submodules are imported without it, unchanged. Front-end-only
+imports that are not installed get an empty placeholder module (calling anything from one
+raises); what the streaming path uses must be installed: numpy, scipy, einops, PyYAML.
 """
 from __future__ import annotations
 

@@ -1,28 +1,13 @@
 """`python3 -m bench --tail step-audio2`: our token2wav stream against the stock one
 (`minicpmo-utils` 1.0.7), side by side in one process, on the same full-size random weights.
 
-The stock modules are built with the official numbers (bench.stock_token2wav: the
-official flow.yaml and config.yaml), written as an official directory and loaded back by both
-runtimes: the stock one as its `Token2wav.__init__` loads them, ours by `load_token2wav`. Both
-stream the same prepared prompt (3 s: 75 random tokens, a random speaker embedding and mel)
-and the same one-second chunks (25 tokens plus 3 of lookahead), the stock one through its
-own `set_stream_cache` / `stream`, ours through `Token2wavStream` with the default options
-(graph replay and demand-sized state on CUDA). Per variant ({10, 5} Euler steps x {fp32,
-fp16}) and runtime, in a warm process (one stream runs before the measured one):
-
-- per-chunk wall time, CUDA-synchronized, tokens on the host in -> audio on the host out:
-  the first chunk after the stream is set up, the steady chunks (p50, p99, mean: once both
-  caches are at their retention) and the last chunk;
-- peak memory (torch's peak from a reset before the model loads, plus for ours the state
-  mapped outside torch's allocator), the stream's state bytes;
-- kernels and GPU busy time (the union of kernel and copy intervals) per steady chunk, from
-  a torch.profiler pass apart from the timed chunks;
-- setup: the model's load, the first stream's creation (ours: its warm-up and graph capture
-  included), a fresh stream's creation in the warm process.
-
-The ratios are reported against targets (not asserted): steady p50 at least 3x faster than
-stock, our p99 within 1.3x our p50, peak memory at least 40% lower, the first chunk no slower
-than the steady ones.
+Both load one official directory (bench.stock_token2wav) and stream the same prepared 3 s prompt
+and one-second chunks (25 tokens plus 3 of lookahead): the stock one through its own
+`set_stream_cache` / `stream`, ours through `Token2wavStream` with its default options. Per
+variant ({10, 5} Euler steps x {fp32, fp16}), in a warm process: per-chunk wall time (first,
+steady p50/p99/mean, last), peak memory and state bytes, kernels and GPU busy time per chunk
+(a profiled pass of its own), and the setup times. The ratios are reported against targets, not
+asserted: steady p50 at least 3x stock, p99 within 1.3x p50, peak memory 40% lower.
 """
 from __future__ import annotations
 

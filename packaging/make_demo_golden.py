@@ -1,17 +1,14 @@
 """Record what this commit makes on the CPU, for tests/test_same_as_before.py to hold later
-commits to: the bundled demo model's tokens and PCM (AR, DiffuPlex LISTEN and SPEAK, int8,
-int4) and a small token2wav stream's PCM, and the files a user keeps (settings with presets, a
-recording, an int4 kept copy), with what this commit reads back from each.
+commits to: the demo model's tokens and PCM (AR, DiffuPlex LISTEN and SPEAK, int8, int4), a
+small token2wav stream's PCM, and the files a user keeps (settings with presets, a recording,
+an int4 kept copy), with what this commit reads back from each. One CPU thread throughout.
 
-Everything runs on one CPU thread (`one_thread`). Usage, from the repository root at the
-commit to record:
     python3 packaging/make_demo_golden.py tests/golden/demo_before_families
 
-The folder gets `outputs.safetensors` (the user's input frames, then `CASE.tokens` [frames,
-17] int64, -1 where a frame gave none, and `CASE.pcm` [frames, 1920] float32; its metadata names
-the commit and every setting used), `settings.ini`, a `recordings/` folder, `demo_int4_copy.
-safetensors` and `expected.json`. The int4 copy records the path of the LM file it was made
-from; the demo model is copied to INT4_SOURCE first, a fixed path the test can make again.
+The folder gets `outputs.safetensors` (input frames, `CASE.tokens` and `CASE.pcm`; its metadata
+names the commit and every setting), `settings.ini`, `recordings/`, `demo_int4_copy.safetensors`
+and `expected.json`. The int4 copy names the LM file it was made from, so the demo model is
+copied to INT4_SOURCE first, a fixed path the test can make again.
 """
 from __future__ import annotations
 

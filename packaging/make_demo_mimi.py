@@ -1,14 +1,10 @@
 """Build the small demo Mimi shipped in assets/demo_model/ (random weights, fixed seed).
 
-It is built with our own code and written exactly as a released Mimi is laid out
-(`tokenizer-e351c8d8-checkpoint125.safetensors` + `mimi_config.json` in the reference's
-config format), so the app and tests can run the whole pipeline without downloading the
-real codec. Its sound is meaningless; what matters is that codes vary with the input and
-that decoded audio stays at a sane level:
-
-- codebooks are drawn around the latents (and residuals) a synthetic signal produces,
-  level by level, so nearest-centroid search spreads over many entries;
-- the last decoder conv is rescaled so decoded audio has an RMS of about 0.1.
+Written exactly as a released Mimi is laid out (`tokenizer-e351c8d8-checkpoint125.safetensors`
+and `mimi_config.json`), so the app and tests run the whole pipeline without the real codec. Its
+sound is meaningless; what matters is that codes vary with the input (codebooks drawn around the
+latents a synthetic signal produces, level by level) and that decoded audio stays at a sane
+level (the last decoder conv rescaled to an RMS of about 0.1).
 
 Run: python packaging/make_demo_mimi.py [out_dir]
 """

@@ -1,22 +1,15 @@
 """Record a golden trace of NVIDIA's PersonaPlex runtime on the bundled demo model, for
 tests/test_personaplex_golden.py: the fork's own code, not our restatement of it.
 
-The fork (github.com/NVIDIA/personaplex, its `moshi` package) runs the demo model's files
-(assets/demo_model) with a 16-frame context, so the KV ring wraps: the demo voice prompt
-replayed from its saved embeddings, half a second of silence, a role prompt, half a second of
-silence, then the bundled speech as the user, frame by frame through the fork's Mimi, greedy
-and sampled with a fixed seed. Recorded: the input frames, the tokens and the decoded PCM of
-every frame.
+The fork (github.com/NVIDIA/personaplex, its `moshi` package) runs the demo model with a
+16-frame context, so the KV ring wraps: the voice prompt, silence, a role prompt, silence, then
+the bundled speech frame by frame, greedy and seeded. Recorded: input frames, tokens and PCM.
+Nothing in the fork's code is changed; two of its constants follow the demo model (see `main`
+and `fork_mimi`): the prompt frames' codes and the Mimi it builds.
 
-Two things are adapted to the demo model, nothing in the fork's code is changed:
-- the fork hard-codes the prompt frames' codes (SILENCE_TOKENS, SINE_TOKENS: the released Mimi's
-  codes of a silent and a 440 Hz frame); the demo model's are the demo Mimi's codes of the same
-  frames (its config.json), so the module constants are set to those;
-- its Mimi loader hard-codes the released Mimi's size, so the demo Mimi is built from the
-  fork's own modules with the demo's mimi_config.json, as that loader does.
-
-Usage (the fork needs sphn, tqdm and einops beside torch):
     python packaging/make_personaplex_golden.py PATH/TO/personaplex [--commit SHA]
+
+(The fork needs sphn, tqdm and einops beside torch.)
 """
 from __future__ import annotations
 

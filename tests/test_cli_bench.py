@@ -1,6 +1,7 @@
 """The benchmarks are their own entry point, `python3 -m bench`, run from a checkout: a clean
 error line where there is no CUDA device, and the app's command line no longer has them. The
 installed wheel and the PyInstaller bundle leave bench/ out."""
+import importlib
 import os
 import subprocess
 import sys
@@ -40,3 +41,20 @@ def test_the_wheel_and_the_bundle_leave_bench_out():
     sys.path.insert(0, str(ROOT / "packaging" / "pyinstaller"))
     from bundle_contents import EXCLUDED_MODULES  # hooks would pull it in otherwise
     assert "bench" in EXCLUDED_MODULES
+
+
+GPU_ONLY = {"triton", "moshi", "bitsandbytes"}  # present on the GPU machine, not in CI
+
+
+def test_every_bench_module_imports():
+    """A moved module must not leave a benchmark importing its old path (found only on the GPU)."""
+    failures = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        try:
+            importlib.import_module(f"bench.{path.stem}")
+        except ModuleNotFoundError as exc:
+            if exc.name.split(".")[0] not in GPU_ONLY:
+                failures.append(f"{path.name}: {exc}")
+        except ImportError as exc:
+            failures.append(f"{path.name}: {exc}")
+    assert not failures

@@ -1,17 +1,14 @@
 """A wake's products (engine.kernels.rows_linear) against one AR step's (fused_linear) on the
-temporal transformer's shapes, graph-replayed, each call reading a different copy of the
-weight (the copies together overflow the L2 cache), as a wake reads each layer's weights once.
-
-For each shape and weight kind: M = 1 (fused_linear, an AR step), M = 9 and 17 (rows_linear:
-a DiffuPlex wake at K = 4 and 8), plain and with the LoRA on the last K rows, and torch's
-product (cuBLAS, float weights) at the same M; each time also as a multiple of M = 1's. The
-target: a wake's row <= 1.05x of M = 1's. Writes everything as JSON.
+temporal transformer's shapes, graph-replayed, each call reading a different copy of the weight
+(the copies overflow L2), as a wake reads each layer's weights once. Per shape and weight kind:
+M = 1, M = 9 and 17 (a wake at K = 4 and 8) plain and with the LoRA, and cuBLAS at the same M;
+each also as a multiple of M = 1's (target: a wake's row <= 1.05x). Writes JSON.
 
     python -m tests.gpu.bench_rows_linear OUT.json [--int8 | --int4]   # default: bf16 weights
     python -m tests.gpu.bench_rows_linear OUT.json --sweep             # also rows_linear's tiles
 
-`--sweep` times every configuration of CONFIGS for M = 9 (with the LoRA) and prints the best
-against the one `rows_linear._config` picks: the data for its rule.
+`--sweep` times every configuration of CONFIGS for M = 9 and prints the best against the one
+`rows_linear._config` picks: the data for its rule.
 """
 from __future__ import annotations
 
