@@ -15,7 +15,7 @@ platforms=()
 for tag in manylinux_2_17 manylinux2014 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34; do
     platforms+=(--platform "${tag}_x86_64")
 done
-for wheel in moshi==0.2.13 bitsandbytes==0.49.2 soundfile soxr cffi pycparser; do
+for wheel in moshi==0.2.13 bitsandbytes==0.49.2 soundfile soxr cffi pycparser tokenizers; do
     "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         "${platforms[@]}" --platform any -d "$DEST" "$wheel"
 done

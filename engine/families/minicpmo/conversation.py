@@ -1,0 +1,225 @@
+"""A conversation with MiniCPM-o 4.5 (engine.families.protocol.FamilyConversation): each step
+is a one-second unit, run as the reference's `DuplexCapability` runs it — the audio encoder's
+rows prefilled after `<unit>`, the listen/speak decision and the unit's text, the TTS's 25
+speech tokens conditioned on the text's hidden states, and the token2wav tail's audio with the
+reference's buffering (three silence tokens start each turn; a turn's end flushes). One
+generator serves the LLM's and the TTS's draws in the reference's order, so a seeded run
+draws what the reference draws. Eager for now: declared state and graph replay come next."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from ...options import RuntimeOptions
+from ...persona import Persona
+from ...runtime.stages import Regeneration, StageRunner
+from ...state.placement import new_store
+from ...token2wav.prompt import Prompt
+from ...token2wav.token2wav_stream import Token2wavStream
+from .audio_encoder import StreamingAudioEncoder
+from .protocol_settings import UnitSettings
+from .qwen3 import Qwen3Model
+from .speech_tokens import SpeechTokenGenerator
+from .units import UnitProtocol, UnitResult
+
+STAGES = ("encode", "prefill", "decide", "speech tokens", "audio", "finalize")
+DEFAULT_ROLE = "Streaming Omni Conversation."  # core/processors/unified.py prepare()'s default
+SILENCE_TOKEN = 4218  # _reset_token2wav_for_new_turn: three of it start each turn's buffer
+TAIL_CHUNK = 25  # _generate_waveform_from_tokens' CHUNK_SIZE
+TAIL_STEPS = 5  # init_token2wav's n_timesteps
+
+
+def system_prompt(role: str) -> tuple[str, str]:
+    """The demo's prefix and suffix around the system text (core/processors/unified.py prepare)."""
+    return f"<|im_start|>system\n{role or DEFAULT_ROLE}\n<|audio_start|>", "<|audio_end|><|im_end|>"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitReport:
+    """What a unit did, in the family's words."""
+    unit: int
+    listen: bool
+    text: str
+    end_of_turn: bool
+    speech_tokens: int
+
+    def figures(self) -> dict[str, str]:
+        return {"unit": str(self.unit), "decision": "listen" if self.listen else "speak", "text": self.text}
+
+
+class MiniCPMOConversation:
+    stages = STAGES
+    stage_words = {"encode": "hearing the second", "prefill": "reading it", "decide": "deciding and writing",
+                   "speech tokens": "choosing speech", "audio": "making audio", "finalize": "closing the unit"}
+    predictor = None
+    prompt_s = 0.0
+    voices: list[str] = []
+    default_role = DEFAULT_ROLE
+
+    def __init__(self, model, generator: torch.Generator | None, options: RuntimeOptions, persona,
+                 predictor=None, settings: UnitSettings | None = None):
+        if predictor is not None:
+            raise ValueError(f"{model.name} has no predicting policy")
+        self.model, self.generator = model, generator
+        self.settings = settings or UnitSettings()
+        self.output_width = self.settings.max_new_speak_tokens_per_chunk
+        device, dtype, w = model.device, model.dtype, model.weights_by_name
+        self.encoder = StreamingAudioEncoder(model.config, w, device, dtype)
+        self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self.settings.basic_window_high_tokens + 512)
+        self.units = UnitProtocol(self.llm, model.tokens, self.settings)
+        self.tts = SpeechTokenGenerator(model.config, w, device, dtype)
+        self.runner = StageRunner(new_store([], device, options), device, generator, options)
+        self._persona = Persona()
+        self.set_persona(persona)
+        self.voice = Prompt.read(model.voice_file, device) if model.tail is not None and model.voice_file else None
+        self.stream: Token2wavStream | None = None
+        self.tail_buffer: list[int] = []
+        self.unit = 0
+        self._interrupt = False
+
+    # --- what a person sets, and what it can run ------------------------------------------
+
+    def capabilities(self) -> dict[str, str | None]:
+        return {"policy.ar": None}
+
+    def refusal(self, options: RuntimeOptions) -> str | None:
+        return None if options.policy == "ar" else f"{self.model.name} has one policy (ar)"
+
+    def load_predictor(self, path) -> None:
+        if path is not None:
+            raise ValueError(f"{self.model.name} has no predicting policy")
+
+    @property
+    def persona(self) -> Persona:
+        return self._persona
+
+    def set_persona(self, persona) -> None:
+        self.check_persona(persona or Persona())
+        self._persona = persona or Persona()
+
+    def check_persona(self, persona) -> None:
+        if persona.voice:
+            raise ValueError(f"{self.model.name} speaks with its own voice here; it takes no voice choice yet")
+
+    def configure(self, options: RuntimeOptions) -> None:
+        self.runner.configure(options)
+
+    def change(self, old: RuntimeOptions, new: RuntimeOptions) -> Regeneration | None:
+        return None  # its state is not declared yet: nothing to move or capture
+
+    # --- a conversation ---------------------------------------------------------------------
+
+    def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool], progress) -> tuple[RuntimeOptions, bool]:
+        self.encoder.reset()
+        self.tts.reset()
+        self.units.prepare(*system_prompt(self._persona.role.strip()))
+        self._new_turn_audio()
+        self.unit = 0
+        self._interrupt = False
+        return options, True
+
+    def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
+        pass  # eager: nothing to compile or capture
+
+    def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark):
+        samples = pcm.detach().to("cpu", torch.float32).numpy()
+        rows = self.encoder.encode(samples)
+        mark("encode")
+        self.units.prefill(rows)
+        mark("prefill")
+        result = self.units.generate(self.generator, interrupt=self._interrupt)
+        self._interrupt = False
+        if result.broke_turn:
+            self._new_turn_audio()  # the reference resets the tail, not the TTS's cache
+        mark("decide")
+        speech = None
+        if not result.listen:
+            speech = self._speak(result, mark)
+        self.units.finalize()
+        mark("finalize")
+        tokens = torch.full((self.output_width,), -1, dtype=torch.int64)
+        spoken = [token for token, _ in result.spoken][: self.output_width]
+        tokens[: len(spoken)] = torch.tensor(spoken, dtype=torch.int64)
+        report = UnitReport(self.unit, result.listen, result.text, result.end_of_turn, 0 if speech is None else 1)
+        self.unit += 1
+        return tokens, speech, report
+
+    def interrupt(self) -> None:
+        """The break override for the next unit (its turn ends; it listens)."""
+        self._interrupt = True
+
+    def _speak(self, result: UnitResult, mark) -> torch.Tensor | None:
+        ids = [token for token, _ in result.spoken]
+        hidden = torch.cat([h for _, h in result.spoken]) if result.spoken else None
+        condition = self.tts.condition(ids, hidden)
+        speech_tokens = self.tts.generate(condition, self.generator, end_of_turn=result.end_of_turn)
+        mark("speech tokens")
+        audio = self._audio(list(speech_tokens), result.end_of_turn)
+        mark("audio")
+        if result.end_of_turn:
+            self._new_turn_audio()
+        return audio
+
+    def _new_turn_audio(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+        self.stream = None
+        if self.voice is not None:
+            self.stream = Token2wavStream(self.model.tail, self.voice, steps=TAIL_STEPS)
+        self.tail_buffer = [SILENCE_TOKEN] * 3
+
+    def _audio(self, tokens: list[int], last: bool) -> torch.Tensor | None:
+        """_generate_waveform_from_tokens with force_flush (always on in duplex mode)."""
+        if self.stream is None:
+            return None
+        buffer, lookahead, pieces = self.tail_buffer + tokens, self.stream.lookahead, []
+        device = self.model.device
+        while len(buffer) >= lookahead + 5:
+            take = min(TAIL_CHUNK + lookahead, len(buffer))
+            chunk = torch.tensor([buffer[:take]], dtype=torch.long, device=device)
+            pieces.append(self.stream.push(chunk)[0].float().clone())
+            buffer = buffer[min(TAIL_CHUNK, take - lookahead):]
+        if last and buffer:
+            chunk = torch.tensor([buffer], dtype=torch.long, device=device)
+            pieces.append(self.stream.push(chunk, last=True)[0].float().clone())
+            buffer = []
+        self.tail_buffer = buffer
+        if not pieces:
+            return None
+        audio = torch.cat(pieces)
+        if not last and audio.numel() < OUTPUT_SECOND:  # the reference pads a unit's audio to a second, in front
+            audio = torch.cat([audio.new_zeros(OUTPUT_SECOND - audio.numel()), audio])
+        return audio
+
+    def tally(self) -> UnitTally:
+        return UnitTally()
+
+    def text(self, tokens: np.ndarray) -> str:
+        ids = [int(t) for t in tokens if t >= 0]
+        return self.model.tokens.decode(ids) if ids else ""
+
+
+OUTPUT_SECOND = 24000
+
+
+@dataclasses.dataclass
+class UnitTally:
+    units: int = 0
+    spoken: int = 0
+
+    def add(self, report: UnitReport | None, timings: dict[str, float]) -> None:
+        if report is not None:
+            self.units += 1
+            self.spoken += not report.listen
+
+    def summary(self) -> str:
+        return f"MiniCPM-o: spoke in {self.spoken} of {self.units} seconds" if self.units else ""
+
+    def lines(self, options) -> list[tuple[str, str]]:
+        if not self.units:
+            return []
+        return [(f"Spoke in {self.spoken} of {self.units} seconds",
+                 "Once a second the model decides to listen or to speak.")]

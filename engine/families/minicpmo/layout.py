@@ -1,0 +1,113 @@
+"""MiniCPM-o 4.5's checkpoint as the Hub repository holds it: `config.json` (model_type
+"minicpmo"), sharded safetensors with `model.safetensors.index.json`, the tokenizer files.
+Only the audio path is read (the Whisper encoder `apm.`, `audio_projection_layer.`, the LLM
+`llm.` and the TTS `tts.`); the vision tower and resampler (`vpm.`, `resampler.`) are neither
+read nor counted. Every name, shard and shape is checked from the headers before a tensor is
+allocated, so a bad folder is refused in one line naming the file."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from ...errors import CheckpointError
+from ...files.paths import file_in
+from ...loading.safetensors_files import read_safetensors_layout
+from .text_tokens import TOKENIZER_FILES
+
+MODEL_TYPE = "minicpmo"
+INDEX = "model.safetensors.index.json"
+AUDIO_PARTS = ("apm.", "audio_projection_layer.", "llm.", "tts.")
+"""The key prefixes of the audio path (MiniCPMO.__init__: init_audio_module, the LLM, init_tts_module)."""
+
+
+def claims(folder: Path, config: dict) -> bool:
+    return config.get("model_type") == MODEL_TYPE
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not a readable JSON file ({error})") from None
+    if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE:
+        raise CheckpointError(f"{path}: not a MiniCPM-o config (model_type must be {MODEL_TYPE!r})")
+    return config
+
+
+def _weight_map(folder: Path) -> dict[str, str]:
+    path = folder / INDEX
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not a readable JSON file ({error})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{path}: no weight_map of key to shard file")
+    return weight_map
+
+
+def audio_shards(folder: Path) -> dict[str, list[str]]:
+    """Shard file name -> the audio path's keys it holds (shards with only vision are left out)."""
+    shards: dict[str, list[str]] = {}
+    for key, shard in _weight_map(folder).items():
+        if key.startswith(AUDIO_PARTS):
+            file_in(folder, shard, str(folder / INDEX), key)
+            shards.setdefault(shard, []).append(key)
+    if not shards:
+        raise CheckpointError(f"{folder / INDEX}: lists no weights of the audio path ({', '.join(AUDIO_PARTS)})")
+    return shards
+
+
+def files(listing: Iterable[str], config: dict) -> list[str]:
+    """What the loader reads, for the model library: config, index, the tokenizer and the shards
+    holding audio weights (the index is read from the folder: the listing alone cannot say)."""
+    names = set(listing)
+    needed = ["config.json", INDEX, *TOKENIZER_FILES]
+    missing = [name for name in needed if name not in names]
+    if missing:
+        raise ValueError(f"the folder lacks {', '.join(missing)}")
+    return needed
+
+
+def layout(folder: Path) -> dict[str, torch.Tensor]:
+    """The audio path's tensors as meta tensors (shape, dtype), from the shards' headers only."""
+    out: dict[str, torch.Tensor] = {}
+    for shard, keys in audio_shards(folder).items():
+        header = read_safetensors_layout(folder / shard)
+        for key in keys:
+            if key not in header:
+                raise CheckpointError(f"{folder / shard}: the index puts {key} here but the file lacks it")
+            out[key] = header[key]
+    return out
+
+
+def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: torch.device,
+                 dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The tensors `expected` names (key -> shape the configuration implies), checked against
+    the headers first (missing, unexpected among the audio parts, wrong shape), then read one
+    at a time to `device` in `dtype`."""
+    found = layout(folder)
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        raise CheckpointError(f"{folder}: the checkpoint lacks {missing[0]}"
+                              + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    for key, shape in expected.items():
+        if tuple(found[key].shape) != tuple(shape):
+            raise CheckpointError(f"{folder}: {key} has shape {tuple(found[key].shape)}, the config implies {shape}")
+    weights: dict[str, torch.Tensor] = {}
+    for shard, keys in audio_shards(folder).items():
+        wanted = [key for key in keys if key in expected]
+        if not wanted:
+            continue
+        try:
+            with safe_open(str(folder / shard), framework="pt") as f:
+                for key in wanted:
+                    weights[key] = f.get_tensor(key).to(device=device, dtype=dtype)
+        except (SafetensorError, OSError, RuntimeError, ValueError) as error:
+            raise CheckpointError(f"{folder / shard}: not a readable safetensors file ({error})") from None
+    return weights

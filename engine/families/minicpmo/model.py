@@ -1,0 +1,102 @@
+"""A loaded MiniCPM-o 4.5 (engine.families.protocol.DuplexModel): its configuration, tokenizer,
+the audio path's weights (checked against the configuration from the headers, then read), and
+the Step-Audio2 token2wav tail where the folder holds one (`assets/token2wav`, as the Hub
+repository does) with its voice prompt prepared. It hears 16 kHz a second at a time and speaks
+24 kHz."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ...errors import CheckpointError
+from ...loading.memory_plan import MemoryPlan
+from ...token2wav.token2wav_loading import FILES as TAIL_FILES
+from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
+from .layout import layout, read_config, read_weights
+from .protocol_settings import UnitSettings
+from .qwen3 import Qwen3Sizes
+from .text_tokens import TextTokens
+from .weight_shapes import audio_path_shapes
+
+INPUT_RATE = 16000  # DuplexCapability SAMPLE_RATE
+OUTPUT_RATE = 24000  # the token2wav tail's
+STEP_SAMPLES = 16000  # CHUNK_MS 1000: a unit is a second (the first is padded in front to 1035 ms)
+TAIL_FOLDER = "assets/token2wav"  # MiniCPMO.init_token2wav: _ensure_asset_dir("assets/token2wav")
+VOICE_FILE = "voice.safetensors"
+"""A prepared voice prompt beside the tail (tokens, speaker embedding, mel: engine.token2wav.prompt)."""
+FAMILY = "minicpmo"
+
+
+@dataclasses.dataclass
+class MiniCPMOModel:
+    name: str
+    path: Path
+    config: dict
+    tokens: TextTokens
+    weights_by_name: dict[str, torch.Tensor]
+    dtype: torch.dtype
+    tail: Token2wavModel | None
+    notice: str = ""
+    family = FAMILY
+    predictor_file = None
+    input_rate = INPUT_RATE
+    output_rate = OUTPUT_RATE
+    step_samples = STEP_SAMPLES
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights_by_name["llm.model.norm.weight"].device
+
+    @property
+    def weights(self) -> str:
+        return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")
+
+    @property
+    def weights_option(self) -> str:
+        return "bf16"
+
+    @property
+    def voice_file(self) -> Path | None:
+        path = self.path / TAIL_FOLDER / VOICE_FILE
+        return path if path.is_file() else None
+
+
+def _checked(folder: Path, config: dict) -> dict[str, tuple[int, ...]]:
+    try:
+        return audio_path_shapes(config)
+    except (TypeError, ValueError, KeyError) as error:
+        raise CheckpointError(f"{folder / 'config.json'}: sizes the audio path cannot take ({error})") from None
+
+
+def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtype | None = None,
+         weights: str | None = None) -> MiniCPMOModel:
+    if weights not in (None, "bf16"):
+        raise CheckpointError(f"{folder}: MiniCPM-o runs with bf16 weights here; {weights} is not built yet")
+    config = read_config(folder)
+    expected = _checked(folder, config)
+    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    tokens = TextTokens(folder)
+    tensors = read_weights(folder, expected, torch.device(device), dtype)
+    tail_folder = folder / TAIL_FOLDER
+    tail = None
+    if all((tail_folder / name).is_file() for name in TAIL_FILES):
+        tail = load_token2wav(tail_folder, device=device)
+    notice = "" if tail is not None else f"{folder.name} has no {TAIL_FOLDER}: it answers in text only"
+    return MiniCPMOModel(repo or folder.name, folder, config, tokens, tensors, dtype, tail, notice)
+
+
+def plan_memory(folder: Path, repo: str | None, weights: str | None, device) -> MemoryPlan:
+    """Weights from the headers of the audio path's tensors (vision not counted); the state of a
+    whole window's context in the LLM's cache."""
+    config = read_config(folder)
+    found = layout(folder)
+    device = torch.device(device)
+    element = 2 if device.type == "cuda" else 4
+    weight_bytes = sum(found[key].numel() * element for key in _checked(folder, config) if key in found)
+    sizes, window = Qwen3Sizes.from_config(config), UnitSettings().basic_window_high_tokens + 512
+    state_bytes = 2 * sizes.layers * sizes.kv_heads * sizes.head_dim * window * element
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    # The window bounds the cache, so any length needs this: the plan names 30 minutes.
+    return MemoryPlan(repo or folder.name, "bf16", str(device), weight_bytes, state_bytes, 1800.0, free)

@@ -1,0 +1,257 @@
+"""MiniCPM-o 4.5's speech-token generator (the reference's MiniCPMTTS as DuplexCapability drives it).
+
+Per speaking unit the LLM's text ids and final hidden states become condition rows
+(emb_text(id) + L2-normalised projector(hidden), then the audio-BOS row); a small Llama prefills them
+on top of the turn's KV cache and samples 25 speech tokens (26 draws, the last one discarded), one draw
+per step from the caller's torch.Generator, in the reference's order, so seeded runs match draw for draw.
+The cache carries across the units of a turn and empties at a turn's end. Pure torch: the backbone is
+written out here (no transformers at runtime), with a KV cache preallocated once (stable addresses) and
+attention masked over its whole capacity (fixed shapes per step), for CUDA graphs later.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from ...ops.linear import linear
+
+_ACTS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu}
+
+
+@dataclass(frozen=True)
+class SpeechTokensConfig:
+    """Sizes from config.json's tts_config; defaults are MiniCPMTTSConfig's (configuration_minicpmo.py:66-117).
+    The backbone's LlamaConfig gets no eps/theta (modeling_minicpmo_unified.py:6230-6238): Llama's defaults.
+    Sampling values are DuplexCapability's defaults (modeling_minicpmo_unified.py:4286-4288, 5191, 6986)."""
+    hidden_size: int = 768
+    intermediate_size: int = 3072
+    num_attention_heads: int = 12
+    num_key_value_heads: int = 12
+    num_hidden_layers: int = 20
+    max_position_embeddings: int = 4096
+    num_audio_tokens: int = 4097
+    num_text_tokens: int = 21178
+    num_vq: int = 1
+    audio_bos_token_id: int = 21132
+    projector_type: str = "mlp"
+    hidden_act: str = "silu"
+    llm_dim: int = 2560
+    rms_norm_eps: float = 1e-6  # LlamaConfig default
+    rope_theta: float = 10000.0  # LlamaConfig default
+    temperature: float = 0.8
+    repetition_penalty: float = 1.05
+    penalty_window: int = 16  # gen_logits' past_window
+    steps_per_unit: int = 26  # max_token_per_chunk = 25 + 1: 26 draws, 25 tokens kept
+
+    @classmethod
+    def from_config(cls, config: dict) -> SpeechTokensConfig:
+        tts = config.get("tts_config") or {}
+        names = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                 "num_hidden_layers", "max_position_embeddings", "num_audio_tokens", "num_text_tokens", "num_vq",
+                 "audio_bos_token_id", "projector_type", "hidden_act", "llm_dim")
+        found = {name: tts[name] for name in names if name in tts}
+        if tts.get("backbone_model", "llama") != "llama":
+            raise ValueError(f"unsupported TTS backbone {tts['backbone_model']!r} (the reference supports llama)")
+        return cls(**found)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def eos(self) -> int:
+        """The audio EOS: the last audio token (DuplexCapability's tts_eos_token, line 4369)."""
+        return self.num_audio_tokens - 1
+
+
+def tts_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The checkpoint's "tts.*" tensors under their names without the prefix, each head_code's weight norm
+    resolved once into a plain `head_code.{i}.weight` (the reference caches it the same way, P.cached()).
+    Takes both weight-norm spellings: parametrizations.weight.original0/1 and the older weight_g/weight_v."""
+    out = {name[len("tts."):]: t for name, t in weights.items() if name.startswith("tts.")}
+    for name in [n for n in out if n.startswith("head_code.")]:
+        for g_suffix, v_suffix in ((".parametrizations.weight.original0", ".parametrizations.weight.original1"),
+                                   (".weight_g", ".weight_v")):
+            if name.endswith(g_suffix):
+                stem = name[: -len(g_suffix)]
+                g, v = out.pop(name), out.pop(stem + v_suffix)
+                # The parametrization's own formula (torch.nn.utils.parametrizations._WeightNorm), in v's dtype.
+                out[stem + ".weight"] = torch._weight_norm(v, g, 0)
+    return out
+
+
+def _under(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {name[len(prefix):]: t for name, t in weights.items() if name.startswith(prefix)}
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm: normalised in fp32, cast back, then scaled (that order, as the reference)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class SpeechTokenGenerator:
+    """One session's TTS. reset() at a session start; generate() empties the cache itself at a turn end.
+
+    condition(text_ids, llm_hidden) -> rows [n + 1, hidden]; generate(rows, generator, end_of_turn=...) ->
+    the unit's speech tokens (25, or fewer only when the audio EOS may be drawn: at a turn's first TTS unit
+    or when end_of_turn). `length` is the positions cached in the current turn (0: a turn's first unit)."""
+
+    def __init__(self, config: dict, weights: dict[str, torch.Tensor], device: torch.device | str,
+                 dtype: torch.dtype, capacity: int | None = None, round_inv_freq: bool = True):
+        self.cfg = c = SpeechTokensConfig.from_config(config)
+        if c.num_vq != 1:
+            raise ValueError(f"num_vq {c.num_vq}: the duplex path embeds only codebook 0 (generate_chunk, line 6748)")
+        self.device, self.dtype = torch.device(device), dtype
+        w = {name: t.to(self.device, dtype) for name, t in tts_weights(weights).items()}
+        self.emb_text, self.emb_code, self.head = w["emb_text.weight"], w["emb_code.0.weight"], w["head_code.0.weight"]
+        self.final_norm = w["model.norm.weight"]
+        self.projector = _under(w, "projector_semantic.")
+        self.layers = [_under(w, f"model.layers.{i}.") for i in range(c.num_hidden_layers)]
+        self.capacity = capacity or c.max_position_embeddings
+        kv = (c.num_hidden_layers, c.num_key_value_heads, self.capacity, c.head_dim)
+        # Zeros, not empty: masked keys get probability 0, and 0 * a stale finite value is 0.
+        self.keys = torch.zeros(kv, device=self.device, dtype=dtype)
+        self.values = torch.zeros(kv, device=self.device, dtype=dtype)
+        self.cos, self.sin = self._rope_tables(round_inv_freq)
+        self.key_positions = torch.arange(self.capacity, device=self.device)
+        self.bos = torch.tensor([c.audio_bos_token_id], device=self.device)
+        self.temperature = torch.tensor([[c.temperature]], device=self.device)  # as DuplexCapability's, fp32
+        self.drawn = torch.zeros(c.steps_per_unit, dtype=torch.long, device=self.device)
+        self.ones = torch.ones(1, c.penalty_window, dtype=torch.long, device=self.device)
+        self.length = 0
+
+    def _rope_tables(self, round_inv_freq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [capacity, head_dim] fp32 for every position, as LlamaRotaryEmbedding computes them.
+        The demo loads in fp32 then calls .bfloat16() (core/processors/unified.py:1374), which rounds the
+        inv_freq buffer too (forward upcasts it): round_inv_freq keeps that (a no-op in fp32)."""
+        c = self.cfg
+        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64, device=self.device)
+                                           .float() / c.head_dim))
+        if round_inv_freq:
+            inv_freq = inv_freq.to(self.dtype).float()
+        freqs = inv_freq[:, None] @ torch.arange(self.capacity, device=self.device).float()[None, :]
+        emb = torch.cat((freqs.T, freqs.T), dim=-1)
+        return emb.cos(), emb.sin()
+
+    def reset(self) -> None:
+        """A new turn: the cache's entries are left in place; positions restart at 0 and mask the rest."""
+        self.length = 0
+
+    def condition(self, text_ids: Sequence[int] | torch.Tensor, llm_hidden: torch.Tensor) -> torch.Tensor:
+        """Rows [n + 1, hidden]: emb_text(id) + normalize(projector_semantic(hidden)) per text token, then
+        emb_text(audio BOS) (_convert_results_to_tts_input, line 5411). llm_hidden [n, llm_dim]: the LLM's
+        final-norm hidden state after each token was fed. No tokens: the audio-BOS row alone."""
+        bos = F.embedding(self.bos, self.emb_text)
+        ids = torch.as_tensor(text_ids, dtype=torch.long).to(self.device)
+        if ids.numel() == 0:
+            return bos
+        projected = F.normalize(self._project(llm_hidden.to(self.device, self.dtype)), p=2, dim=-1)
+        return torch.cat([F.embedding(ids, self.emb_text) + projected, bos])
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """projector_semantic: MiniCPMTTS.create_projector's three kinds (line 6271)."""
+        p, kind = self.projector, self.cfg.projector_type
+        if kind == "mlp":  # MultiModalProjector
+            return F.linear(F.relu(F.linear(x, p["linear1.weight"], p["linear1.bias"])),
+                            p["linear2.weight"], p["linear2.bias"])
+        if kind == "minicpm":  # MiniCPMMLP
+            act = _ACTS[self.cfg.hidden_act]
+            gate = act(F.linear(x, p["gate_proj.weight"], p["gate_proj.bias"]))
+            return F.linear(gate * F.linear(x, p["up_proj.weight"], p["up_proj.bias"]),
+                            p["down_proj.weight"], p["down_proj.bias"])
+        if kind == "default":
+            return F.linear(x, p["weight"])
+        raise ValueError(f"unsupported projector_type {kind!r}")
+
+    @torch.inference_mode()
+    def generate(self, condition: torch.Tensor, generator: torch.Generator, *, end_of_turn: bool = False,
+                 trace: list[torch.Tensor] | None = None) -> list[int]:
+        """One unit: prefill condition [L, hidden] at the turn's next positions, then draw steps_per_unit
+        times (MiniCPMTTS.generate_chunk, line 6692, with streaming_generate's arguments, lines 5191-5215).
+        The EOS may be drawn only at a turn's first unit or when end_of_turn (else min_new_tokens = 26 masks
+        it); drawing it stops the unit, the EOS dropped. Only then does a step wait on the device (to know
+        whether to stop: a draw the reference doesn't make would shift the generator for what follows).
+        end_of_turn empties the cache afterwards. trace, if given, receives each step's head logits [V]."""
+        c = self.cfg
+        start, rows = self.length, condition.shape[0]
+        if start + rows + c.steps_per_unit - 1 > self.capacity:
+            raise RuntimeError(f"TTS turn longer than the cache's {self.capacity} positions "
+                               f"(at {start}, unit needs {rows + c.steps_per_unit - 1})")
+        min_new = 0 if (start == 0 or end_of_turn) else c.steps_per_unit
+        x, position, kept = condition.to(self.device, self.dtype), start, c.steps_per_unit - 1
+        for t in range(c.steps_per_unit):
+            hidden = self._forward(x, position)
+            position += x.shape[0]
+            logits = linear(hidden, self.head).float()  # the reference fills an fp32 tensor: same rounding
+            if trace is not None:
+                trace.append(logits[0].clone())
+            logits = logits / self.temperature
+            if t > 0:  # the first draw is unpenalised (audio_bos, line 6794)
+                logits = self._penalise(logits, self.drawn[max(0, t - c.penalty_window):t])
+            if t < min_new:
+                logits[:, c.eos] = -math.inf
+            token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+            self.drawn[t] = token[0, 0]
+            if t >= min_new and bool(token[0, 0] == c.eos):
+                kept = t
+                break
+            if t == c.steps_per_unit - 1:  # the last draw only decides the unit's end: not fed
+                break
+            x = F.embedding(token.view(1), self.emb_code)
+        self.length = start + rows + kept  # the condition and every kept token are cached (line 5228)
+        tokens = self.drawn[:kept].tolist()
+        if end_of_turn:  # lines 5221-5224
+            self.reset()
+        return tokens
+
+    def _penalise(self, logits: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        """CustomRepetitionPenaltyLogitsProcessorRepeat (line 6950) over this unit's last <= 16 tokens:
+        a logit below 0 is multiplied by penalty^count, any other divided by it."""
+        # The reference's one_hot(...).sum(1), as a scatter: the same integer counts, without one_hot's
+        # range check (a device sync) and its [window, V] intermediate.
+        counted = window.view(1, -1)
+        freq = torch.zeros_like(logits, dtype=torch.long).scatter_add_(1, counted, self.ones[:, :counted.shape[1]])
+        alpha = torch.pow(self.cfg.repetition_penalty, freq)
+        return torch.where(logits < 0, logits.multiply(alpha), logits.divide(alpha))
+
+    def _forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """The Llama over rows x [T, hidden] at positions start.. (their K/V written to the cache) -> the
+        last row after the final norm [1, hidden]. Eager attention as the reference's (fp32 softmax)."""
+        c = self.cfg
+        T, end = x.shape[0], start + x.shape[0]
+        heads, kv_heads, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        cos, sin = self.cos[start:end].to(self.dtype), self.sin[start:end].to(self.dtype)
+        hidden_keys = self.key_positions[None, :] > self.key_positions[start:end, None]  # [T, capacity]
+        h = x
+        for i, layer in enumerate(self.layers):
+            r = _rms(h, layer["input_layernorm.weight"], c.rms_norm_eps)
+            q = linear(r, layer["self_attn.q_proj.weight"]).view(T, heads, d).transpose(0, 1)
+            k = linear(r, layer["self_attn.k_proj.weight"]).view(T, kv_heads, d).transpose(0, 1)
+            v = linear(r, layer["self_attn.v_proj.weight"]).view(T, kv_heads, d).transpose(0, 1)
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            self.keys[i, :, start:end] = k
+            self.values[i, :, start:end] = v
+            keys, values = self.keys[i], self.values[i]
+            if heads != kv_heads:  # repeat_kv's order: query head j reads kv head j // groups
+                keys = keys.repeat_interleave(heads // kv_heads, dim=0)
+                values = values.repeat_interleave(heads // kv_heads, dim=0)
+            scores = torch.matmul(q, keys.transpose(1, 2)) * d ** -0.5
+            scores = scores.masked_fill(hidden_keys, -math.inf)
+            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
+            attended = torch.matmul(probs, values).transpose(0, 1).reshape(T, heads * d)
+            h = h + linear(attended, layer["self_attn.o_proj.weight"])
+            r = _rms(h, layer["post_attention_layernorm.weight"], c.rms_norm_eps)
+            gate = F.silu(linear(r, layer["mlp.gate_proj.weight"]))
+            h = h + linear(gate * linear(r, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
+        return _rms(h[-1:], self.final_norm, c.rms_norm_eps)
