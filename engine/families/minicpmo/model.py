@@ -17,6 +17,7 @@ from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
 from .layout import layout, read_config, read_weights
 from .protocol_settings import UnitSettings
 from .qwen3 import Qwen3Sizes
+from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
 from .weight_shapes import audio_path_shapes
 
@@ -83,6 +84,10 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
     tail = None
     if all((tail_folder / name).is_file() for name in TAIL_FILES):
         tail = load_token2wav(tail_folder, device=device)
+        speech_tokens = SpeechTokensConfig.from_config(config).num_audio_tokens - 1  # the last is the TTS's EOS
+        if tail.flow_cfg.vocab_size < speech_tokens:
+            raise CheckpointError(f"{tail_folder / 'flow.yaml'}: its vocabulary of {tail.flow_cfg.vocab_size} "
+                                  f"tokens does not cover the TTS's {speech_tokens} speech tokens")
     notice = "" if tail is not None else f"{folder.name} has no {TAIL_FOLDER}: it answers in text only"
     return MiniCPMOModel(repo or folder.name, folder, config, tokens, tensors, dtype, tail, notice)
 
