@@ -5,10 +5,11 @@ The checkpoint (tests/golden/minicpmo_tiny/) is the reference's MiniCPMO class w
 vocabularies and tiny layers, saved by its own save_pretrained in the Hub layout. The trace
 runs DuplexCapability (fp32, CPU) over fixed speech as the demo server calls it: greedy, seeded
 sampling, and runs whose protocol rules are reached by a logit bias added from outside (RUNS),
-never by editing the reference. Its keys are listed in TRACE_KEYS.
+never by editing the reference. Its keys are listed in TRACE_KEYS; the token2wav tail's runs
+(the stock Token2wav's waveforms) are minicpmo_golden_tail.py's.
 
     refvenv/bin/python packaging/make_minicpmo_golden.py PATH/TO/MiniCPM-o-Demo [--commit SHA]
-(the reference's venv: transformers 4.51, scipy and soundfile beside torch)."""
+(the reference's venv: transformers 4.51, scipy, soundfile, einops, minicpmo-utils 1.0.7 beside torch)."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import minicpmo_golden_tail as tail
 import torch
 from safetensors.torch import save_file
 
@@ -72,6 +74,7 @@ TRACE_KEYS = {
     "sampled.u0.tts_logits_full": "[2, 6562] the first two TTS steps' whole rows",
     "long.embeds": "[32, 10, llm_hidden] the encoder rows of 32 forced-listen units (inputs pcm16[i % 8])",
     "long.u{28,29,30}.mel": "[80, T] around unit 29, where the Whisper cache resets and the mel buffer slides",
+    **tail.TAIL_KEYS,
 }
 # The per-unit facts (decision, text, end reason, TTS start position, actions) and each run's settings are in
 # the safetensors metadata "meta" and, readable, in minicpmo_tiny_trace.json beside it.
@@ -313,16 +316,19 @@ def _step_tensors(prefix: str, steps: list, probe: torch.Tensor, full_rows: tupl
     return out
 
 
-def run(modeling, model, name: str, spec: dict, audio: torch.Tensor, units: int, probe: torch.Tensor):
+def run(modeling, model, name: str, spec: dict, audio: torch.Tensor, units: int, probe: torch.Tensor, hook=None):
     """One session as the demo server runs it (cleanup's reset_session, prepare, then per unit
-    prefill -> generate -> finalize), seeded once after prepare."""
+    prefill -> generate -> finalize), seeded once after prepare. `hook(model, duplex, recorder)`
+    wraps more before prepare; spec["prepare"] adds prepare's arguments."""
     model.reset_session(reset_token2wav_cache=True)  # the server's cleanup between sessions
     # A fresh processor per session: its feature extractor's log-norm mode is stateful (see the notes).
     model.processor = build_processor(CKPT)
     duplex = modeling.DuplexCapability(model=model, device="cpu", **spec.get("duplex", {}))
     rec = Recorder(model, duplex, spec.get("bias", []), probe)
+    if hook is not None:
+        hook(model, duplex, rec)
     rec.begin_unit(-1)  # prepare's feeds
-    prompt = {}
+    prompt = dict(spec.get("prepare", {}))
     if spec.get("prompt"):
         ref = (audio[6:8].reshape(-1).float() / 32768).numpy()
         prompt = dict(prefix_system_prompt=f"<|im_start|>system\n{SYSTEM_TEXT}\n<|audio_start|>",
@@ -458,6 +464,9 @@ def main() -> None:
                        torch.randperm(LLM_VOCAB, generator=gen)[:TOP - len(set(IDS.values()))]])
     trace, meta = record(modeling, model, audio, probe)
     trace.update(record_long(modeling, model, audio))
+    tail_trace, meta["tail"] = tail.record(run, RUNS, GENERATE, modeling, model, audio, UNITS, probe,
+                                            SYSTEM_TEXT)
+    trace.update(tail_trace)
     trace = {k: v.contiguous() for k, v in trace.items()}
     meta.update(reference="https://github.com/OpenBMB/MiniCPM-o-Demo", commit=args.commit, seed=SEED,
                 torch=torch.__version__, ids=IDS, top=TOP, tts_top=TTS_TOP, units=UNITS, long_units=LONG_UNITS)
