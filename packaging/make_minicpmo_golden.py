@@ -5,8 +5,8 @@ The checkpoint (tests/golden/minicpmo_tiny/) is the reference's MiniCPMO class w
 vocabularies and tiny layers, saved by its own save_pretrained in the Hub layout. The trace
 runs DuplexCapability (fp32, CPU) over fixed speech as the demo server calls it: greedy, seeded
 sampling, and runs whose protocol rules are reached by a logit bias added from outside (RUNS),
-never by editing the reference. Its keys are listed in TRACE_KEYS; the token2wav tail's runs
-(the stock Token2wav's waveforms) are minicpmo_golden_tail.py's.
+never by editing the reference. Its keys are in TRACE_KEYS; the token2wav tail's runs (the stock
+Token2wav's waveforms) are minicpmo_golden_tail.py's, the forced bf16 runs minicpmo_golden_bf16.py's.
 
     refvenv/bin/python packaging/make_minicpmo_golden.py PATH/TO/MiniCPM-o-Demo [--commit SHA]
 (the reference's venv: transformers 4.51, scipy, soundfile, einops, minicpmo-utils 1.0.7 beside torch)."""
@@ -18,6 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import minicpmo_golden_bf16 as bf16
 import minicpmo_golden_tail as tail
 import torch
 from safetensors.torch import save_file
@@ -75,6 +76,7 @@ TRACE_KEYS = {
     "long.embeds": "[32, 10, llm_hidden] the encoder rows of 32 forced-listen units (inputs pcm16[i % 8])",
     "long.u{28,29,30}.mel": "[80, T] around unit 29, where the Whisper cache resets and the mel buffer slides",
     **tail.TAIL_KEYS,
+    **bf16.BF16_KEYS,
 }
 # The per-unit facts (decision, text, end reason, TTS start position, actions) and each run's settings are in
 # the safetensors metadata "meta" and, readable, in minicpmo_tiny_trace.json beside it.
@@ -467,6 +469,8 @@ def main() -> None:
     tail_trace, meta["tail"] = tail.record(run, RUNS, GENERATE, modeling, model, audio, UNITS, probe,
                                             SYSTEM_TEXT)
     trace.update(tail_trace)
+    bf16_trace, meta["bf16"] = bf16.record(run, RUNS, modeling, CKPT, trace, audio, UNITS, probe)  # its own noise
+    trace.update(bf16_trace)
     trace = {k: v.contiguous() for k, v in trace.items()}
     meta.update(reference="https://github.com/OpenBMB/MiniCPM-o-Demo", commit=args.commit, seed=SEED,
                 torch=torch.__version__, ids=IDS, top=TOP, tts_top=TTS_TOP, units=UNITS, long_units=LONG_UNITS)
