@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -135,6 +136,9 @@ def _stand_in_for_the_front_end() -> None:
     for name in sorted(name for name in _FRONT_END if not _importable(name.split(".")[0])):
         placeholder = types.ModuleType(name)
         placeholder.__path__ = []
+        # A spec without an origin: torch._dynamo looks some of these names up (find_spec) and
+        # skips a module it cannot locate, where a missing spec would raise.
+        placeholder.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         placeholder.__getattr__ = functools.partial(_unavailable, name)  # `from name import x` gets a stand-in
         sys.modules[name] = placeholder
         parent, _, child = name.rpartition(".")

@@ -155,6 +155,10 @@ class MiniCPMOConversation:
         ids = [token for token, _ in result.spoken]
         hidden = torch.cat([h for _, h in result.spoken]) if result.spoken else None
         condition = self.tts.condition(ids, hidden)
+        if self.tts.length + condition.shape[0] + self.tts.cfg.steps_per_unit > self.tts.capacity:
+            # A turn past the TTS's positions (minutes of speech without a pause): its speech goes on
+            # as a new segment. The reference's cache grows without bound; ours keeps memory bounded.
+            self.tts.reset()
         speech_tokens = self.tts.generate(condition, self.generator, end_of_turn=result.end_of_turn)
         mark("speech tokens")
         audio = self._audio(list(speech_tokens), result.end_of_turn)
