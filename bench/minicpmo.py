@@ -1,0 +1,271 @@
+"""`python3 -m bench.minicpmo`: our MiniCPM-o 4.5 family against the reference (OpenBMB
+MiniCPM-o-Demo), side by side in one process on one random checkpoint written on the machine
+(bench.minicpmo_weights), over one committed schedule of listening and speaking units
+(bench.minicpmo_schedule), to profile before optimizing.
+
+Per unit, synchronized at its end: its time (prefill + generate + finalize) and each stage's
+(encoder, LLM prefill, LLM decode, TTS, tail, finalize); per side: speaking p50/p99/max,
+listening p50/p99, units over the one-second cadence, load-to-ready time, peak memory, and
+kernels and GPU busy time on a few profiled units. The reference runs first and is freed
+before ours loads. Lines print as they come; the JSON is rewritten as the run goes.
+`--size tiny` runs the same on the CPU with tiny sizes (the full-size tail kept)."""
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .minicpmo_schedule import STAGES, TEXT, Forcing, StageClock, Unit, ratios, same_work, schedule, summarize
+
+SIDES = ("reference", "ours")
+SHORT = {"encoder": "enc", "llm_prefill": "pre", "llm_decode": "dec", "tts": "tts", "tail": "tail",
+         "finalize": "fin", "other": "oth"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m bench.minicpmo",
+                                     description="our MiniCPM-o 4.5 family against the reference, side by side")
+    parser.add_argument("--reference", type=Path, required=True, help="a MiniCPM-o-Demo checkout (its MiniCPMO45/)")
+    parser.add_argument("--output", type=Path, required=True, help="the JSON report")
+    parser.add_argument("--units", type=int, default=240, help="units (seconds) per side (default 240)")
+    parser.add_argument("--size", choices=["full", "tiny"], default="full",
+                        help="full: the real sizes on a CUDA GPU; tiny: tiny sizes on the CPU")
+    parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="both sides' weights (default bf16)")
+    parser.add_argument("--window", choices=["basic", "off"], default="basic",
+                        help="the context window, both sides (default basic, 4000/3500 tokens)")
+    parser.add_argument("--text-only", action="store_true",
+                        help="no token2wav tail in the folder: neither side makes audio (the TTS still runs); "
+                             "for a quick check on the CPU, where the full-size tail takes seconds a chunk")
+    parser.add_argument("--scratch", type=Path, help="where the checkpoint is written (default: the system's temporary "
+                                                     "folder; the full size needs about 20 GB)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=int, default=2,
+                        help="units profiled per side on CUDA (a speaking and a listening one; 0: none)")
+    parser.add_argument("--deadline-s", type=float,
+                        help="stop the first side's units early so that both fit in this many seconds from the "
+                             "start; the second side then runs as many")
+    return parser
+
+
+def unit_audio(units: int) -> list[np.ndarray]:
+    """One-second 16 kHz inputs: assets/speech_sample.wav (24 kHz) resampled, cycled."""
+    import soundfile as sf
+    from scipy.signal import resample_poly
+
+    speech, rate = sf.read(Path(__file__).resolve().parents[1] / "assets" / "speech_sample.wav", dtype="float64")
+    pcm = resample_poly(speech, 2, 3).astype(np.float32) if rate == 24000 else speech.astype(np.float32)
+    chunks = [pcm[i * 16000:(i + 1) * 16000] for i in range(len(pcm) // 16000)]
+    return [chunks[i % len(chunks)] for i in range(units)]
+
+
+def profiled_units(plan: list[Unit], count: int) -> set[int]:
+    """A speaking unit inside a run (neither a turn's first nor last) and a listening one
+    inside a run, past the first ten units."""
+    picks: list[int] = []
+    for kind in ("speak", "listen"):
+        found = [i for i in range(10, len(plan)) if plan[i].kind == kind and plan[i - 1].kind == kind
+                 and not plan[i].end_of_turn]
+        picks += found[len(found) // 2:len(found) // 2 + 1]
+    return set(picks[:count])
+
+
+def _device_used(device: torch.device) -> int:
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free
+
+
+def _profiled(call, clock: StageClock) -> tuple[dict, dict]:
+    """`call()` under torch.profiler, each lap of the clock a stage marker (bench.kernels)."""
+    from .kernels import _PREFIX, attribute, trace_events
+
+    lap = clock.lap
+
+    def marked(stage: str) -> None:
+        lap(stage)
+        with torch.profiler.record_function(_PREFIX + stage):
+            pass
+
+    clock.lap = marked
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            result = call()
+    finally:
+        del clock.lap
+    stages = attribute(trace_events(prof), 1)
+    return result, {"kernels": stages.pop("frame")["kernels"], "busy_ms": sum(s["busy_ms"] for s in stages.values()),
+                    "stages": {k: {"kernels": v["kernels"], "busy_ms": v["busy_ms"], "heaviest": v["heaviest"][:4]}
+                               for k, v in stages.items() if v["kernels"]}}
+
+
+def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], audio: list[np.ndarray],
+             words: list[int], ids: dict, stop_at: float | None, save, out: dict) -> dict:
+    """Loads one side, runs `plan` (until `stop_at`, a perf_counter time, if given) into `out`
+    (the report's entry, saved as it fills), frees it."""
+    gc.collect()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    before = _device_used(device) if cuda else None
+    forcing = Forcing(plan, ids["listen"], ids["turn_eos"], words)
+    clock = StageClock(device)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    side = kind(args.reference, folder, device, dtype, forcing, clock, args.seed, args.window)
+    out.update(load_s=side.load_s, ready_s=side.ready_s, units=[])
+    if cuda:
+        out.update(device_used_before_bytes=before, device_used_ready_bytes=_device_used(device))
+    print(f"{side.name}: loaded in {side.load_s:.1f} s, ready in {side.ready_s:.1f} s", flush=True)
+    profiled = profiled_units(plan, args.profile) if cuda else set()
+    used_max = 0
+    try:
+        for i, (unit, samples) in enumerate(zip(plan, audio)):
+            if stop_at is not None and time.perf_counter() > stop_at:
+                out["cut_at_unit"] = i
+                print(f"{side.name}: stopped at unit {i} to keep within the deadline", flush=True)
+                break
+            forcing.begin(i)
+            clock.begin()
+            record = {"unit": i, "kind": unit.kind, "end_of_turn_planned": unit.end_of_turn}
+            if i in profiled:
+                made, record["profile"] = _profiled(functools.partial(side.unit, samples), clock)
+                record["profiled"] = True
+            else:
+                made = side.unit(samples)
+            stages = clock.end()
+            record.update(ms=sum(stages.values()), stages=stages, decodes=forcing.decodes[i], **made)
+            record["as_planned"] = made["listen"] == (unit.kind != "speak") and made["end_of_turn"] == unit.end_of_turn
+            out["units"].append(record)
+            if cuda:
+                used_max = max(used_max, _device_used(device))
+            print(f"{side.name} unit {i:3d} {unit.kind:6s} {record['ms']:8.1f} ms | "
+                  + " ".join(f"{SHORT[s]} {stages[s]:.1f}" for s in STAGES)
+                  + f" | dec {record['decodes']} tts {made['speech_tokens']} wav {made['audio_samples']}"
+                  + f" ctx {made['context']}"
+                  + ("" if record["as_planned"] else " NOT AS PLANNED") + (" (profiled)" if i in profiled else ""),
+                  flush=True)
+            if i % 30 == 29:
+                save()
+    finally:
+        if cuda:
+            out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(device), device_used_max_bytes=used_max)
+        out["summary"] = summarize(out["units"])
+        side.close()  # the next side loads into a freed device
+    return out
+
+
+def _show(name: str, result: dict) -> None:
+    s = result["summary"]
+    sp, li = s["speaking"], s["listening"]
+    line = f"{name}: ready {result['ready_s']:.1f} s; speaking {sp['count']}"
+    if sp["count"]:
+        line += f" p50 {sp['p50_ms']:.1f} p99 {sp['p99_ms']:.1f} max {sp['max_ms']:.1f} ms"
+    line += f"; listening {li['count']}"
+    if li["count"]:
+        line += f" p50 {li['p50_ms']:.1f} p99 {li['p99_ms']:.1f} ms"
+    line += f"; over 1 s: {s['over_cadence']}"
+    if "peak_allocated_bytes" in result:
+        line += (f"; peak allocated {result['peak_allocated_bytes'] / 2**30:.2f} GiB, "
+                 f"device used at most {result['device_used_max_bytes'] / 2**30:.2f} GiB")
+    print(line, flush=True)
+    if s.get("speaking_stage_mean_ms"):
+        print(f"{name}: speaking unit mean by stage: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in s["speaking_stage_mean_ms"].items()) + " ms", flush=True)
+
+
+def run(args) -> dict:
+    started = time.perf_counter()
+    full = args.size == "full"
+    if full and not torch.cuda.is_available():
+        raise SystemExit("python3 -m bench.minicpmo --size full needs a CUDA GPU (torch sees none); --size tiny runs "
+                         "on the CPU")
+    if args.units < 1:
+        raise SystemExit("--units must be at least 1")
+    device = torch.device("cuda" if full else "cpu")
+    from .minicpmo_sides import Ours, Reference
+    from .minicpmo_weights import write_checkpoint, write_tail
+
+    report: dict = {"bench": "minicpmo", "size": args.size, "dtype": args.dtype, "window": args.window,
+                    "tail": not args.text_only,
+                    "units_requested": args.units, "seed": args.seed, "torch": torch.__version__,
+                    "python": platform.python_version(), "device": torch.cuda.get_device_name() if full else "cpu"}
+
+    def save() -> None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=1))
+
+    tmp_root = args.scratch or (None if full else "/dev/shm" if Path("/dev/shm").is_dir() else None)
+    with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
+        folder = Path(tmp) / "MiniCPM-o-4_5"
+        began = time.perf_counter()
+        report["checkpoint"] = write_checkpoint(args.reference, folder, args.size, device, args.seed)
+        if not args.text_only:
+            write_tail(folder, args.seed)
+        report["checkpoint"]["write_s"] = time.perf_counter() - began
+        import transformers
+        report["transformers"] = transformers.__version__
+        print(f"checkpoint: {report['checkpoint']['parameters'] / 1e9:.2f} B parameters, "
+              f"{report['checkpoint']['bytes'] / 2**30:.2f} GiB, written in {report['checkpoint']['write_s']:.1f} s",
+              flush=True)
+        from engine.families.minicpmo.text_tokens import TextTokens
+        tokens = TextTokens(folder)
+        ids = {"listen": tokens.id("<|listen|>"), "turn_eos": tokens.id("<|turn_eos|>")}
+        plan, audio = schedule(args.units), unit_audio(args.units)
+        report["schedule"] = {"speaking": sum(u.kind == "speak" for u in plan),
+                              "listening": sum(u.kind != "speak" for u in plan),
+                              "turns": sum(u.end_of_turn for u in plan)}
+        save()
+        for name, kind in zip(SIDES, (Reference, Ours)):
+            stop_at = None
+            if args.deadline_s:
+                # The first side leaves the second its load and as long again for its units; the
+                # second stops short of the deadline (then the two compare different units).
+                left = args.deadline_s - (time.perf_counter() - started)
+                stop_at = started + args.deadline_s - 20 if name != SIDES[0] else time.perf_counter() + left / 2 - 30
+            report[name] = {}
+            try:
+                run_side(kind, args, folder, device, plan, audio, tokens.encode(TEXT), ids, stop_at, save, report[name])
+            except Exception as error:  # the other side still runs: its profile stands alone
+                traceback.print_exc()
+                report[name]["failure"] = f"{type(error).__name__}: {error}"
+                print(f"{name} failed: {report[name]['failure']}", flush=True)
+                save()
+                continue
+            cut = report[name].get("cut_at_unit")
+            if cut is not None:
+                plan, audio = plan[:cut], audio[:cut]
+            _show(name, report[name])
+            save()
+    report["units_run"] = {name: len(report[name].get("units", [])) for name in SIDES}
+    failed = [name for name in SIDES if "failure" in report[name]]
+    if failed:
+        save()
+        raise RuntimeError(f"{' and '.join(failed)} failed (the report holds what ran)")
+    report["ratios_reference_over_ours"] = ratios(report["reference"], report["ours"])
+    report["same_work"] = same_work(report["reference"]["units"], report["ours"]["units"])
+    report["total_s"] = time.perf_counter() - started
+    save()
+    q = report["ratios_reference_over_ours"]
+    print("reference over ours: " + ", ".join(f"{k} {v:.2f}" for k, v in q.items() if isinstance(v, float)),
+          flush=True)
+    print(f"same work: {report['same_work']}", flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    from app.cli.commands import run_command
+    return run_command(run, build_parser().parse_args(argv), "python3 -m bench.minicpmo")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
