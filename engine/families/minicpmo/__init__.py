@@ -13,7 +13,7 @@ FAMILY = "minicpmo"
 
 
 def _claims(folder: Path, config: dict) -> bool:
-    return config.get("model_type") == "minicpmo"
+    return config.get("model_type") == "minicpmo"  # layout.MODEL_TYPE, without importing torch here
 
 
 def _load(*args, **kwargs):

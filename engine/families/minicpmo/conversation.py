@@ -135,15 +135,15 @@ class MiniCPMOConversation:
         if result.broke_turn:
             self._new_turn_audio()  # the reference resets the tail, not the TTS's cache
         mark("decide")
-        speech = None
+        speech, drawn = None, 0
         if not result.listen:
-            speech = self._speak(result, mark)
+            speech, drawn = self._speak(result, mark)
         self.units.finalize()
         mark("finalize")
         tokens = torch.full((self.output_width,), -1, dtype=torch.int64)
         spoken = [token for token, _ in result.spoken][: self.output_width]
         tokens[: len(spoken)] = torch.tensor(spoken, dtype=torch.int64)
-        report = UnitReport(self.unit, result.listen, result.text, result.end_of_turn, 0 if speech is None else 1)
+        report = UnitReport(self.unit, result.listen, result.text, result.end_of_turn, drawn)
         self.unit += 1
         return tokens, speech, report
 
@@ -151,7 +151,7 @@ class MiniCPMOConversation:
         """The break override for the next unit (its turn ends; it listens)."""
         self._interrupt = True
 
-    def _speak(self, result: UnitResult, mark) -> torch.Tensor | None:
+    def _speak(self, result: UnitResult, mark) -> tuple[torch.Tensor | None, int]:
         ids = [token for token, _ in result.spoken]
         hidden = torch.cat([h for _, h in result.spoken]) if result.spoken else None
         condition = self.tts.condition(ids, hidden)
@@ -165,7 +165,7 @@ class MiniCPMOConversation:
         mark("audio")
         if result.end_of_turn:
             self._new_turn_audio()
-        return audio
+        return audio, len(speech_tokens)
 
     def _new_turn_audio(self) -> None:
         if self.stream is not None:

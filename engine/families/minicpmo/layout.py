@@ -24,10 +24,6 @@ AUDIO_PARTS = ("apm.", "audio_projection_layer.", "llm.", "tts.")
 """The key prefixes of the audio path (MiniCPMO.__init__: init_audio_module, the LLM, init_tts_module)."""
 
 
-def claims(folder: Path, config: dict) -> bool:
-    return config.get("model_type") == MODEL_TYPE
-
-
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     try:
