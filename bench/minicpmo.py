@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "for a quick check on the CPU, where the full-size tail takes seconds a chunk")
     parser.add_argument("--scratch", type=Path, help="where the checkpoint is written (default: the system's temporary "
                                                      "folder; the full size needs about 20 GB)")
+    parser.add_argument("--no-graphs", action="store_true",
+                        help="our side without CUDA graph replay (every stage launched from Python), to show the "
+                             "difference; the output is the same")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=int, default=2,
                         help="units profiled per side on CUDA (a speaking and a listening one; 0: none)")
@@ -121,7 +124,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
     forcing = Forcing(plan, ids["listen"], ids["turn_eos"], words)
     clock = StageClock(device)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    side = kind(args.reference, folder, device, dtype, forcing, clock, args.seed, args.window)
+    extra = {"graphs": not args.no_graphs} if kind.name == "ours" else {}
+    side = kind(args.reference, folder, device, dtype, forcing, clock, args.seed, args.window, **extra)
     out.update(load_s=side.load_s, ready_s=side.ready_s, units=[])
     if cuda:
         out.update(device_used_before_bytes=before, device_used_ready_bytes=_device_used(device))
@@ -157,6 +161,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             if i % 30 == 29:
                 save()
     finally:
+        if out["units"] and "eager_runs" in out["units"][-1]:
+            out["eager_stage_runs"] = out["units"][-1]["eager_runs"]  # cumulative since ready
         if cuda:
             out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(device), device_used_max_bytes=used_max)
         out["summary"] = summarize(out["units"])
@@ -174,6 +180,8 @@ def _show(name: str, result: dict) -> None:
     if li["count"]:
         line += f" p50 {li['p50_ms']:.1f} p99 {li['p99_ms']:.1f} ms"
     line += f"; over 1 s: {s['over_cadence']}"
+    if "eager_stage_runs" in result:
+        line += f"; eager stage runs {result['eager_stage_runs']}"
     if "peak_allocated_bytes" in result:
         line += (f"; peak allocated {result['peak_allocated_bytes'] / 2**30:.2f} GiB, "
                  f"device used at most {result['device_used_max_bytes'] / 2**30:.2f} GiB")
@@ -196,6 +204,7 @@ def run(args) -> dict:
     from .minicpmo_weights import write_checkpoint, write_tail
 
     report: dict = {"bench": "minicpmo", "size": args.size, "dtype": args.dtype, "window": args.window,
+                    "graphs": not args.no_graphs,
                     "tail": not args.text_only,
                     "units_requested": args.units, "seed": args.seed, "torch": torch.__version__,
                     "python": platform.python_version(), "device": torch.cuda.get_device_name() if full else "cpu"}

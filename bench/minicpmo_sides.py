@@ -164,7 +164,7 @@ class Ours:
                 "audio": "tail", "finalize": "finalize"}
 
     def __init__(self, demo: Path, folder: Path, device: torch.device, dtype: torch.dtype, forcing: Forcing,
-                 clock: StageClock, seed: int, window: str):
+                 clock: StageClock, seed: int, window: str, graphs: bool = True):
         from engine.families.minicpmo.conversation import MiniCPMOConversation
         from engine.families.minicpmo.model import load
         from engine.families.minicpmo.protocol_settings import UnitSettings
@@ -175,14 +175,17 @@ class Ours:
         model = load(folder, None, device, dtype)
         _sync(device)
         self.load_s = time.perf_counter() - began
-        self.options = RuntimeOptions(seed=seed)
+        self.options = RuntimeOptions(seed=seed, graph_replay=graphs)
         generator = torch.Generator(device=device).manual_seed(seed)
         settings = UnitSettings(max_unit_characters=MAX_CHARACTERS, sliding_window_mode=window)
         conversation = MiniCPMOConversation(model, generator, self.options, Persona(), settings=settings)
+        conversation.prepare(torch.zeros(16000), self.options)  # as the session does before a conversation
+        generator.manual_seed(seed)
         conversation.reset(self.options, lambda: False, None)
         _sync(device)
         self.ready_s = time.perf_counter() - began
         self.model, self.conversation, self.clock = model, conversation, clock
+        self.eager_at_ready = conversation.eager_runs  # the system prompt's pass is the reset's, not a unit's
         units = conversation.units
         units.decoder.decode = forcing.wrap(units.decoder.decode)
         clock.wrap(conversation, "_new_turn_audio", "tail")  # the reference's turn reset is its tail's too
@@ -204,7 +207,8 @@ class Ours:
 
         _, speech, report = self.conversation.step(torch.from_numpy(samples), self.options, mark)
         return {"listen": report.listen, "end_of_turn": report.end_of_turn, **self.made,
-                "audio_samples": 0 if speech is None else int(speech.numel()), "context": self.conversation.llm.length}
+                "audio_samples": 0 if speech is None else int(speech.numel()), "context": self.conversation.llm.length,
+                "eager_runs": self.conversation.eager_runs - self.eager_at_ready}
 
     def close(self) -> None:
         if self.conversation is not None and self.conversation.stream is not None:

@@ -19,7 +19,7 @@ for tag in manylinux_2_17 manylinux2014 manylinux_2_24 manylinux_2_27 manylinux_
     platforms+=(--platform "${tag}_x86_64")
 done
 for wheel in moshi==0.2.13 bitsandbytes==0.49.2 soundfile soxr cffi pycparser tokenizers==0.21.4 \
-        transformers==4.51.0 huggingface_hub==0.36.2 accelerate==1.12.0; do
+        transformers==4.51.0 huggingface_hub==0.36.2 accelerate==1.12.0 regex; do
     "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         "${platforms[@]}" --platform any -d "$DEST" "$wheel"
 done

@@ -23,9 +23,11 @@ from engine.families.minicpmo.audio_features import FeatureSizes, UnitFeatures, 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 TINY = GOLDEN / "minicpmo_tiny"
 TRACE = GOLDEN / "minicpmo_tiny_trace.safetensors"
-# Same torch ops on the same CPU: the mel is bit-identical (measured 0); the rows differ by float noise only
-# (measured <= 4.8e-7 on rows up to 1.9: SDPA over the masked 1500-slot cache vs the reference's grown cache).
-MEL_TOL = 1e-6
+# Same torch ops: on the CPU that recorded the golden the mel is bit-identical (measured 0), but torch.stft's FFT
+# rounds by the CPU's instruction set (measured up to 1.1e-4 on log-mels near 1.4 on another Xeon); the rows differ by
+# float noise only (measured <= 4.8e-7 on rows up to 1.9: SDPA over the masked 1500-slot cache vs the reference's
+# grown cache).
+MEL_TOL = 3e-4
 ROW_TOL = 1e-5
 
 

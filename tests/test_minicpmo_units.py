@@ -100,10 +100,11 @@ def test_a_run_replays_the_reference_token_for_token(run, trace, model):
             ids = [token for token, _ in result.spoken]
             assert ids == trace[f"{run}.u{i}.tts_text_ids"].tolist(), where
             hidden = torch.cat([h for _, h in result.spoken]) if ids else torch.zeros(0, llm.sizes.hidden)
-            torch.testing.assert_close(hidden, trace[f"{run}.u{i}.tts_hidden"], rtol=0, atol=1e-5)
+            # fp32 noise: our attention reads a masked span of the cache, the reference's exactly its length.
+            torch.testing.assert_close(hidden, trace[f"{run}.u{i}.tts_hidden"], rtol=1e-4, atol=1e-5)
             condition = tts.condition(ids, hidden)
             torch.testing.assert_close(condition, trace[f"{run}.u{i}.tts_condition"].reshape(condition.shape),
-                                       rtol=0, atol=1e-5)
+                                       rtol=1e-4, atol=1e-5)
             assert tts.length == facts["tts_text_start_pos"] or facts["tts_text_start_pos"] == 0, where
             speech = tts.generate(condition, generator, end_of_turn=result.end_of_turn)
             assert list(speech) == trace[f"{run}.u{i}.tts_tokens"].tolist(), where

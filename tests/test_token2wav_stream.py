@@ -94,6 +94,27 @@ def test_keys_settle_and_the_warm_up_runs_them_first(model):
         plain.push(tokens[:, :0], True)
 
 
+@torch.inference_mode()
+def test_a_restarted_stream_is_a_new_stream(model):
+    """restart() (a conversation's next turn) leaves the state and the counters as a new stream's,
+    in the same buffers, and streams the same audio bit for bit, whether the turn before it ended
+    (its last chunk pushed) or was cut off mid-way (an interrupt)."""
+    prompt = _prompt()
+    stream, tokens = Token2wavStream(model, prompt, steps=STEPS), _tokens(25 * 3 + 7)
+    buffers = {name: stream.store[name].data_ptr() for name in stream.store.regions}
+    for cut in (None, 2):
+        bounds = list(chunk_bounds(tokens.shape[1], 3, 25))
+        for start, stop, last in bounds[:cut]:
+            stream.push(tokens[:, start:stop], last)
+        stream.restart()
+        fresh = Token2wavStream(model, prompt, steps=STEPS)
+        _assert_same_state(stream, fresh)
+        assert {name: stream.store[name].data_ptr() for name in stream.store.regions} == buffers
+        for start, stop, last in bounds[:3]:
+            assert torch.equal(stream.push(tokens[:, start:stop], last), fresh.push(tokens[:, start:stop], last))
+        stream.restart()
+
+
 def test_graph_replay_asked_on_the_cpu_runs_eagerly_and_chunks_fit_the_state(model):
     stream = Token2wavStream(model, _prompt(), steps=STEPS, options=RuntimeOptions(graph_replay=True))
     assert stream.graphs is None and stream.captured == set()

@@ -55,6 +55,8 @@ class StageRunner:
         self._capture_s: dict[Any, float] = {}
         """How long each key's last capture took (host time): how a regeneration budgets."""
         self.replay = False
+        self.eager_runs = 0
+        """Stages run eagerly while replay was on (a key's first use, not prepared ahead): each a stall."""
         self.configure(options or RuntimeOptions())
 
     # --- between runs ------------------------------------------------------------------------
@@ -137,6 +139,7 @@ class StageRunner:
             if stage.key not in self.graphs.graphs:
                 self._capture(self.graphs, stage.key, stage.work)
             return self.graphs.run(stage.key)
+        self.eager_runs += replay and self.replay
         self._ran.add(stage.key)
         return stage.work()
 

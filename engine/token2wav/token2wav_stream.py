@@ -82,9 +82,24 @@ class Token2wavStream:
         self._inputs: dict[FlowPlan, FlowInputs] = {}
         if self.runner.replay if warm_up is None else warm_up:
             self.warm_up()
+        self._prompt = prompt
+        self._start()
+
+    def _start(self) -> None:
         prompt_plan, _ = self.flow.prompt_plan()
-        self.runner.run(Stage("prompt", partial(self.flow.start, prompt), (("mel", prompt_plan.frames),)),
+        self.runner.run(Stage("prompt", partial(self.flow.start, self._prompt), (("mel", prompt_plan.frames),)),
                         replay=False)  # once per stream: eagerly
+
+    @torch.inference_mode()
+    def restart(self) -> None:
+        """A new stream in this one's state and graphs (a conversation's next turn): the state back to
+        zero at the same addresses (no row backed), the counters to the start, the prompt run again.
+        What follows is what a new stream would give, without capturing its graphs anew."""
+        self.runner.reset()
+        self.vocoder.reset()
+        self.flow.counters = FlowCounters()
+        self.started = False
+        self._start()
 
     @property
     def store(self):

@@ -46,3 +46,59 @@ def test_the_seeded_sampling_run_draws_from_the_reference_distribution(trace, mo
     exceeded = [line for line in forcing.within_reference_noise(mine, ref, parts=("llm",))
                 if line.split()[1].startswith(("kl_", "token_logprob_err_"))]
     assert not exceeded, exceeded
+
+
+def _conversation_outputs(model, replay: bool, units: int = 24) -> tuple[list, int]:
+    """`units` seconds of the bench's forced schedule (listening and speaking runs, turn ends) on
+    speech: each unit's decision, text, speech tokens and output tokens; and the stages that ran
+    eagerly with replay on after `prepare` (what would stall a live conversation)."""
+    import numpy as np
+    import soundfile as sf
+    from scipy.signal import resample_poly
+
+    from bench.minicpmo_schedule import TEXT, Forcing, schedule
+    from engine.families.minicpmo import protocol_settings as names
+    from engine.families.minicpmo.conversation import MiniCPMOConversation
+    from engine.options import RuntimeOptions
+    from engine.persona import Persona
+
+    options = RuntimeOptions(graph_replay=replay, seed=5)
+    generator = torch.Generator("cuda")
+    conversation = MiniCPMOConversation(model, generator, options, Persona())
+    conversation.prepare(torch.zeros(16000), options.replace(graph_replay=True))
+    conversation.configure(options)
+    generator.manual_seed(options.seed)
+    conversation.reset(options, lambda: False, None)
+    tokens = model.tokens
+    plan = schedule(units)
+    forcing = Forcing(plan, tokens.id(names.LISTEN), tokens.id(names.TURN_EOS), tokens.encode(TEXT))
+    conversation.units.decoder.decode = forcing.wrap(conversation.units.decoder.decode)
+    drawn: list[list[int]] = []
+    generate = conversation.tts.generate
+
+    def recorded(*args, **kwargs):
+        drawn.append(generate(*args, **kwargs))
+        return drawn[-1]
+
+    conversation.tts.generate = recorded
+    speech, rate = sf.read("assets/speech_sample.wav", dtype="float64")
+    pcm = resample_poly(speech, 2, 3).astype(np.float32)
+    eager_before = conversation.eager_runs
+    outputs = []
+    for i in range(units):
+        forcing.begin(i)
+        second = torch.from_numpy(pcm[(i * 16000) % (len(pcm) - 16000):][:16000].copy())
+        out_tokens, _, report = conversation.step(second, options, lambda stage: None)
+        outputs.append((report.listen, report.text, report.end_of_turn, out_tokens.tolist(), report.speech_tokens))
+    return outputs + drawn, conversation.eager_runs - eager_before
+
+
+def test_graph_replay_changes_nothing_and_nothing_runs_eagerly(model):
+    """The same conversation with every LLM pass and TTS draw replayed from graphs captured in
+    `prepare`, and with graph replay off: the same decisions, text, speech tokens, bit for bit; and
+    with replay on, no stage of a unit ran eagerly (the system prompt is the reset's, not a unit's)."""
+    eager, _ = _conversation_outputs(model, replay=False)
+    replayed, stalls = _conversation_outputs(model, replay=True)
+    assert any(not listen for listen, *_ in eager[:24]), "the schedule speaks"
+    assert replayed == eager
+    assert stalls == 0

@@ -4,7 +4,10 @@ rows prefilled after `<unit>`, the listen/speak decision and the unit's text, th
 speech tokens conditioned on the text's hidden states, and the token2wav tail's audio with the
 reference's buffering (three silence tokens start each turn; a turn's end flushes). One
 generator serves the LLM's and the TTS's draws in the reference's order, so a seeded run
-draws what the reference draws. Eager for now: declared state and graph replay come next."""
+draws what the reference draws. With graph replay (CUDA), every pass of the LLM and every draw
+of the TTS a unit can make replays a graph captured in `prepare`; the tail is one stream for the
+whole conversation, restarted at each turn in the same state and graphs. The output is the same
+with graph replay on or off."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,6 +33,7 @@ DEFAULT_ROLE = "Streaming Omni Conversation."  # core/processors/unified.py prep
 SILENCE_TOKEN = 4218  # _reset_token2wav_for_new_turn: three of it start each turn's buffer
 TAIL_CHUNK = 25  # _generate_waveform_from_tokens' CHUNK_SIZE
 TAIL_STEPS = 5  # init_token2wav's n_timesteps
+UNIT_ROWS = 10  # the encoder's rows a second: the LLM's prefill after `<unit>`
 
 
 def system_prompt(role: str) -> tuple[str, str]:
@@ -67,11 +71,13 @@ class MiniCPMOConversation:
         self.settings = settings or UnitSettings()
         self.output_width = self.settings.max_new_speak_tokens_per_chunk
         device, dtype, w = model.device, model.dtype, model.weights_by_name
-        self.encoder = StreamingAudioEncoder(model.config, w, device, dtype)
-        self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self.settings.basic_window_high_tokens + 512)
-        self.units = UnitProtocol(self.llm, model.tokens, self.settings)
-        self.tts = SpeechTokenGenerator(model.config, w, device, dtype)
+        self.options = options
         self.runner = StageRunner(new_store([], device, options), device, generator, options)
+        self.encoder = StreamingAudioEncoder(model.config, w, device, dtype)
+        self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self.settings.basic_window_high_tokens + 512,
+                              runner=self.runner)
+        self.units = UnitProtocol(self.llm, model.tokens, self.settings)
+        self.tts = SpeechTokenGenerator(model.config, w, device, dtype, runner=self.runner)
         self._persona = Persona()
         self.set_persona(persona)
         self.voice = Prompt.read(model.voice_file, device) if model.tail is not None and model.voice_file else None
@@ -105,7 +111,15 @@ class MiniCPMOConversation:
             raise ValueError(f"{self.model.name} speaks with its own voice here; it takes no voice choice yet")
 
     def configure(self, options: RuntimeOptions) -> None:
+        self.options = options
         self.runner.configure(options)
+        if self.stream is not None:
+            self.stream.runner.configure(options)
+
+    @property
+    def eager_runs(self) -> int:
+        """Stages run eagerly with graph replay on, since the conversation began: each one a stall."""
+        return self.runner.eager_runs + (self.stream.runner.eager_runs if self.stream is not None else 0)
 
     def change(self, old: RuntimeOptions, new: RuntimeOptions) -> Regeneration | None:
         return None  # its state is not declared yet: nothing to move or capture
@@ -121,8 +135,31 @@ class MiniCPMOConversation:
         self._interrupt = False
         return options, True
 
+    @torch.inference_mode()
     def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
-        pass  # eager: nothing to compile or capture
+        """Every pass and draw a unit can make runs once and, with graph replay, is captured: the
+        LLM's `<unit>`, a second's rows and the two-token finalize (a decode step is a `<unit>`'s
+        shape) at each span of its cache; the TTS's condition rows (one to a unit's most) and its
+        steps at each span of its own; the tail's chunks (its stream, made here). The work runs on
+        the state as it is and the state goes back to zero (positions; the generator is seeded at
+        the reset). Without graphs (the CPU) only the tail's stream is made: nothing else to prepare."""
+        self.configure(options)
+        if not self.runner.replay:
+            self._new_turn_audio()
+            return
+        llm_spans = sorted({self.llm.span(end) for end in range(1, self.llm.capacity + 1)})
+        stages = [self.llm.stage(count, span) for span in llm_spans for count in (1, 2, UNIT_ROWS)]
+        tts_spans = sorted({self.tts.span(end) for end in range(1, self.tts.capacity + 1)})
+        condition_rows = range(1, self.settings.max_new_speak_tokens_per_chunk + 1)
+        stages += [self.tts.stage(rows, span) for span in tts_spans for rows in (None, *condition_rows)]
+        self.llm.position.zero_()
+        self.tts.position.zero_()
+        self.tts.step.zero_()
+        self.tts._generator = self.generator
+        self.runner.prepare(stages)
+        self.llm.reset()
+        self.tts.reset()
+        self._new_turn_audio()
 
     def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark):
         samples = pcm.detach().to("cpu", torch.float32).numpy()
@@ -168,11 +205,11 @@ class MiniCPMOConversation:
         return audio, len(speech_tokens)
 
     def _new_turn_audio(self) -> None:
+        """The reference's _reset_token2wav_for_new_turn: a new tail stream (ours restarted in place)."""
         if self.stream is not None:
-            self.stream.close()
-        self.stream = None
-        if self.voice is not None:
-            self.stream = Token2wavStream(self.model.tail, self.voice, steps=TAIL_STEPS)
+            self.stream.restart()
+        elif self.voice is not None:
+            self.stream = Token2wavStream(self.model.tail, self.voice, steps=TAIL_STEPS, options=self.options)
         self.tail_buffer = [SILENCE_TOKEN] * 3
 
     def _audio(self, tokens: list[int], last: bool) -> torch.Tensor | None:

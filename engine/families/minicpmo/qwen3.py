@@ -1,6 +1,10 @@
 """MiniCPM-o 4.5's language model: the Qwen3 decoder the reference runs as `MiniCPMO.llm` (transformers 4.51's
 Qwen3ForCausalLM configured by MiniCPMO45/configuration_minicpmo.py), with a KV cache preallocated at a fixed
-capacity so its addresses never move (graph capture comes later).
+capacity so its addresses never move. A forward pass is a function of tensors at fixed addresses: the first position
+is a device tensor, the rotary tables are looked up and the cache is written at it, and attention reads a span of the
+cache (the positions so far rounded up to `SPAN` entries) masked past the rows' own positions. So each (rows, span,
+last row only) is one exact-shape piece of work, which a stage runner given here replays as a CUDA graph; eagerly
+(the CPU, or graph replay off) the same operations run, so the output is the same either way.
 
 Numerics follow the reference op for op in the model dtype (RMSNorm in fp32 then weight * x.to(dtype); RoPE with
 cos/sin cast to the dtype; SDPA over repeated KV heads), so CPU fp32 matches within float noise and bf16 takes
@@ -13,13 +17,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch.nn import functional as F
 
 from ...errors import CheckpointError
+from ...runtime.stages import Stage
 
-__all__ = ["Qwen3Model", "Qwen3Sizes", "Qwen3Weights", "llm_weights"]
+__all__ = ["Qwen3Model", "Qwen3Sizes", "Qwen3Weights", "llm_weights", "placed"]
+
+SPAN = 512
+"""Cache entries attention reads, in steps of: the span of a pass is its last position + 1 rounded up to this
+(the capacity at most), so a long context costs what it holds and the spans, hence graphs, stay few."""
 
 _LAYER_KEYS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
@@ -98,6 +108,14 @@ def llm_weights(weights: dict, sizes: Qwen3Sizes | None = None) -> Qwen3Weights:
                         lm_head=embed if tied else get("llm.lm_head.weight"))
 
 
+def placed(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A weight on `device` in `dtype`, contiguous and, on the CPU, 64-byte aligned: MKL rounds a product
+    differently when an operand is not, and tensors read from a safetensors file sit at arbitrary offsets;
+    torch's own allocations (the reference's) are aligned."""
+    t = t.to(device=device, dtype=dtype).contiguous()
+    return t.clone() if t.device.type == "cpu" and t.data_ptr() % 64 else t
+
+
 def rope_inv_freq(sizes: Qwen3Sizes, device) -> tuple[torch.Tensor, float]:
     """fp32 inverse frequencies and the cos/sin scale, as transformers 4.51 modeling_rope_utils.py computes them
     for the rope types a Qwen3 config may name ("default", "linear", "yarn")."""
@@ -156,19 +174,18 @@ def head_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
 
 class Qwen3Model:
     """The decoder and its cache. forward(embeds [T, H]) appends T positions (position = cache index, as
-    utils.py StreamDecoder.feed passes them) and returns (logits [T, V] fp32, final-norm hidden [T, H])."""
+    utils.py StreamDecoder.feed passes them) and returns (logits [T, V] fp32, final-norm hidden [T, H]).
+    `runner` (engine.runtime.stages.StageRunner), if given, runs each pass: replayed from its graph where it
+    replays. The cache is this model's own, fixed-size: the context window bounds it (conversation.py)."""
 
     def __init__(self, config: dict, weights: dict | Qwen3Weights, device, dtype: torch.dtype,
-                 capacity: int = 8192, round_inv_freq: bool = True):
+                 capacity: int = 8192, round_inv_freq: bool = True, runner=None):
         self.sizes = sizes = Qwen3Sizes.from_config(config)
         self.device, self.dtype, self.capacity = torch.device(device), dtype, int(capacity)
         w = weights if isinstance(weights, Qwen3Weights) else llm_weights(weights, sizes)
 
         def put(t: torch.Tensor) -> torch.Tensor:
-            t = t.to(device=self.device, dtype=dtype).contiguous()
-            # MKL rounds a product differently when an operand is not 64-byte aligned, and tensors read from a
-            # safetensors file sit at arbitrary offsets; torch's own allocations (the reference's) are aligned.
-            return t.clone() if t.device.type == "cpu" and t.data_ptr() % 64 else t
+            return placed(t, self.device, dtype)
 
         self.embed_weight = put(w.embed)
         self.layers = [{k: put(v) for k, v in layer.items()} for layer in w.layers]
@@ -178,9 +195,16 @@ class Qwen3Model:
         # The demo loads the model in fp32 and calls .bfloat16() (core/processors/unified.py:1374), which casts the
         # rotary embedding's inv_freq buffer too; forward then upcasts it (.float()). round_inv_freq keeps that.
         self.inv_freq = inv_freq.to(dtype).float() if round_inv_freq else inv_freq
+        self.cos_table, self.sin_table = self._rope(0, self.capacity)
         shape = (sizes.layers, sizes.kv_heads, self.capacity, sizes.head_dim)
+        # Zeros, not empty: a masked key gets probability 0, and 0 times a stale finite value is 0.
         self.keys = torch.zeros(shape, device=self.device, dtype=dtype)
         self.values = torch.zeros(shape, device=self.device, dtype=dtype)
+        self.key_positions = torch.arange(self.capacity, device=self.device)
+        self.position = torch.zeros(1, dtype=torch.long, device=self.device)
+        """The next pass's first position, read by the pass on the device (a graph's input)."""
+        self.runner = runner
+        self._inputs: dict[int, torch.Tensor] = {}  # static input rows by count, for replayed passes
         self.length = 0
 
     def reset(self) -> None:
@@ -202,23 +226,24 @@ class Qwen3Model:
         emb = torch.cat((freqs, freqs), dim=-1)
         return (emb.cos() * self.rope_scale).to(self.dtype)[0], (emb.sin() * self.rope_scale).to(self.dtype)[0]
 
-    def _mask(self, first: int, count: int) -> tuple[torch.Tensor | None, bool]:
-        """(additive mask or None, is_causal) as 4.51's _update_causal_mask + sdpa_attention_forward choose them
-        for a call without attention_mask."""
-        total, window = first + count, self.sizes.attention_window
-        if (count == 1 or total == count) and (window is None or total < window):
-            return None, count > 1
-        q = torch.arange(first, total, device=self.device).view(-1, 1)
-        k = torch.arange(total, device=self.device).view(1, -1)
-        hidden = k > q
-        if window is not None:
-            hidden = hidden | (k <= q - window)
-        return torch.full(hidden.shape, torch.finfo(self.dtype).min, dtype=self.dtype,
-                          device=self.device) * hidden, False
+    def span(self, end: int) -> int:
+        """Cache entries a pass ending before position `end` attends over."""
+        return min(self.capacity, -(-end // SPAN) * SPAN)
 
-    def _attention(self, i: int, layer: dict, x: torch.Tensor, rope, mask, causal: bool) -> torch.Tensor:
-        s, first = self.sizes, self.length
-        count = x.shape[0]
+    def _mask(self, positions: torch.Tensor, span: int) -> torch.Tensor:
+        """Additive [T, span] mask: 0 where a row sees a key, the dtype's minimum past its own position and, as
+        4.51's _update_causal_mask clips it, at or beyond `attention_window` behind it."""
+        keys, rows = self.key_positions[None, :span], positions[:, None]
+        hidden = keys > rows
+        if self.sizes.attention_window is not None:
+            hidden = hidden | (keys <= rows - self.sizes.attention_window)
+        zeros = torch.zeros(hidden.shape, dtype=self.dtype, device=self.device)
+        return zeros.masked_fill(hidden, torch.finfo(self.dtype).min)
+
+    def _attention(self, i: int, layer: dict, x: torch.Tensor, rope, positions: torch.Tensor,
+                   mask: torch.Tensor) -> torch.Tensor:
+        s = self.sizes
+        count, span = x.shape[0], mask.shape[-1]
 
         def project(name: str) -> torch.Tensor:
             return F.linear(x, layer[f"self_attn.{name}_proj.weight"], layer.get(f"self_attn.{name}_proj.bias"))
@@ -231,40 +256,61 @@ class Qwen3Model:
         cos, sin = rope
         q = (q * cos) + (rotate_half(q) * sin)
         k = (k * cos) + (rotate_half(k) * sin)
-        self.keys[i, :, first:first + count] = k
-        self.values[i, :, first:first + count] = v
-        # repeat_kv (modeling_qwen3.py): each KV head serves heads // kv_heads consecutive query heads.
+        self.keys[i].index_copy_(1, positions, k)
+        self.values[i].index_copy_(1, positions, v)
+        # repeat_kv (modeling_qwen3.py) lets query head j read KV head j // rep; here the rep query heads of a KV
+        # head are its rows instead, so the cache is read as it lies, not copied rep times.
         rep = s.heads // s.kv_heads
-        keys = self.keys[i, :, :first + count].repeat_interleave(rep, dim=0)
-        values = self.values[i, :, :first + count].repeat_interleave(rep, dim=0)
-        out = F.scaled_dot_product_attention(q[None].contiguous(), keys[None], values[None], attn_mask=mask,
-                                             is_causal=causal, scale=s.head_dim ** -0.5)
-        out = out[0].transpose(0, 1).reshape(count, s.heads * s.head_dim)
+        grouped = q.reshape(s.kv_heads, rep * count, s.head_dim)
+        out = F.scaled_dot_product_attention(grouped[None], self.keys[i, :, :span][None],
+                                             self.values[i, :, :span][None], attn_mask=mask[None, None],
+                                             scale=s.head_dim ** -0.5)
+        out = out[0].view(s.heads, count, s.head_dim).transpose(0, 1).reshape(count, s.heads * s.head_dim)
         return F.linear(out, layer["self_attn.o_proj.weight"], layer.get("self_attn.o_proj.bias"))
+
+    def _pass(self, x: torch.Tensor, span: int, last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device work of one pass over rows x [T, H] at positions self.position.. (static shapes)."""
+        s, count = self.sizes, x.shape[0]
+        positions = self.position + self.key_positions[:count]
+        rope = self.cos_table.index_select(0, positions), self.sin_table.index_select(0, positions)
+        mask = self._mask(positions, span).repeat(s.heads // s.kv_heads, 1)
+        for i, layer in enumerate(self.layers):
+            h = head_rms_norm(x, layer["input_layernorm.weight"], s.eps)
+            x = x + self._attention(i, layer, h, rope, positions, mask)
+            h = head_rms_norm(x, layer["post_attention_layernorm.weight"], s.eps)
+            gate = F.silu(F.linear(h, layer["mlp.gate_proj.weight"]))
+            x = x + F.linear(gate * F.linear(h, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
+        hidden = head_rms_norm(x, self.norm_weight, s.eps)
+        rows = hidden[-1:] if last_only else hidden
+        return F.linear(rows, self.lm_head_weight).float(), hidden
+
+    def stage(self, count: int, span: int, last_only: bool = False) -> Stage:
+        """The pass over `count` rows (read from its static input rows) attending over `span` entries."""
+        if count not in self._inputs:
+            self._inputs[count] = torch.zeros(count, self.sizes.hidden, dtype=self.dtype, device=self.device)
+        return Stage(("llm", count, span, last_only), partial(self._pass, self._inputs[count], span, last_only))
 
     def forward(self, embeds: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Append embeds [T, H]; return (logits [T, V] fp32 — [1, V] for the last row when last_only —, hidden
         [T, H] after the final norm, in the model dtype). The lm_head runs in the model dtype, as the reference's
-        `self.m.lm_head(out.hidden_states[-1])` does, and only then widens to fp32."""
+        `self.m.lm_head(out.hidden_states[-1])` does, and only then widens to fp32. The results are the caller's
+        (copies, where a graph's outputs would be rewritten by the next replay)."""
         count = embeds.shape[0]
         if count == 0:
             raise ValueError("Qwen3Model.forward needs at least one row")
         if self.length + count > self.capacity:
             raise ValueError(f"Qwen3 cache full: {self.length} + {count} > capacity {self.capacity}")
-        s = self.sizes
+        self.position.fill_(self.length)
+        span = self.span(self.length + count)
         x = embeds.to(device=self.device, dtype=self.dtype)
-        rope = self._rope(self.length, count)
-        mask, causal = self._mask(self.length, count)
-        for i, layer in enumerate(self.layers):
-            h = head_rms_norm(x, layer["input_layernorm.weight"], s.eps)
-            x = x + self._attention(i, layer, h, rope, mask, causal)
-            h = head_rms_norm(x, layer["post_attention_layernorm.weight"], s.eps)
-            gate = F.silu(F.linear(h, layer["mlp.gate_proj.weight"]))
-            x = x + F.linear(gate * F.linear(h, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
+        if self.runner is None:
+            logits, hidden = self._pass(x, span, last_only)
+        else:
+            stage = self.stage(count, span, last_only)
+            self._inputs[count].copy_(x)
+            logits, hidden = (t.clone() for t in self.runner.run(stage))
         self.length += count
-        hidden = head_rms_norm(x, self.norm_weight, s.eps)
-        rows = hidden[-1:] if last_only else hidden
-        return F.linear(rows, self.lm_head_weight).float(), hidden
+        return logits, hidden
 
     def drop(self, start: int, count: int) -> None:
         """Forget cached positions [start, start + count) and move the rest down by count, re-rotating the moved

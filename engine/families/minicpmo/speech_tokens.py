@@ -5,20 +5,29 @@ Per speaking unit the LLM's text ids and final hidden states become condition ro
 on top of the turn's KV cache and samples 25 speech tokens (26 draws, the last one discarded), one draw
 per step from the caller's torch.Generator, in the reference's order, so seeded runs match draw for draw.
 The cache carries across the units of a turn and empties at a turn's end. Pure torch: the backbone is
-written out here (no transformers at runtime), with a KV cache preallocated once (stable addresses) and
-attention masked over its whole capacity (fixed shapes per step), for CUDA graphs later.
+written out here (no transformers at runtime), with a KV cache preallocated once (stable addresses).
+A draw is one piece of device work on tensors at fixed addresses: the position, the draw's index (which
+the repetition penalty's window follows) and whether the EOS is masked are device tensors, attention reads
+the cache's first `SPAN`-multiple entries past the position, masked; so each (condition rows, span) and
+each span of a single-row step is one exact-shape piece of work, which a stage runner given here replays
+as a CUDA graph. Eagerly (the CPU, or graph replay off) the same operations run: the same output.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch.nn import functional as F
 
 from ...ops.linear import linear
+from ...runtime.stages import Stage
+from .qwen3 import placed
 
+SPAN = 512
+"""Cache entries a draw's attention reads, in steps of (see Qwen3's SPAN)."""
 _ACTS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu}
 
 
@@ -108,12 +117,12 @@ class SpeechTokenGenerator:
     or when end_of_turn). `length` is the positions cached in the current turn (0: a turn's first unit)."""
 
     def __init__(self, config: dict, weights: dict[str, torch.Tensor], device: torch.device | str,
-                 dtype: torch.dtype, capacity: int | None = None, round_inv_freq: bool = True):
+                 dtype: torch.dtype, capacity: int | None = None, round_inv_freq: bool = True, runner=None):
         self.cfg = c = SpeechTokensConfig.from_config(config)
         if c.num_vq != 1:
             raise ValueError(f"num_vq {c.num_vq}: the duplex path embeds only codebook 0 (generate_chunk, line 6748)")
         self.device, self.dtype = torch.device(device), dtype
-        w = {name: t.to(self.device, dtype) for name, t in tts_weights(weights).items()}
+        w = {name: placed(t, self.device, dtype) for name, t in tts_weights(weights).items()}
         self.emb_text, self.emb_code, self.head = w["emb_text.weight"], w["emb_code.0.weight"], w["head_code.0.weight"]
         self.final_norm = w["model.norm.weight"]
         self.projector = _under(w, "projector_semantic.")
@@ -128,7 +137,15 @@ class SpeechTokenGenerator:
         self.bos = torch.tensor([c.audio_bos_token_id], device=self.device)
         self.temperature = torch.tensor([[c.temperature]], device=self.device)  # as DuplexCapability's, fp32
         self.drawn = torch.zeros(c.steps_per_unit, dtype=torch.long, device=self.device)
-        self.ones = torch.ones(1, c.penalty_window, dtype=torch.long, device=self.device)
+        # The device side of a unit's draws (inputs of every draw's graph): the next row's position, the
+        # draw's index, 0 or -inf added to the EOS logit, and the row a step feeds (the last draw embedded).
+        self.position = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.step = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.eos_bias = torch.zeros(1, device=self.device)
+        self.step_input = torch.zeros(1, c.hidden_size, dtype=dtype, device=self.device)
+        self.runner = runner
+        self._inputs: dict[int, torch.Tensor] = {}  # static condition rows by count, for replayed draws
+        self._generator: torch.Generator | None = None
         self.length = 0
 
     def _rope_tables(self, round_inv_freq: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,6 +191,19 @@ class SpeechTokenGenerator:
             return F.linear(x, p["weight"])
         raise ValueError(f"unsupported projector_type {kind!r}")
 
+    def span(self, end: int) -> int:
+        """Cache entries a draw whose rows end before position `end` attends over."""
+        return min(self.capacity, -(-end // SPAN) * SPAN)
+
+    def stage(self, rows: int | None, span: int) -> Stage:
+        """A unit's first draw, over `rows` condition rows (from their static input), or (rows None) a
+        step's, over the last draw's embedding; attending over `span` entries."""
+        if rows is None:
+            return Stage(("tts step", span), partial(self._draw, self.step_input, span))
+        if rows not in self._inputs:
+            self._inputs[rows] = torch.zeros(rows, self.cfg.hidden_size, dtype=self.dtype, device=self.device)
+        return Stage(("tts condition", rows, span), partial(self._draw, self._inputs[rows], span))
+
     @torch.inference_mode()
     def generate(self, condition: torch.Tensor, generator: torch.Generator, *, end_of_turn: bool = False,
                  trace: list[torch.Tensor] | None = None) -> list[int]:
@@ -188,51 +218,78 @@ class SpeechTokenGenerator:
         if start + rows + c.steps_per_unit - 1 > self.capacity:
             raise RuntimeError(f"TTS turn longer than the cache's {self.capacity} positions "
                                f"(at {start}, unit needs {rows + c.steps_per_unit - 1})")
+        if self.runner is not None and self.runner.replay and generator is not self.runner.generator:
+            raise ValueError("a replayed TTS draws from its stage runner's generator")
         min_new = 0 if (start == 0 or end_of_turn) else c.steps_per_unit
-        x, position, kept = condition.to(self.device, self.dtype), start, c.steps_per_unit - 1
+        self.position.fill_(start)
+        self.step.zero_()
+        self.eos_bias.fill_(-math.inf if min_new else 0.0)
+        self._generator = generator
+        condition, kept = condition.to(self.device, self.dtype), c.steps_per_unit - 1
         for t in range(c.steps_per_unit):
-            hidden = self._forward(x, position)
-            position += x.shape[0]
-            logits = linear(hidden, self.head).float()  # the reference fills an fp32 tensor: same rounding
+            end = start + rows + t  # the draw's rows end before this position
+            if self.runner is None:
+                logits = self._draw(condition if t == 0 else self.step_input, self.span(end))
+            else:
+                stage = self.stage(rows if t == 0 else None, self.span(end))
+                if t == 0:
+                    self._inputs[rows].copy_(condition)
+                logits = self.runner.run(stage)
             if trace is not None:
                 trace.append(logits[0].clone())
-            logits = logits / self.temperature
-            if t > 0:  # the first draw is unpenalised (audio_bos, line 6794)
-                logits = self._penalise(logits, self.drawn[max(0, t - c.penalty_window):t])
-            if t < min_new:
-                logits[:, c.eos] = -math.inf
-            token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
-            self.drawn[t] = token[0, 0]
-            if t >= min_new and bool(token[0, 0] == c.eos):
+            if t >= min_new and bool(self.drawn[t] == c.eos):
                 kept = t
                 break
-            if t == c.steps_per_unit - 1:  # the last draw only decides the unit's end: not fed
-                break
-            x = F.embedding(token.view(1), self.emb_code)
         self.length = start + rows + kept  # the condition and every kept token are cached (line 5228)
         tokens = self.drawn[:kept].tolist()
         if end_of_turn:  # lines 5221-5224
             self.reset()
         return tokens
 
-    def _penalise(self, logits: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-        """CustomRepetitionPenaltyLogitsProcessorRepeat (line 6950) over this unit's last <= 16 tokens:
-        a logit below 0 is multiplied by penalty^count, any other divided by it."""
+    def _draw(self, x: torch.Tensor, span: int) -> torch.Tensor:
+        """One draw's device work: rows x at the position, the head's logits (returned, [1, V] fp32; the
+        reference fills an fp32 tensor: the same rounding), temperature, the penalty, the EOS bias, a
+        draw into drawn[step], its embedding into step_input; position and step move on."""
+        logits = linear(self._layers(x, span), self.head).float()
+        scaled = self._penalise(logits / self.temperature)
+        scaled[:, self.cfg.eos] += self.eos_bias  # -inf masks it (min_new_tokens), 0 leaves it as it is
+        token = torch.multinomial(F.softmax(scaled, dim=-1), num_samples=1, generator=self._generator)
+        self.drawn.index_copy_(0, self.step, token.view(1))
+        self.step_input.copy_(F.embedding(token.view(1), self.emb_code))
+        self.position += x.shape[0]
+        self.step += 1
+        return logits
+
+    def _penalise(self, logits: torch.Tensor) -> torch.Tensor:
+        """CustomRepetitionPenaltyLogitsProcessorRepeat (line 6950) over this unit's last <= 16 draws before
+        this one (none at the first: a factor of exactly 1): a logit below 0 is multiplied by
+        penalty^count, any other divided by it."""
+        window = self.cfg.penalty_window
+        indices = self.step - window + torch.arange(window, device=self.device)
+        valid = (indices >= 0).long().view(1, -1)
+        counted = self.drawn.index_select(0, indices.clamp(min=0)).view(1, -1)
         # The reference's one_hot(...).sum(1), as a scatter: the same integer counts, without one_hot's
         # range check (a device sync) and its [window, V] intermediate.
-        counted = window.view(1, -1)
-        freq = torch.zeros_like(logits, dtype=torch.long).scatter_add_(1, counted, self.ones[:, :counted.shape[1]])
+        freq = torch.zeros_like(logits, dtype=torch.long).scatter_add_(1, counted, valid)
         alpha = torch.pow(self.cfg.repetition_penalty, freq)
         return torch.where(logits < 0, logits.multiply(alpha), logits.divide(alpha))
 
     def _forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """The Llama over rows x [T, hidden] at positions start.. (their K/V written to the cache) -> the
-        last row after the final norm [1, hidden]. Eager attention as the reference's (fp32 softmax)."""
+        """The Llama over rows x [T, hidden] at positions start.. -> the last row after the final norm."""
+        self.position.fill_(start)
+        return self._layers(x, self.span(start + x.shape[0]))
+
+    def _layers(self, x: torch.Tensor, span: int) -> torch.Tensor:
+        """The Llama over rows x [T, hidden] at positions self.position.. (their K/V written to the cache),
+        attending over the cache's first `span` entries -> the last row after the final norm [1, hidden].
+        Eager attention as the reference's (fp32 softmax)."""
         c = self.cfg
-        T, end = x.shape[0], start + x.shape[0]
+        T = x.shape[0]
         heads, kv_heads, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        cos, sin = self.cos[start:end].to(self.dtype), self.sin[start:end].to(self.dtype)
-        hidden_keys = self.key_positions[None, :] > self.key_positions[start:end, None]  # [T, capacity]
+        positions = self.position + self.key_positions[:T]
+        cos = self.cos.index_select(0, positions).to(self.dtype)
+        sin = self.sin.index_select(0, positions).to(self.dtype)
+        hidden_keys = self.key_positions[None, :span] > positions[:, None]  # [T, span]
         h = x
         for i, layer in enumerate(self.layers):
             r = _rms(h, layer["input_layernorm.weight"], c.rms_norm_eps)
@@ -240,9 +297,9 @@ class SpeechTokenGenerator:
             k = linear(r, layer["self_attn.k_proj.weight"]).view(T, kv_heads, d).transpose(0, 1)
             v = linear(r, layer["self_attn.v_proj.weight"]).view(T, kv_heads, d).transpose(0, 1)
             q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-            self.keys[i, :, start:end] = k
-            self.values[i, :, start:end] = v
-            keys, values = self.keys[i], self.values[i]
+            self.keys[i].index_copy_(1, positions, k)
+            self.values[i].index_copy_(1, positions, v)
+            keys, values = self.keys[i, :, :span], self.values[i, :, :span]
             if heads != kv_heads:  # repeat_kv's order: query head j reads kv head j // groups
                 keys = keys.repeat_interleave(heads // kv_heads, dim=0)
                 values = values.repeat_interleave(heads // kv_heads, dim=0)
