@@ -23,6 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from ...errors import CheckpointError
+from ...ops.linear import linear
 from ...runtime.stages import Stage
 
 __all__ = ["Qwen3Model", "Qwen3Sizes", "Qwen3Weights", "llm_weights", "placed"]
@@ -159,6 +160,12 @@ def rope_inv_freq(sizes: Qwen3Sizes, device) -> tuple[torch.Tensor, float]:
     return inv, attention
 
 
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A projection: engine.ops.linear's (a decode row through the fused matrix-vector kernel on CUDA; torch's
+    product on the CPU), or with a bias (Qwen3's attention_bias, off in MiniCPM-o) torch's, as the reference."""
+    return linear(x, weight) if bias is None else F.linear(x, weight, bias)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -246,7 +253,7 @@ class Qwen3Model:
         count, span = x.shape[0], mask.shape[-1]
 
         def project(name: str) -> torch.Tensor:
-            return F.linear(x, layer[f"self_attn.{name}_proj.weight"], layer.get(f"self_attn.{name}_proj.bias"))
+            return _product(x, layer[f"self_attn.{name}_proj.weight"], layer.get(f"self_attn.{name}_proj.bias"))
 
         q = head_rms_norm(project("q").view(count, s.heads, s.head_dim), layer["self_attn.q_norm.weight"],
                           s.eps).transpose(0, 1)
@@ -266,7 +273,7 @@ class Qwen3Model:
                                              self.values[i, :, :span][None], attn_mask=mask[None, None],
                                              scale=s.head_dim ** -0.5)
         out = out[0].view(s.heads, count, s.head_dim).transpose(0, 1).reshape(count, s.heads * s.head_dim)
-        return F.linear(out, layer["self_attn.o_proj.weight"], layer.get("self_attn.o_proj.bias"))
+        return _product(out, layer["self_attn.o_proj.weight"], layer.get("self_attn.o_proj.bias"))
 
     def _pass(self, x: torch.Tensor, span: int, last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The device work of one pass over rows x [T, H] at positions self.position.. (static shapes)."""
@@ -278,11 +285,11 @@ class Qwen3Model:
             h = head_rms_norm(x, layer["input_layernorm.weight"], s.eps)
             x = x + self._attention(i, layer, h, rope, positions, mask)
             h = head_rms_norm(x, layer["post_attention_layernorm.weight"], s.eps)
-            gate = F.silu(F.linear(h, layer["mlp.gate_proj.weight"]))
-            x = x + F.linear(gate * F.linear(h, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
+            gate = F.silu(linear(h, layer["mlp.gate_proj.weight"]))
+            x = x + linear(gate * linear(h, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
         hidden = head_rms_norm(x, self.norm_weight, s.eps)
         rows = hidden[-1:] if last_only else hidden
-        return F.linear(rows, self.lm_head_weight).float(), hidden
+        return linear(rows, self.lm_head_weight).float(), hidden
 
     def stage(self, count: int, span: int, last_only: bool = False) -> Stage:
         """The pass over `count` rows (read from its static input rows) attending over `span` entries."""
