@@ -7,9 +7,10 @@ last row only) is one exact-shape piece of work, which a stage runner given here
 (the CPU, or graph replay off) the same operations run, so the output is the same either way.
 
 Numerics follow the reference op for op in the model dtype (RMSNorm in fp32 then weight * x.to(dtype); RoPE with
-cos/sin cast to the dtype; SDPA over repeated KV heads), so CPU fp32 matches within float noise and bf16 takes
-the same roundings. Two behaviours of the reference's setup are kept on purpose: the inverse frequencies rounded
-through the model dtype (Qwen3Model's round_inv_freq), and 4.51's mask clipped to `sliding_window` in every layer.
+cos/sin cast to the dtype; SDPA, each KV head's query heads as its rows), so CPU fp32 matches within float noise;
+on CUDA a few rows' projections go through engine.ops.linear's fused kernels, within the reference's bf16 noise.
+Two behaviours of the reference's setup are kept on purpose: the inverse frequencies rounded through the model
+dtype (Qwen3Model's round_inv_freq), and 4.51's mask clipped to `sliding_window` in every layer.
 `drop` is the operation the duplex "basic" sliding window performs on the cache (utils.py
 drop_tokens_from_cache): forget a span and re-rotate the kept suffix's keys exactly as the reference does.
 """
