@@ -209,8 +209,7 @@ class Qwen3Model:
         self.keys = torch.zeros(shape, device=self.device, dtype=dtype)
         self.values = torch.zeros(shape, device=self.device, dtype=dtype)
         self.key_positions = torch.arange(self.capacity, device=self.device)
-        self.position = torch.zeros(1, dtype=torch.long, device=self.device)
-        """The next pass's first position, read by the pass on the device (a graph's input)."""
+        self.position = torch.zeros(1, dtype=torch.long, device=self.device)  # a pass's first (a graph's input)
         self.runner = runner
         self._inputs: dict[int, torch.Tensor] = {}  # static input rows by count, for replayed passes
         self.length = 0
