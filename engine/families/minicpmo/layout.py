@@ -83,10 +83,10 @@ def layout(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: torch.device,
-                 dtype: torch.dtype) -> dict[str, torch.Tensor]:
+                 dtype: torch.dtype, convert=None) -> dict[str, torch.Tensor]:
     """The tensors `expected` names (key -> shape the configuration implies), checked against
     the headers first (missing, unexpected among the audio parts, wrong shape), then read one
-    at a time to `device` in `dtype`."""
+    at a time to `device` in `dtype` and, given `convert(key, tensor)`, kept as it returns."""
     found = layout(folder)
     missing = sorted(set(expected) - set(found))
     if missing:
@@ -103,7 +103,8 @@ def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: tor
         try:
             with safe_open(str(folder / shard), framework="pt") as f:
                 for key in wanted:
-                    weights[key] = f.get_tensor(key).to(device=device, dtype=dtype)
+                    tensor = f.get_tensor(key).to(device=device, dtype=dtype)
+                    weights[key] = tensor if convert is None else convert(key, tensor)
         except (SafetensorError, OSError, RuntimeError, ValueError) as error:
             raise CheckpointError(f"{folder / shard}: not a readable safetensors file ({error})") from None
     return weights

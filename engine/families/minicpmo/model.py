@@ -16,6 +16,7 @@ from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
 from .layout import layout, read_config, read_weights
 from .protocol_settings import UnitSettings
+from .quantized import FORMATS, converter, stored_bytes
 from .qwen3 import Qwen3Sizes
 from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
@@ -40,6 +41,8 @@ class MiniCPMOModel:
     dtype: torch.dtype
     tail: Token2wavModel | None
     notice: str = ""
+    weight_format: str = "bf16"
+    """"bf16" (the model dtype), "int8" or "int4" (quantized.py)."""
     family = FAMILY
     predictor_file = None
     input_rate = INPUT_RATE
@@ -52,11 +55,13 @@ class MiniCPMOModel:
 
     @property
     def weights(self) -> str:
+        if self.weight_format != "bf16":
+            return self.weight_format
         return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")
 
     @property
     def weights_option(self) -> str:
-        return "bf16"
+        return self.weight_format
 
     @property
     def voice_file(self) -> Path | None:
@@ -73,13 +78,14 @@ def _checked(folder: Path, config: dict) -> dict[str, tuple[int, ...]]:
 
 def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtype | None = None,
          weights: str | None = None) -> MiniCPMOModel:
-    if weights not in (None, "bf16"):
-        raise CheckpointError(f"{folder}: MiniCPM-o runs with bf16 weights here; {weights} is not built yet")
+    weights = weights or "bf16"
+    if weights not in FORMATS:
+        raise CheckpointError(f"{folder}: MiniCPM-o runs with {', '.join(FORMATS)} weights, not {weights}")
     config = read_config(folder)
     expected = _checked(folder, config)
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     tokens = TextTokens(folder)
-    tensors = read_weights(folder, expected, torch.device(device), dtype)
+    tensors = read_weights(folder, expected, torch.device(device), dtype, converter(weights))
     tail_folder = folder / TAIL_FOLDER
     tail = None
     if all((tail_folder / name).is_file() for name in TAIL_FILES):
@@ -89,7 +95,7 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
             raise CheckpointError(f"{tail_folder / 'flow.yaml'}: its vocabulary of {tail.flow_cfg.vocab_size} "
                                   f"tokens does not cover the TTS's {speech_tokens} speech tokens")
     notice = "" if tail is not None else f"{folder.name} has no {TAIL_FOLDER}: it answers in text only"
-    return MiniCPMOModel(repo or folder.name, folder, config, tokens, tensors, dtype, tail, notice)
+    return MiniCPMOModel(repo or folder.name, folder, config, tokens, tensors, dtype, tail, notice, weights)
 
 
 def plan_memory(folder: Path, repo: str | None, weights: str | None, device) -> MemoryPlan:
@@ -99,9 +105,11 @@ def plan_memory(folder: Path, repo: str | None, weights: str | None, device) -> 
     found = layout(folder)
     device = torch.device(device)
     element = 2 if device.type == "cuda" else 4
-    weight_bytes = sum(found[key].numel() * element for key in _checked(folder, config) if key in found)
+    weights = weights or "bf16"
+    weight_bytes = sum(stored_bytes(key, tuple(found[key].shape), weights, element)
+                       for key in _checked(folder, config) if key in found)
     sizes, window = Qwen3Sizes.from_config(config), UnitSettings().basic_window_high_tokens + 512
     state_bytes = 2 * sizes.layers * sizes.kv_heads * sizes.head_dim * window * element
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
     # The window bounds the cache, so any length needs this: the plan names 30 minutes.
-    return MemoryPlan(repo or folder.name, "bf16", str(device), weight_bytes, state_bytes, 1800.0, free)
+    return MemoryPlan(repo or folder.name, weights, str(device), weight_bytes, state_bytes, 1800.0, free)

@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from ...errors import CheckpointError
-from ...ops.linear import linear
+from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 
 __all__ = ["Qwen3Model", "Qwen3Sizes", "Qwen3Weights", "llm_weights", "placed"]
@@ -110,10 +110,12 @@ def llm_weights(weights: dict, sizes: Qwen3Sizes | None = None) -> Qwen3Weights:
                         lm_head=embed if tied else get("llm.lm_head.weight"))
 
 
-def placed(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def placed(t, device: torch.device, dtype: torch.dtype):
     """A weight on `device` in `dtype`, contiguous and, on the CPU, 64-byte aligned: MKL rounds a product
     differently when an operand is not, and tensors read from a safetensors file sit at arbitrary offsets;
-    torch's own allocations (the reference's) are aligned."""
+    torch's own allocations (the reference's) are aligned. Quantized weights (quantized.py) stay as they are."""
+    if not isinstance(t, torch.Tensor):
+        return t
     t = t.to(device=device, dtype=dtype).contiguous()
     return t.clone() if t.device.type == "cpu" and t.data_ptr() % 64 else t
 
@@ -224,7 +226,7 @@ class Qwen3Model:
         self.length = n
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids.to(self.device), self.embed_weight)
+        return embedding(self.embed_weight, ids.to(self.device), self.dtype)
 
     def _rope(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         # Qwen3RotaryEmbedding.forward: fp32 angles, cat(freqs, freqs), cos/sin * attention_scaling, to the dtype.

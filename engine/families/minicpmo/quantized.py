@@ -1,0 +1,57 @@
+"""MiniCPM-o's weights in int8 or int4, on the engine's formats (engine.weights): each linear
+layer of the LLM (its attention and MLP products and its head) and of the TTS's backbone in
+int8 with a scale per row, or in int4 with a scale per 64 inputs; the LLM's embedding table
+(1.2 GB in bf16) in int8 rows in both. The rest (the audio encoder, its projection, norms, the
+TTS's small tables, projector and head, the tail) stays in the model dtype. Quantized at load,
+one tensor at a time on the device, so the bf16 model is never held whole."""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import torch
+
+from ...ops.linear import Int8Weight
+from ...weights.int4 import quantize_groups, quantize_table
+from ...weights.int8 import quantize_rows
+
+FORMATS = ("bf16", "int8", "int4")
+_PRODUCT = re.compile(r"(llm|tts)\.model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight"
+                      r"|llm\.lm_head\.weight")
+_TABLE = "llm.model.embed_tokens.weight"
+
+
+def is_product(key: str) -> bool:
+    """Whether a checkpoint key is a weight these formats quantize as a product's."""
+    return _PRODUCT.fullmatch(key) is not None
+
+
+def converter(weights: str) -> Callable[[str, torch.Tensor], object] | None:
+    """The conversion `read_weights` applies to each tensor as it arrives (None for bf16)."""
+    if weights not in FORMATS:
+        raise ValueError(f"weights {weights!r}: MiniCPM-o runs in {', '.join(FORMATS)}")
+    if weights == "bf16":
+        return None
+
+    def convert(key: str, tensor: torch.Tensor):
+        if is_product(key):
+            return Int8Weight(*quantize_rows(tensor)) if weights == "int8" else quantize_groups(tensor)
+        if key == _TABLE:
+            return quantize_table(tensor)
+        return tensor
+
+    return convert
+
+
+def stored_bytes(key: str, shape: tuple[int, ...], weights: str, element: int) -> int:
+    """Bytes a tensor of `shape` takes in memory under `weights` (float ones at `element` bytes)."""
+    count = 1
+    for size in shape:
+        count *= size
+    if weights != "bf16" and is_product(key):
+        if weights == "int8":
+            return count + 4 * shape[0]
+        return count // 2 + 2 * shape[0] * -(-shape[1] // 64)
+    if weights != "bf16" and key == _TABLE:
+        return count + 4 * shape[0]
+    return count * element
