@@ -164,7 +164,7 @@ class Ours:
                 "audio": "tail", "finalize": "finalize"}
 
     def __init__(self, demo: Path, folder: Path, device: torch.device, dtype: torch.dtype, forcing: Forcing,
-                 clock: StageClock, seed: int, window: str, graphs: bool = True):
+                 clock: StageClock, seed: int, window: str, graphs: bool = True, weights: str = "bf16"):
         from engine.families.minicpmo.conversation import MiniCPMOConversation
         from engine.families.minicpmo.model import load
         from engine.families.minicpmo.protocol_settings import UnitSettings
@@ -172,7 +172,7 @@ class Ours:
         from engine.persona import Persona
 
         began = time.perf_counter()
-        model = load(folder, None, device, dtype)
+        model = load(folder, None, device, dtype, weights=weights)
         _sync(device)
         self.load_s = time.perf_counter() - began
         self.options = RuntimeOptions(seed=seed, graph_replay=graphs)

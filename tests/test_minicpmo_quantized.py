@@ -33,7 +33,13 @@ def trace():
 
 @pytest.mark.parametrize("weights", ["int8", "int4"])
 def test_quantized_products_plan_and_fidelity(weights, trace):
-    model = load(forcing.FOLDER, None, torch.device("cpu"), torch.bfloat16, weights=weights)
+    check_quantized(weights, trace, torch.device("cpu"))
+
+
+def check_quantized(weights: str, trace: dict, device: torch.device) -> dict:
+    """The checks above on `device` (tests/gpu runs them on CUDA, through the fused kernels);
+    returns the fidelity figures."""
+    model = load(forcing.FOLDER, None, device, torch.bfloat16, weights=weights)
     kind = Int8Weight if weights == "int8" else Int4Weight
     products = [key for key in model.weights_by_name if is_product(key)]
     assert products and all(isinstance(model.weights_by_name[key], kind) for key in products)
@@ -50,6 +56,7 @@ def test_quantized_products_plan_and_fidelity(weights, trace):
     llm_err, llm_top1, tts_err = BOUNDS[weights]
     assert got["llm"]["rel_err_mean"] <= llm_err and got["llm"]["top1_agreement"] >= llm_top1, got["llm"]
     assert got["tts"]["rel_err_mean"] <= tts_err, got["tts"]
+    return got
 
 
 @pytest.mark.parametrize("weights", ["int8", "int4"])

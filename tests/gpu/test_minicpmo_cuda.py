@@ -102,3 +102,14 @@ def test_graph_replay_changes_nothing_and_nothing_runs_eagerly(model):
     assert any(not listen for listen, *_ in eager[:24]), "the schedule speaks"
     assert replayed == eager
     assert stalls == 0
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_int8_and_int4_on_cuda(weights, trace, record):
+    """int8 and int4 through the fused kernels, teacher-forced: within the CPU test's bounds."""
+    from tests.test_minicpmo_quantized import check_quantized
+
+    got = check_quantized(weights, trace, torch.device("cuda"))
+    record(f"minicpmo_{weights}_fidelity", {"llm": got["llm"], "tts": got["tts"]})
+    print(weights, {part: {k: round(got[part][k], 4) for k in ("rel_err_mean", "top1_agreement")}
+                    for part in ("llm", "tts")})
