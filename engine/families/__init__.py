@@ -41,7 +41,12 @@ class Family:
     CheckpointError in one line unless the model takes them; before its weights load."""
     files: Callable[..., list[str]]
     """(every file name in a repository or folder, its config.json's contents, weights or None,
-    its name) -> the files its loader reads; ValueError naming what its layout lacks."""
+    its name, `read`: a small JSON file of it by name -> its contents or None, or None where
+    nothing can be read) -> the files its loader reads; ValueError naming what its layout lacks."""
+    plan_config: Callable[..., Any] | None = None
+    """(config.json's contents, name, weights or None, device) -> the MemoryPlan from the
+    configuration alone (a model on the Hub, before its download), or None where it cannot
+    say; None here: the family plans a repository its own way (the library asks it)."""
 
 
 def register_family(family: Family) -> None:

@@ -36,9 +36,14 @@ def _check_persona(folder: Path, repo: str | None, voice: str | None, role: str)
         raise ValueError(f"{repo or folder.name} speaks with its own voice here; it takes no voice choice yet")
 
 
-def _files(listing, config: dict, weights: str | None, name: str) -> list[str]:
+def _files(listing, config: dict, weights: str | None, name: str, read=None) -> list[str]:
     from .layout import files
-    return files(listing, config)
+    return files(listing, config, read, name)
 
 
-register_family(Family(FAMILY, _claims, _load, _conversation, _plan_memory, _check_persona, _files))
+def _plan_config(*args, **kwargs):
+    from .model import plan_config
+    return plan_config(*args, **kwargs)
+
+
+register_family(Family(FAMILY, _claims, _load, _conversation, _plan_memory, _check_persona, _files, _plan_config))

@@ -7,7 +7,7 @@ allocated, so a bad folder is refused in one line naming the file."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -16,12 +16,14 @@ from safetensors import SafetensorError, safe_open
 from ...errors import CheckpointError
 from ...files.paths import file_in
 from ...loading.safetensors_files import read_safetensors_layout
+from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from .text_tokens import TOKENIZER_FILES
 
 MODEL_TYPE = "minicpmo"
 INDEX = "model.safetensors.index.json"
 AUDIO_PARTS = ("apm.", "audio_projection_layer.", "llm.", "tts.")
 """The key prefixes of the audio path (MiniCPMO.__init__: init_audio_module, the LLM, init_tts_module)."""
+TAIL_FOLDER = "assets/token2wav"  # MiniCPMO.init_token2wav: _ensure_asset_dir("assets/token2wav")
 
 
 def read_config(folder: Path) -> dict:
@@ -35,39 +37,54 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def _weight_map(folder: Path) -> dict[str, str]:
-    path = folder / INDEX
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path}: not a readable JSON file ({error})") from None
+def _weight_map(index: object, source: str) -> dict[str, str]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise CheckpointError(f"{path}: no weight_map of key to shard file")
+        raise CheckpointError(f"{source}: no weight_map of key to shard file")
     return weight_map
 
 
-def audio_shards(folder: Path) -> dict[str, list[str]]:
-    """Shard file name -> the audio path's keys it holds (shards with only vision are left out)."""
+def _read_index(folder: Path) -> dict:
+    path = folder / INDEX
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not a readable JSON file ({error})") from None
+
+
+def shards_of(index: object, folder: Path, source: str) -> dict[str, list[str]]:
+    """Shard file name -> the audio path's keys it holds, from an index's contents (shards with
+    only vision are left out; one holding both is needed whole). Every name stays in `folder`."""
     shards: dict[str, list[str]] = {}
-    for key, shard in _weight_map(folder).items():
+    for key, shard in _weight_map(index, source).items():
         if key.startswith(AUDIO_PARTS):
-            file_in(folder, shard, str(folder / INDEX), key)
+            file_in(folder, shard, source, key)
             shards.setdefault(shard, []).append(key)
     if not shards:
-        raise CheckpointError(f"{folder / INDEX}: lists no weights of the audio path ({', '.join(AUDIO_PARTS)})")
+        raise CheckpointError(f"{source}: lists no weights of the audio path ({', '.join(AUDIO_PARTS)})")
     return shards
 
 
-def files(listing: Iterable[str], config: dict) -> list[str]:
-    """What the loader reads, for the model library: config, index, the tokenizer and the shards
-    holding audio weights (the index is read from the folder: the listing alone cannot say)."""
+def audio_shards(folder: Path) -> dict[str, list[str]]:
+    """The shards of a folder's index holding the audio path's keys, and those keys."""
+    return shards_of(_read_index(folder), folder, str(folder / INDEX))
+
+
+def files(listing: Iterable[str], config: dict, read: Callable[[str], object] | None, name: str) -> list[str]:
+    """What the loader reads, for the model library: config, index, the tokenizer, the shards
+    holding audio weights (from the index, which `read(file name)` gives: the listing alone
+    cannot say) and the token2wav tail where the listing has all of it."""
     names = set(listing)
     needed = ["config.json", INDEX, *TOKENIZER_FILES]
-    missing = [name for name in needed if name not in names]
+    missing = [file for file in needed if file not in names]
     if missing:
         raise ValueError(f"the folder lacks {', '.join(missing)}")
-    return needed
+    index = read(INDEX) if read is not None else None
+    if index is None:
+        raise ValueError(f"{name}/{INDEX} could not be read")
+    shards = sorted(shards_of(index, Path(name), f"{name}/{INDEX}"))
+    tail = [f"{TAIL_FOLDER}/{file}" for file in TAIL_FILES]
+    return needed + shards + (tail if names.issuperset(tail) else [])
 
 
 def layout(folder: Path) -> dict[str, torch.Tensor]:

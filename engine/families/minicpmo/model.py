@@ -14,7 +14,7 @@ from ...errors import CheckpointError
 from ...loading.memory_plan import MemoryPlan
 from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
-from .layout import layout, read_config, read_weights
+from .layout import TAIL_FOLDER, layout, read_config, read_weights
 from .protocol_settings import UnitSettings
 from .quantized import FORMATS, converter, stored_bytes
 from .qwen3 import Qwen3Sizes
@@ -25,7 +25,6 @@ from .weight_shapes import audio_path_shapes
 INPUT_RATE = 16000  # DuplexCapability SAMPLE_RATE
 OUTPUT_RATE = 24000  # the token2wav tail's
 STEP_SAMPLES = 16000  # CHUNK_MS 1000: a unit is a second (the first is padded in front to 1035 ms)
-TAIL_FOLDER = "assets/token2wav"  # MiniCPMO.init_token2wav: _ensure_asset_dir("assets/token2wav")
 VOICE_FILE = "voice.safetensors"
 """A prepared voice prompt beside the tail (tokens, speaker embedding, mel: engine.token2wav.prompt)."""
 FAMILY = "minicpmo"
@@ -103,13 +102,27 @@ def plan_memory(folder: Path, repo: str | None, weights: str | None, device) -> 
     whole window's context in the LLM's cache."""
     config = read_config(folder)
     found = layout(folder)
+    shapes = {key: tuple(found[key].shape) for key in _checked(folder, config) if key in found}
+    return _plan(config, repo or folder.name, weights, device, shapes)
+
+
+def plan_config(config: dict, name: str, weights: str | None, device) -> MemoryPlan | None:
+    """The plan from config.json alone (a model on the Hub, before its download): the shapes it
+    implies; None for a config whose sizes the audio path cannot take."""
+    try:
+        shapes = audio_path_shapes(config)
+    except (TypeError, ValueError, KeyError):
+        return None
+    return _plan(config, name, weights, device, shapes)
+
+
+def _plan(config: dict, name: str, weights: str | None, device, shapes: dict) -> MemoryPlan:
     device = torch.device(device)
     element = 2 if device.type == "cuda" else 4
     weights = weights or "bf16"
-    weight_bytes = sum(stored_bytes(key, tuple(found[key].shape), weights, element)
-                       for key in _checked(folder, config) if key in found)
+    weight_bytes = sum(stored_bytes(key, shape, weights, element) for key, shape in shapes.items())
     sizes, window = Qwen3Sizes.from_config(config), UnitSettings().basic_window_high_tokens + 512
     state_bytes = 2 * sizes.layers * sizes.kv_heads * sizes.head_dim * window * element
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
     # The window bounds the cache, so any length needs this: the plan names 30 minutes.
-    return MemoryPlan(repo or folder.name, weights, str(device), weight_bytes, state_bytes, 1800.0, free)
+    return MemoryPlan(name, weights, str(device), weight_bytes, state_bytes, 1800.0, free)

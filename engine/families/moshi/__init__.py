@@ -38,9 +38,9 @@ def _check_persona(*args):
     return check_persona(*args)
 
 
-def _files(*args):
+def _files(listing, config, weights, name, read=None):
     from .layout import files
-    return files(*args)
+    return files(listing, config, weights, name)  # its names come from the listing and config.json alone
 
 
 register_family(Family("moshi", _claims, _load, _conversation, _plan_memory, _check_persona, _files))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 
 from ...families import family_of
@@ -13,7 +14,7 @@ from ...families import family_of
 class KnownModel:
     repo: str
     preset: str
-    """The configuration it has (engine.config.lm.CONFIGS) when it ships no config.json."""
+    """The configuration it has (engine.config.lm.CONFIGS) when it ships no config.json ("": it ships one)."""
     about: str
     int8_repo: str | None = None
     """Its official int8 twin (Kyutai's `-q8` repositories): what the int8 choice downloads."""
@@ -31,6 +32,8 @@ KNOWN_MODELS = (
     KnownModel("kyutai/moshika-pytorch-q8", "moshika", "Moshi, female voice, int8 weights"),
     KnownModel("nvidia/personaplex-7b-v1", "personaplex", "PersonaPlex, NVIDIA's Moshi: a voice and a role you "
                "choose (English)", gated=True),
+    KnownModel("openbmb/MiniCPM-o-4_5", "", "MiniCPM-o 4.5, OpenBMB's omni model in audio full duplex: it decides "
+               "once a second to listen or to speak (English, Chinese); only its audio files are downloaded"),
 )
 KNOWN = {m.repo: m for m in KNOWN_MODELS}
 
@@ -58,8 +61,10 @@ _CLOSE = 0.75
 """difflib's ratio from which a known name counts as close (a letter or two mistyped)."""
 
 
-def needed_files(listing: set[str], config: dict | None, weights: str | None, repo: str) -> list[str]:
+def needed_files(listing: set[str], config: dict | None, weights: str | None, repo: str,
+                 read: Callable[[str], object] | None = None) -> list[str]:
     """The files of a repository or folder (`listing`: every file name in it) that its family's
-    loader reads, for `weights`. Raises ValueError naming what its layout lacks, CheckpointError
-    when no family claims it (engine.families)."""
-    return family_of(Path(repo), config or {}).files(listing, config or {}, weights, repo)
+    loader reads, for `weights`; `read(name)` gives a small JSON file's contents where the family
+    needs more than the listing (a sharded checkpoint's index). Raises ValueError naming what its
+    layout lacks, CheckpointError when no family claims it (engine.families)."""
+    return family_of(Path(repo), config or {}).files(listing, config or {}, weights, repo, read)

@@ -75,7 +75,10 @@ class HubClient:
             _check_config_size(repo, "config.json", sizes)
             config = self._config(repo, info.sha) if "config.json" in sizes else None
         try:
-            names = needed_files(set(sizes), config, weights, repo)
+            names = needed_files(set(sizes), config, weights, repo, lambda name: self._small_json(repo, info.sha, name,
+                                                                                                  sizes))
+        except HubError:
+            raise
         except ValueError as exc:
             raise HubError(str(exc), "not_a_model") from None
         for name in names:
@@ -95,6 +98,21 @@ class HubClient:
             return read_json(path)  # the loader's bounds: the size on disk too, and nesting
         except CheckpointError as exc:
             raise HubError(str(exc).replace(str(path), f"{repo}/config.json"), "not_a_model") from None
+
+    def _small_json(self, repo: str, revision: str, name: str, sizes: dict[str, int]) -> object:
+        """A small JSON file of the repository a family needs to choose its files (a sharded
+        checkpoint's index), through the cache; None where the repository has none."""
+        from huggingface_hub import hf_hub_download
+        if name not in sizes:
+            return None
+        _check_config_size(repo, name, sizes)
+        with self._errors(repo):
+            path = hf_hub_download(repo, name, revision=revision, cache_dir=self.cache_dir, endpoint=self.endpoint,
+                                   token=self.token or False)
+        try:
+            return read_json(path)
+        except CheckpointError as exc:
+            raise HubError(str(exc).replace(str(path), f"{repo}/{name}"), "not_a_model") from None
 
     def tensor_names(self, remote: RemoteModel, filename: str) -> list[str] | None:
         """The tensor names in a safetensors file on the Hub, from its header alone (ranged
@@ -211,11 +229,15 @@ class HubClient:
 
 
 _CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".toml")
+_VOCABULARIES = ("vocab.json", "tokenizer.json")
+"""JSON files that are a tokenizer's data, megabytes in the released models, not a config."""
 
 
 def _check_config_size(repo: str, name: str, sizes: dict[str, int]) -> None:
     """A config file larger than the loader reads is refused from the Hub's listing, before
     its bytes are fetched."""
+    if name.rsplit("/", 1)[-1] in _VOCABULARIES:
+        return
     if name.endswith(_CONFIG_SUFFIXES) and sizes.get(name, 0) > MAX_CONFIG_BYTES:
         raise HubError(f"{repo}/{name}: {size_text(sizes[name])} on the Hub, too large for a config file (at most "
                        f"{size_text(MAX_CONFIG_BYTES)}); not downloaded", "not_a_model")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import CheckpointError, HubError
+from ...families import family_of
 from ...files.paths import DEMO_MODEL_DIR
 from ...weights.int4_copies import KeptCopy, copies_folder, copies_of, read_header
 from .. import locate
@@ -153,12 +154,31 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
         remote = dataclasses.replace(remote, entry=name)
     lm_is_q8 = any(f.endswith(".q8.safetensors") for f in remote.files)
     chosen = weights or ("int8" if lm_is_q8 else "bf16")
+    planned = _planned_by_family(remote, chosen, device)
+    if planned is not None:  # a family that plans from its config (and quantizes each load)
+        note = f"{chosen}: downloads the bf16 files; they are quantized each time the model loads" \
+            if chosen != "bf16" else ""
+        return DownloadPlan(remote, chosen, note, remote.size - client.cached_bytes(remote), planned[0])
     if chosen == "int8" and not lm_is_q8:
         note = "int8: downloads the bf16 files; they are quantized each time the model loads"
     if chosen == "int4" and not note:
         note = f"int4: downloads the {'int8' if lm_is_q8 else 'bf16'} files; {int4_kept_text()}"
     return DownloadPlan(remote, chosen, note, remote.size - client.cached_bytes(remote),
                         _memory(client, remote, chosen, device))
+
+
+def _planned_by_family(remote: RemoteModel, weights: str, device) -> tuple | None:
+    """(the plan or None) where the repository's family plans from its config.json alone; None
+    where it does not (Moshi's: `_memory`)."""
+    if remote.config is None:
+        return None
+    try:
+        family = family_of(Path(remote.repo), remote.config)
+    except CheckpointError:
+        return None
+    if family.plan_config is None:
+        return None
+    return (family.plan_config(remote.config, remote.repo, weights, device),)
 
 
 def _memory(client: HubClient, remote: RemoteModel, weights: str, device):

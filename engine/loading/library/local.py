@@ -14,7 +14,8 @@ from .catalogue import KNOWN, needed_files
 log = logging.getLogger(__name__)
 # Names only duplex checkpoints use (many models ship a model.safetensors).
 _OURS = {LM_Q8_NAME, MIMI_NAME, TOKENIZER_NAME}
-_WEIGHTS = _OURS | {LM_NAME}
+TAIL_LISTED = "assets/token2wav"
+"""A subfolder whose files a folder's listing includes (MiniCPM-o's tail, as its Hub repository holds it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +31,10 @@ def missing_files(folder: Path) -> list[str]:
     """What a checkpoint folder lacks of the official layout ([] when complete); a config.json
     naming files that cannot be its own makes it no model at all."""
     listing = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if (folder / TAIL_LISTED).is_dir():  # a family's files in a subfolder (MiniCPM-o's token2wav tail)
+        listing |= {str(p.relative_to(folder)) for p in (folder / TAIL_LISTED).iterdir()}
     try:
-        files = needed_files(listing, local_config(folder), None, str(folder))
+        files = needed_files(listing, local_config(folder), None, str(folder), lambda name: _json_in(folder, name))
     except CheckpointError as exc:
         return [f"usable config.json ({exc})"]
     except ValueError as exc:
@@ -39,6 +42,10 @@ def missing_files(folder: Path) -> list[str]:
             return [f"usable config.json ({exc})"]
         files = [LM_NAME, MIMI_NAME, TOKENIZER_NAME]
     return [f for f in files if not (folder / f).exists()]
+
+
+def _json_in(folder: Path, name: str) -> object:
+    return read_json(folder / name) if (folder / name).is_file() else None
 
 
 def local_config(folder: Path) -> dict | None:
@@ -65,8 +72,9 @@ def cached_models(cache_dir: str | Path) -> list[CachedModel]:
         candidates = []
         for rev in sorted(repo.revisions, key=lambda r: r.last_modified, reverse=True):
             names = {f.file_name for f in rev.files}
-            # Asking the Hub about a model caches its config.json: that alone is no download.
-            if names & (_WEIGHTS if repo.repo_id in KNOWN else _OURS):
+            # Asking the Hub about a model caches its config.json (and an index): that alone is no download.
+            known = repo.repo_id in KNOWN and any(name.endswith(".safetensors") for name in names)
+            if known or names & _OURS:
                 candidates.append(CachedModel(repo.repo_id, rev.snapshot_path, not missing_files(rev.snapshot_path),
                                               rev.size_on_disk))
         if candidates:
