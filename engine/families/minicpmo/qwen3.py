@@ -1,18 +1,13 @@
 """MiniCPM-o 4.5's language model: the Qwen3 decoder the reference runs as `MiniCPMO.llm` (transformers 4.51's
-Qwen3ForCausalLM configured by MiniCPMO45/configuration_minicpmo.py), with a KV cache preallocated at a fixed
-capacity so its addresses never move. A forward pass is a function of tensors at fixed addresses: the first position
-is a device tensor, the rotary tables are looked up and the cache is written at it, and attention reads a span of the
-cache (the positions so far rounded up to `SPAN` entries) masked past the rows' own positions. So each (rows, span,
-last row only) is one exact-shape piece of work, which a stage runner given here replays as a CUDA graph; eagerly
-(the CPU, or graph replay off) the same operations run, so the output is the same either way.
-
-Numerics follow the reference op for op in the model dtype (RMSNorm in fp32 then weight * x.to(dtype); RoPE with
-cos/sin cast to the dtype; SDPA, each KV head's query heads as its rows), so CPU fp32 matches within float noise;
-on CUDA a few rows' projections go through engine.ops.linear's fused kernels, within the reference's bf16 noise.
-Two behaviours of the reference's setup are kept on purpose: the inverse frequencies rounded through the model
-dtype (Qwen3Model's round_inv_freq), and 4.51's mask clipped to `sliding_window` in every layer.
-`drop` is the operation the duplex "basic" sliding window performs on the cache (utils.py
-drop_tokens_from_cache): forget a span and re-rotate the kept suffix's keys exactly as the reference does.
+Qwen3ForCausalLM, MiniCPMO45/configuration_minicpmo.py), with a KV cache preallocated once (stable addresses). A
+pass is exact-shape work on fixed tensors: its first position is a device tensor (rotary tables looked up and the
+cache written at it) and attention reads a `SPAN`-rounded span of the cache, masked past each row; so each (rows,
+span, last row only) replays as a CUDA graph through a stage runner given here, and runs the same ops eagerly.
+Numerics follow the reference op for op in the model dtype (RMSNorm in fp32, then weight * x.to(dtype); RoPE with
+cos/sin in the dtype; SDPA, a KV head's query heads as its rows): CPU fp32 within float noise; on CUDA, a few rows'
+products through engine.ops.linear's kernels, within the reference's bf16 noise. Kept on purpose: inv_freq rounded
+through the model dtype (round_inv_freq) and 4.51's mask clipped to `sliding_window` in every layer. `drop` is the
+duplex "basic" window's operation (utils.py drop_tokens_from_cache): forget a span, re-rotate the kept suffix's keys.
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """MiniCPM-o 4.5's speech-token generator (the reference's MiniCPMTTS as DuplexCapability drives it).
 
-Per speaking unit the LLM's text ids and final hidden states become condition rows
-(emb_text(id) + L2-normalised projector(hidden), then the audio-BOS row); a small Llama prefills them
-on top of the turn's KV cache and samples 25 speech tokens (26 draws, the last one discarded), one draw
-per step from the caller's torch.Generator, in the reference's order, so seeded runs match draw for draw.
-The cache carries across the units of a turn and empties at a turn's end. Pure torch: the backbone is
-written out here (no transformers at runtime), with a KV cache preallocated once (stable addresses).
-A draw is one piece of device work on tensors at fixed addresses: the position, the draw's index (which
-the repetition penalty's window follows) and whether the EOS is masked are device tensors, attention reads
-the cache's first `SPAN`-multiple entries past the position, masked; so each (condition rows, span) and
-each span of a single-row step is one exact-shape piece of work, which a stage runner given here replays
-as a CUDA graph. Eagerly (the CPU, or graph replay off) the same operations run: the same output.
+Per speaking unit the LLM's text ids and final hidden states become condition rows (emb_text(id) +
+L2-normalised projector(hidden), then the audio-BOS row); a small Llama prefills them on top of the turn's
+KV cache and samples 25 speech tokens (26 draws, the last discarded) from the caller's generator in the
+reference's order, so seeded runs match draw for draw. The cache carries across a turn's units. Pure torch,
+the KV cache preallocated once. A draw is exact-shape work on fixed tensors: the position, the draw's index
+(the repetition penalty's window) and the EOS mask are device tensors, attention reads a `SPAN`-rounded span
+of the cache, masked; so each (condition rows, span) and each step's span replays as a CUDA graph through a
+stage runner given here, and runs the same ops eagerly (the CPU, or replay off): the same output.
 """
 from __future__ import annotations
 
