@@ -113,7 +113,7 @@ def check_persona(root: Path, repo: str | None, voice: str | None, role: str) ->
         raise ValueError(f"{repo or root.name} takes no voice or role prompt")
 
 
-def files(listing: set[str], config: dict, weights: str | None, repo: str) -> list[str]:
+def files(listing: set[str], config: dict, weights: str | None, repo: str, read=None) -> list[str]:
     missing = [name for name in ("config.json", WEIGHTS) if name not in listing]
     if missing:
         raise ValueError(f"{repo}: not a second-family checkpoint (it has no {', '.join(missing)})")

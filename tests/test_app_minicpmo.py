@@ -1,0 +1,68 @@
+"""MiniCPM-o 4.5 in the window, as a person would use it: its folder (the tiny random checkpoint in the
+official layout) chosen in the model library, loaded, and a conversation through real PortAudio streams on
+the private PulseAudio server: the panel names the family's own stages, its per-second decisions reach the
+report, and the recording keeps the conversation. Text only: the tiny folder has no token2wav tail. The
+model is bilingual: Chinese in the transcript renders with real glyphs (a CJK font, no empty boxes)."""
+import shutil
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from app.audio.audio_io import ENGINE_RATE, AudioConfig
+from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401
+from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.audio
+SPEECH = "assets/speech_sample.wav"
+TINY = Path(__file__).parent / "golden" / "minicpmo_tiny"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, virtual_audio):
+    from app.window.main_window import MainWindow
+    w = MainWindow(isolated_settings(tmp_path), device="cpu",
+                   audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+
+
+def test_a_conversation_with_minicpmo(qtbot, window, virtual_audio, tmp_path):
+    folder = shutil.copytree(TINY, tmp_path / "MiniCPM-o-4_5")
+    window.model_picker.folder_chosen.emit(str(folder))
+    assert str(folder) in window.model_picker.combo.currentText()
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
+        window.models.load()
+    assert window.models.loaded.session.model.family == "minicpmo"
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
+        window.conversation.start()
+    player = virtual_audio.play_into_microphone(SPEECH)
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= 70, timeout=120_000)  # 5.6 s: five units
+    panel = window.panel
+    assert "hearing the second" in panel.stage_label.text()
+    assert any(line.startswith("Spoke in ") and "seconds" in line for line in panel.report_lines())
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+        window.conversation.stop()
+    player.terminate()
+    assert window.message_bar.text() == ""
+    end = window.conversation.last_end
+    audio, rate = sf.read(end.recording, dtype="float32")
+    assert rate == ENGINE_RATE and audio.shape == (end.frames * 1920, 2)
+
+
+def test_chinese_in_the_transcript_has_glyphs(qtbot):
+    from PyQt6.QtGui import QTextLayout
+
+    from app.conversation.conversation_view import ConversationView
+
+    view = ConversationView([])
+    qtbot.addWidget(view)
+    text = "你好，我们今天聊聊天气吧。"
+    layout = QTextLayout(text, view.text.font())
+    layout.beginLayout()
+    layout.createLine()
+    layout.endLayout()
+    glyphs = [index for run in layout.glyphRuns() for index in run.glyphIndexes()]
+    assert len(glyphs) == len(text) and 0 not in glyphs  # glyph 0 is the empty box a missing font draws
