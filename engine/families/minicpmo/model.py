@@ -93,8 +93,10 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
         if tail.flow_cfg.vocab_size < speech_tokens:
             raise CheckpointError(f"{tail_folder / 'flow.yaml'}: its vocabulary of {tail.flow_cfg.vocab_size} "
                                   f"tokens does not cover the TTS's {speech_tokens} speech tokens")
-    notice = "" if tail is not None else f"{folder.name} has no {TAIL_FOLDER}: it answers in text only"
-    return MiniCPMOModel(repo or folder.name, folder, config, tokens, tensors, dtype, tail, notice, weights)
+    name = repo or folder.name
+    notice = f"{name} answers on a one-second rhythm: once a second it decides to listen or to speak" + (
+        "." if tail is not None else f"; {folder.name} has no {TAIL_FOLDER}, so it answers in text only.")
+    return MiniCPMOModel(name, folder, config, tokens, tensors, dtype, tail, notice, weights)
 
 
 def plan_memory(folder: Path, repo: str | None, weights: str | None, device) -> MemoryPlan:
