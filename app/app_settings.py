@@ -117,6 +117,15 @@ class AppSettings:
         self.q.setValue("audio/speaker_muted", value)
 
     @property
+    def barge_in(self) -> bool:
+        """Talking over a model that can be interrupted stops it (app/conversation/barge_in.py)."""
+        return self._get("audio/barge_in", True, bool)
+
+    @barge_in.setter
+    def barge_in(self, value: bool) -> None:
+        self.q.setValue("audio/barge_in", value)
+
+    @property
     def echo_settings(self) -> EchoSettings:
         """The microphone path's processing, as chosen in the Audio box. Automatic gain is not
         offered there, so it keeps EchoSettings' default (off) and is not stored."""

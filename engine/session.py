@@ -27,7 +27,7 @@ from .families import conversation_for
 from .families.protocol import DuplexModel, FamilyConversation
 from .files.finite import REPLACEMENT
 from .options import TOGGLES, RuntimeOptions, toggle_reasons
-from .period import FRAME_SECONDS, FRAME_SIZE
+from .period import FRAME_SECONDS, FRAME_SIZE, SAMPLE_RATE
 from .runtime.stages import Regeneration
 from .runtime.step_audio import StepAudio
 from .runtime.timing import FrameTimer, SpeakMeter
@@ -297,6 +297,19 @@ class DuplexSession:
         self.audio.reset()
         self.options, done = self.conversation.reset(self.options, cancelled, progress or self.prompt_progress)
         return done
+
+    @property
+    def can_interrupt(self) -> bool:
+        """Whether the model's speech can be interrupted: its family has an interrupt (a
+        once-a-second model's break; an 80 ms model hears the user every frame instead)."""
+        return callable(getattr(self.conversation, "interrupt", None))
+
+    def interrupt(self) -> float:
+        """The user spoke over the model: its family ends the model's turn at its next step and
+        the speech queued here is dropped; returns the seconds dropped. Only where
+        `can_interrupt`."""
+        self.conversation.interrupt()
+        return self.audio.drop_speech() / SAMPLE_RATE
 
     @torch.no_grad()
     def step(self, pcm: np.ndarray) -> FrameOutput:

@@ -38,6 +38,7 @@ def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, t
         window.models.load()
     assert window.models.loaded.session.model.family == second_family.FAMILY
     speaker = virtual_audio.record_speaker(tmp_path / "speaker.wav")
+    window.device_picker.barge_in.setChecked(False)  # the person's speech goes on over the model's: no interrupt
     with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
         window.conversation.start()
     player = virtual_audio.play_into_microphone(SPEECH)
@@ -65,3 +66,29 @@ def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, t
     played, _ = sf.read(tmp_path / "speaker.wav", dtype="float32")
     said = soxr.resample(model[spoken[0]:spoken[-1] + 1], ENGINE_RATE, SINK_RATE)
     assert best_window_match(said, played, SINK_RATE) > 0.9
+
+
+def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
+    """Barge-in on (the default): the person's speech goes on while the model speaks at the third
+    step, so 200 ms into the model's speech it is interrupted: its family is told, its 1.5 s
+    stop short in the recording's model channel (what the speaker played), faded out, and the
+    recording notes where."""
+    folder = second_family.write(tmp_path / "second-model")
+    window.model_picker.folder_chosen.emit(str(folder))
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
+        window.models.load()
+    assert window.device_picker.barge_in.isChecked()
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
+        window.conversation.start()
+    player = virtual_audio.play_into_microphone(SPEECH)
+    qtbot.waitUntil(lambda: window.panel.stats.frames >= 75, timeout=90_000)
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+        window.conversation.stop()
+    player.terminate()
+    assert window.models.loaded.session.conversation.interruptions >= 1
+    end = window.conversation.last_end
+    model = sf.read(end.recording, dtype="float32")[0][:, 1]
+    spoken = np.flatnonzero(np.abs(model) > 1e-3)
+    assert len(spoken) and spoken[-1] - spoken[0] + 1 < 36000 - 1920, "cut short"
+    record = json.loads(end.transcript.read_text())
+    assert record["interruptions"] and record["interruptions"][0]["dropped_s"] > 0

@@ -253,6 +253,10 @@ class AudioLink(LinkDevices):
         """The level of the last frame written to the speaker (after the volume)."""
         return self._output_dbfs
 
+    def cut_speaker(self) -> None:
+        """The model's queued speech fades out and stops (app/audio/speaker_queue.py, `cut`)."""
+        self._speaker_queue.cut()
+
     def set_echo(self, settings: EchoSettings) -> None:
         """From any thread; the engine thread applies it at its next read (a new canceller,
         which converges again)."""

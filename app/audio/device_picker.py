@@ -35,6 +35,7 @@ EVENT_SETTLE_MS = 150
 class DevicePicker(QGroupBox):
     muted_changed = pyqtSignal(bool)          # the microphone's mute
     speaker_muted_changed = pyqtSignal(bool)
+    barge_in_changed = pyqtSignal(bool)       # talking over the model stops it
     volume_changed = pyqtSignal(float)        # the speaker's gain, 0..1
     echo_changed = pyqtSignal(object)         # EchoSettings
     device_lost = pyqtSignal(str)             # a running conversation's device went away: what to tell
@@ -105,6 +106,11 @@ class DevicePicker(QGroupBox):
         self.high_pass.setChecked(echo.high_pass)
         self.high_pass.setToolTip("Removes low rumble (desk knocks, traffic, air conditioning) that lies "
                                   "below the voice.")
+        self.barge_in = QCheckBox("Interrupt by talking")
+        self.barge_in.setChecked(self.settings.barge_in)
+        self.barge_in.setToolTip("When you talk over the model for a moment, it stops and listens (models "
+                                 "that answer once a second, such as MiniCPM-o; Moshi hears you all along). "
+                                 "Turn it off in a room where others talk.")
 
     def _new_meter(self, name: str, tip: str) -> QProgressBar:
         meter = QProgressBar()
@@ -139,12 +145,14 @@ class DevicePicker(QGroupBox):
             switches.addWidget(widget)
         switches.addStretch(1)
         layout.addLayout(switches, 4, 0, 1, 4)
+        layout.addWidget(self.barge_in, 5, 0, 1, 4)
         layout.setColumnStretch(1, 1)
 
     def _connect(self) -> None:
         self.refresh_button.clicked.connect(lambda: self.refresh(rescan=True))
         self.mute.toggled.connect(self.muted_changed)
         self.speaker_mute.toggled.connect(self._on_speaker_muted)
+        self.barge_in.toggled.connect(self._on_barge_in)
         self.volume.valueChanged.connect(self._on_volume)
         for box in (self.echo_cancellation, self.noise_suppression, self.high_pass):
             box.toggled.connect(self._on_echo)
@@ -262,6 +270,10 @@ class DevicePicker(QGroupBox):
 
     def set_output_level(self, dbfs: float) -> None:
         self.output_meter.setValue(_meter_value(dbfs))
+
+    def _on_barge_in(self, on: bool) -> None:
+        self.settings.barge_in = on
+        self.barge_in_changed.emit(on)
 
     def _on_speaker_muted(self, muted: bool) -> None:
         self.settings.speaker_muted = muted

@@ -49,6 +49,9 @@ class FileFeed:
     def output_level_dbfs(self) -> float:
         return -120.0  # nothing is played
 
+    def cut_speaker(self) -> None:
+        pass  # nothing is queued for a speaker (and nothing played is ever spoken over)
+
     def set_speaker_gain(self, gain: float) -> None:
         pass
 

@@ -50,3 +50,8 @@ class SpscRing:
         self._read += n
         return n
 
+    def skip(self) -> int:
+        """Reader side: drop every sample waiting; returns how many."""
+        n = self.available()
+        self._read += n
+        return n

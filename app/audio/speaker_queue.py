@@ -19,6 +19,7 @@ from .ring_buffer import SpscRing
 
 PLAYED_LOG_S = 8.0  # what the speaker played waits this long for the engine thread (a stall)
 QUIET_MEAN_SQUARE = 1e-5  # a frame below -50 dBFS is a pause: left out while the speaker is late
+CUT_FADE_S = 0.005  # an interrupted model's speech fades out over this long: a cut to silence would click
 
 
 class SpeakerQueue:
@@ -39,12 +40,24 @@ class SpeakerQueue:
         self.underflows = 0
         self.dropped = 0       # samples skipped (at `rate`)
         self._priming = True
+        self.played_total = 0  # samples handed to the device so far (silence too)
+        self.cut_at: int | None = None  # played_total where the last cut began (its fade's first sample)
+        self.cut_dropped = 0   # samples of queued speech the cuts dropped
+        self._ramp = np.linspace(1.0, 0.0, max(1, round(rate * CUT_FADE_S)), endpoint=False, dtype=np.float32)
+        self._cuts_asked = self._cuts_done = 0
+        self._fade = -1  # samples of the fade done, while fading; -1 when not
 
     # --- PortAudio's real-time thread: no allocation, no lock ------------------------
     def fill(self, out: np.ndarray, dac_time: float) -> None:
         if self.t0 is None:
             self.t0 = dac_time
-        if self._priming and self.ring.available() < self.prebuffer:
+        if self._cuts_asked != self._cuts_done:
+            self._cuts_done = self._cuts_asked
+            if self._fade < 0:
+                self._fade, self.cut_at = 0, self.played_total
+        if self._fade >= 0:
+            self._fade_out(out)
+        elif self._priming and self.ring.available() < self.prebuffer:
             out.fill(0)
         else:
             self._priming = False
@@ -53,6 +66,7 @@ class SpeakerQueue:
                 out[n:] = 0
                 self.underflows += 1
                 self._priming = True
+        self.played_total += len(out)
         # Silence too: both logs follow the device's timeline.
         taken = self.played.write(out)
         if taken < len(out):
@@ -61,7 +75,25 @@ class SpeakerQueue:
             out *= self.gain
         self.far.write(out)
 
+    def _fade_out(self, out: np.ndarray) -> None:
+        """A cut in progress: what is queued plays on under the falling ramp, then the rest of
+        the queue is dropped and the speaker waits for a prebuffer of new speech."""
+        k = min(len(out), len(self._ramp) - self._fade)
+        n = self.ring.read_into(out[:k])
+        out[n:] = 0
+        out[:k] *= self._ramp[self._fade:self._fade + k]
+        self._fade += k
+        if self._fade == len(self._ramp):
+            self.cut_dropped += self.ring.skip()
+            self._fade, self._priming = -1, True
+
     # --- the engine thread ------------------------------------------------------------
+    def cut(self) -> None:
+        """Stop the model's queued speech (the user spoke over it): it fades out over
+        CUT_FADE_S from the next sample the device takes, and what is queued after that is
+        dropped. Speech put afterwards plays as usual."""
+        self._cuts_asked += 1
+
     def late(self) -> bool:
         """More waits than when the engine keeps up: a pause can be left out."""
         return self.ring.available() > self.target

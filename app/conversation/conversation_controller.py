@@ -63,6 +63,7 @@ class ConversationController(QObject):
         stop_button.clicked.connect(self.stop)
         panel.options_changed.connect(self._on_options)
         device_picker.muted_changed.connect(self._on_muted)
+        device_picker.barge_in_changed.connect(lambda on: self.worker is not None and self.worker.set_barge_in(on))
         device_picker.volume_changed.connect(self._on_speaker_gain)
         device_picker.speaker_muted_changed.connect(self._on_speaker_gain)
         device_picker.echo_changed.connect(self._on_echo)
@@ -107,6 +108,7 @@ class ConversationController(QObject):
         self.worker = ConversationWorker(loaded.session, link, recorder, persona, self.signals)
         self.worker.set_options(options)  # before the thread starts: later switches come after it
         self.worker.set_muted(self._device_picker.is_muted())
+        self.worker.set_barge_in(self._device_picker.barge_in.isChecked())
         self.worker.set_speaker_gain(self._speaker_gain())
         self.worker.start()
         self._set_running(True, uses_devices=feed is None)

@@ -17,6 +17,7 @@ from PyQt6.QtCore import QObject, pyqtSignal
 
 from ..audio.audio_io import AudioCounters
 from ..audio.echo_cancel import EchoSettings, EchoState
+from .barge_in import BargeIn
 from .recorder import ConversationRecorder
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class ConversationWorker(threading.Thread):
         self._unrecorded: deque[tuple[np.ndarray, str, list]] = deque()
         self._skipped_s = self._skipped_told_s = 0.0
         self._skip_told_at = -SKIP_TOLD_EVERY
+        self._barge_in: BargeIn | None = None  # set_barge_in: talking over the model stops it
 
     def set_options(self, options: RuntimeOptions) -> None:
         """GUI thread: checked now, applied by the engine before its next frame (the
@@ -89,6 +91,10 @@ class ConversationWorker(threading.Thread):
 
     def set_muted(self, muted: bool) -> None:
         self._muted = muted
+
+    def set_barge_in(self, on: bool) -> None:
+        """GUI thread: whether talking over the model stops it (where its family can be)."""
+        self._barge_in = BargeIn() if on and self.session.can_interrupt else None
 
     def set_speaker_gain(self, gain: float) -> None:
         """GUI thread: the speaker's volume (0 when muted), from the next frame played."""
@@ -150,6 +156,8 @@ class ConversationWorker(threading.Thread):
                 continue
             if self._muted:
                 frame = np.zeros_like(frame)
+            if self._barge_in is not None and self._barge_in.hears(_dbfs(frame), self.link.output_level_dbfs()):
+                self._interrupt(index)
             out = self.session.step(frame)
             self._count_skipped(index, self.link.write_frame(out.pcm))
             if self.recorder is not None:
@@ -165,6 +173,15 @@ class ConversationWorker(threading.Thread):
             self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
                                                 self.link.output_level_dbfs(), self.link.echo_state()))
             index += 1
+
+    def _interrupt(self, index: int) -> None:
+        """The person spoke over the model: its family stops it, its queued speech is dropped
+        and what the speaker still has fades out."""
+        dropped_s = self.session.interrupt()
+        self.link.cut_speaker()
+        log.info("interrupted at frame %d (%.2f s of queued speech dropped)", index, dropped_s)
+        if self.recorder is not None:
+            self.recorder.note_interruption(index, dropped_s)
 
     def _record_played(self, final: bool = False) -> None:
         """Each frame is recorded once the speaker has played what goes beside it."""

@@ -100,6 +100,13 @@ class ConversationRecorder:
                           "seconds": round(seconds, 3), "behind_s": round(behind_s, 2)})
         self._record["speaker_skipped_s"] = round(sum(skip["seconds"] for skip in skips), 3)
 
+    def note_interruption(self, frame: int, dropped_s: float) -> None:
+        """The person spoke over the model at `frame`: its speech was cut there (faded out in the
+        model channel as played) and `dropped_s` of it, queued, was never played."""
+        sample = frame * FRAME_SIZE
+        self._record.setdefault("interruptions", []).append(
+            {"t": round(sample / ENGINE_RATE, 2), "sample": sample, "dropped_s": round(dropped_s, 3)})
+
     def note_audio_processing(self, processing: dict) -> None:
         """The microphone path's processing changed mid conversation."""
         seconds = round(self.frames * FRAME_SIZE / ENGINE_RATE, 2)

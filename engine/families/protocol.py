@@ -76,7 +76,8 @@ class DuplexModel(Protocol):
 
 class FamilyConversation(Protocol):
     """A conversation of one family, built by the session with (model, generator, options,
-    settings, predictor) and used by it alone."""
+    settings, predictor) and used by it alone. A family whose speech a person may cut short
+    (a once-a-second model) also has `interrupt()`: its turn ends at its next step."""
 
     stages: tuple[str, ...]
     """The stages of a step, in the order they run: what the timer, the panel and the bench

@@ -88,6 +88,12 @@ class StepAudio:
             speech = self._from_family.resample_chunk(speech)
         self._queue = speech.copy() if not len(self._queue) else np.concatenate([self._queue, speech])
 
+    def drop_speech(self) -> int:
+        """The speech queued and not yet given out is dropped (the user interrupted it);
+        returns how many samples (at the session's rate)."""
+        dropped, self._queue = len(self._queue), _EMPTY
+        return dropped
+
     def period_out(self) -> np.ndarray:
         """The next period of speech (silence where the queue runs short)."""
         if len(self._queue) == FRAME_SIZE:

@@ -56,6 +56,8 @@ class SecondConversation:
         self.runner = StageRunner(new_store(model.regions(), device, options), device, generator, options)
         self._pcm = torch.zeros(model.step_samples, device=device)  # graphs read their input here
         self.steps = 0
+        self.interruptions = 0
+        self._interrupted = False
 
     # --- what a person sets, and what it can run ------------------------------------------
 
@@ -118,11 +120,17 @@ class SecondConversation:
         mark("decide")
         self.steps += 1
         speaking = bool(tokens[0])  # read on the host, as a once-a-second model reads its decision
+        if self._interrupted:  # a person spoke over it: this step listens, as MiniCPM-o's break does
+            speaking, self._interrupted = False, False
         out = None
         if speaking:
             out = self.runner.run(speak)
             mark("speak")
         return tokens, out, SecondReport(speaking, self.steps)
+
+    def interrupt(self) -> None:
+        self.interruptions += 1
+        self._interrupted = True
 
     def tally(self) -> SecondTally:
         return SecondTally()
