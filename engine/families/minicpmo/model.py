@@ -94,8 +94,11 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
             raise CheckpointError(f"{tail_folder / 'flow.yaml'}: its vocabulary of {tail.flow_cfg.vocab_size} "
                                   f"tokens does not cover the TTS's {speech_tokens} speech tokens")
     name = repo or folder.name
-    notice = f"{name} answers on a one-second rhythm: once a second it decides to listen or to speak" + (
-        "." if tail is not None else f"; {folder.name} has no {TAIL_FOLDER}, so it answers in text only.")
+    voice = (folder / TAIL_FOLDER / VOICE_FILE).is_file()
+    silent = (f"; {folder.name} has no {TAIL_FOLDER}" if tail is None else
+              f"; it has no prepared voice ({TAIL_FOLDER}/{VOICE_FILE})" if not voice else "")
+    notice = (f"{name} answers on a one-second rhythm: once a second it decides to listen or to speak"
+              + (f"{silent}, so it answers in text only." if silent else "."))
     return MiniCPMOModel(name, folder, config, tokens, tensors, dtype, tail, notice, weights)
 
 
