@@ -17,6 +17,7 @@ from .cadence_gauge import CadenceGauge
 from .cadence_stats import CadenceStats
 from .engine_pane import EnginePane
 from .plain_words import OPTIONS, tip
+from .reply_time import ReplyTime
 from .runtime_controls import RuntimeControls
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class CadencePanel(QWidget):
             "Engine time of each 80 ms step (1/12.5 s of speech); one too slow took longer than the step lasts.",
             "frame", "overrun"))
         self.stage_label = _detail("")
+        self.reply_label = _detail("From the end of your speech to the model's first sound at the speaker: the "
+                                   "one-second rhythm plus a unit's work for a model that answers once a second.")
         # What the model's family reports of its steps: as many lines as it says (Tally.lines).
         self.report_box = QWidget()
         self._report_layout = QVBoxLayout(self.report_box)
@@ -67,8 +70,8 @@ class CadencePanel(QWidget):
         body = QWidget()
         details = QVBoxLayout(body)
         details.setContentsMargins(0, 0, 0, 0)
-        for label in (self.speak_label, self.frame_label, self.stage_label, self.report_box, self.memory_label,
-                      self.audio_label, self.change_label):
+        for label in (self.speak_label, self.frame_label, self.stage_label, self.reply_label, self.report_box,
+                      self.memory_label, self.audio_label, self.change_label):
             details.addWidget(label)
         details.addWidget(controls_box)
         self.engine_pane = EnginePane("Engine details", body)
@@ -90,6 +93,8 @@ class CadencePanel(QWidget):
         stages in words (session.stage_words)."""
         self._backlog_cap_s = backlog_cap_s
         self.stats = CadenceStats()
+        self.reply = ReplyTime()
+        self.reply_label.setText(self.reply.line())
         self.tally = tally
         self._stage_words = stage_words or {}
         # Each stage's words beside the family's own name for it, as `tip` pairs words and terms.
@@ -112,6 +117,10 @@ class CadencePanel(QWidget):
             self.tally.add(out.report, out.timings)
             self._show_report(self.tally.lines(self.controls.options()))
         self.stats.add_seconds(list(out.speak_s))
+        replies = len(self.reply.replies)
+        self.reply.add(report.index, report.level_dbfs, report.output_dbfs, report.counters.output_backlog_s)
+        if len(self.reply.replies) != replies:
+            self.reply_label.setText(self.reply.line())
         self._refresh_labels()
         memory = ("GPU memory in use: n/a (running on CPU)" if out.gpu_memory_bytes is None
                   else f"GPU memory in use: {out.gpu_memory_bytes / 2**30:.2f} GiB")
