@@ -202,3 +202,14 @@ def test_golden_trace():
             torch.testing.assert_close(ours, trace[p + "tts_logits_top_values"], atol=1e-4, rtol=1e-5)
             checked += 1
     assert checked > 0
+
+
+def test_a_draw_is_torch_multinomials():
+    """speech_tokens.draw: the reference's torch.multinomial draw, token and generator state alike."""
+    from engine.families.minicpmo.speech_tokens import draw
+
+    for seed in range(50):
+        probs = torch.softmax(3 * torch.randn(1, 4097, generator=torch.Generator().manual_seed(seed + 99)), -1)
+        a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        assert torch.equal(torch.multinomial(probs, 1, generator=a), draw(probs, b))
+        assert torch.equal(a.get_state(), b.get_state())

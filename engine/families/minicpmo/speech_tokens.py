@@ -106,6 +106,14 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """torch.multinomial(probs, 1, generator=generator) for a [1, V] row, the same draw from the same
+    random numbers (its one-sample path: argmax of p / q, q ~ Exp(1) drawn as empty_like(p).exponential_),
+    without its checks of the row, which read the device on the host (no CUDA graph could hold them)."""
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return torch.argmax(probs / q, dim=-1, keepdim=True)
+
+
 class SpeechTokenGenerator:
     """One session's TTS. reset() at a session start; generate() empties the cache itself at a turn end.
 
@@ -250,7 +258,7 @@ class SpeechTokenGenerator:
         logits = linear(self._layers(x, span), self.head).float()
         scaled = self._penalise(logits / self.temperature)
         scaled[:, self.cfg.eos] += self.eos_bias  # -inf masks it (min_new_tokens), 0 leaves it as it is
-        token = torch.multinomial(F.softmax(scaled, dim=-1), num_samples=1, generator=self._generator)
+        token = draw(F.softmax(scaled, dim=-1), self._generator)
         self.drawn.index_copy_(0, self.step, token.view(1))
         self.step_input.copy_(F.embedding(token.view(1), self.emb_code))
         self.position += x.shape[0]
