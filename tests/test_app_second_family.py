@@ -69,7 +69,7 @@ def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, t
 
 
 def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
-    """Barge-in on (the default): the person's speech goes on while the model speaks at the third
+    """Barge-in on (the default), headphones: the person's speech goes on while the model speaks at the third
     step, so 200 ms into the model's speech it is interrupted: its family is told, its 1.5 s
     stop short in the recording's model channel (what the speaker played), faded out, and the
     recording notes where."""
@@ -78,6 +78,9 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
     with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
         window.models.load()
     assert window.device_picker.barge_in.isChecked()
+    # Headphones (echo cancellation off): barge-in works from the model's first word. With it on, it
+    # waits until the canceller has learned the room, or the model's own voice could interrupt it.
+    window.device_picker.echo_cancellation.setChecked(False)
     with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
         window.conversation.start()
     player = virtual_audio.play_into_microphone(SPEECH)
@@ -92,3 +95,26 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
     assert len(spoken) and spoken[-1] - spoken[0] + 1 < 36000 - 1920, "cut short"
     record = json.loads(end.transcript.read_text())
     assert record["interruptions"] and record["interruptions"][0]["dropped_s"] > 0
+
+
+def test_its_own_voice_through_the_room_never_interrupts_it(qtbot, window, virtual_audio, tmp_path):
+    """Loudspeakers (echo cancellation on, the speaker heard by the microphone 60 ms later at about
+    -13 dB) and nobody talking: 20 s of the model's speech coming back through the room never
+    interrupts it."""
+    folder = second_family.write(tmp_path / "second-model")
+    window.model_picker.folder_chosen.emit(str(folder))
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
+        window.models.load()
+    loop = virtual_audio.loop_speaker_into_microphone(60, "60%")
+    try:
+        with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
+            window.conversation.start()
+        qtbot.waitUntil(lambda: window.panel.stats.frames >= 250, timeout=120_000)
+        with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+            window.conversation.stop()
+    finally:
+        virtual_audio.unload(loop)
+    conversation = window.models.loaded.session.conversation
+    model = sf.read(window.conversation.last_end.recording, dtype="float32")[0][:, 1]
+    assert np.count_nonzero(np.abs(model) > 1e-3) > 2 * ENGINE_RATE, "the model spoke"
+    assert conversation.interruptions == 0

@@ -156,7 +156,10 @@ class ConversationWorker(threading.Thread):
                 continue
             if self._muted:
                 frame = np.zeros_like(frame)
-            if self._barge_in is not None and self._barge_in.hears(_dbfs(frame), self.link.output_level_dbfs()):
+            echo_state = self.link.echo_state()
+            # Until the canceller has learned the room, the model's own voice could interrupt it.
+            if (self._barge_in is not None and echo_state.state != "converging"
+                    and self._barge_in.hears(_dbfs(frame), self.link.output_level_dbfs())):
                 self._interrupt(index)
             out = self.session.step(frame)
             self._count_skipped(index, self.link.write_frame(out.pcm))
@@ -171,7 +174,7 @@ class ConversationWorker(threading.Thread):
                 self._unrecorded.append((frame, out.text, notes))
             self._record_played()
             self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
-                                                self.link.output_level_dbfs(), self.link.echo_state()))
+                                                self.link.output_level_dbfs(), echo_state))
             index += 1
 
     def _interrupt(self, index: int) -> None:
