@@ -300,9 +300,8 @@ class DuplexSession:
 
     @property
     def can_interrupt(self) -> bool:
-        """Whether the model's speech can be interrupted: its family has an interrupt (a
-        once-a-second model's break; an 80 ms model hears the user every frame instead)."""
-        return callable(getattr(self.conversation, "interrupt", None))
+        """Whether talking over the model should cut its speech short (its family says)."""
+        return self.conversation.interruptible
 
     def interrupt(self) -> float:
         """The user spoke over the model: its family ends the model's turn at its next step and

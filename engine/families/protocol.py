@@ -76,8 +76,7 @@ class DuplexModel(Protocol):
 
 class FamilyConversation(Protocol):
     """A conversation of one family, built by the session with (model, generator, options,
-    settings, predictor) and used by it alone. A family whose speech a person may cut short
-    (a once-a-second model) also has `interrupt()`: its turn ends at its next step."""
+    settings, predictor) and used by it alone."""
 
     stages: tuple[str, ...]
     """The stages of a step, in the order they run: what the timer, the panel and the bench
@@ -92,6 +91,13 @@ class FamilyConversation(Protocol):
     """Seconds the last reset spent on the family's prompts (0 without any)."""
     predictor: object | None
     """The predictor of a policy that predicts ahead (None: none loaded)."""
+    interruptible: bool
+    """Whether a person talking over the model should cut its speech short (`interrupt`): a
+    once-a-second model's, which would otherwise speak on; not one that hears every frame."""
+
+    def interrupt(self) -> None:
+        """The person talked over the model: its turn ends at its next step (only where
+        `interruptible`)."""
 
     def capabilities(self) -> dict[str, str | None]:
         """Each policy the family has, as "policy.NAME": None if it can run here, else why not."""

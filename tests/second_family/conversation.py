@@ -128,6 +128,8 @@ class SecondConversation:
             mark("speak")
         return tokens, out, SecondReport(speaking, self.steps)
 
+    interruptible = True
+
     def interrupt(self) -> None:
         self.interruptions += 1
         self._interrupted = True

@@ -184,6 +184,8 @@ class MiniCPMOConversation:
         self.unit += 1
         return tokens, speech, report
 
+    interruptible = True
+
     def interrupt(self) -> None:
         """The break override for the next unit (its turn ends; it listens)."""
         self._interrupt = True

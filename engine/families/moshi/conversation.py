@@ -225,6 +225,11 @@ class MoshiConversation:
     def tally(self) -> DiffuPlexStats:
         return DiffuPlexStats()
 
+    interruptible = False  # it hears the person every frame, and stops by itself
+
+    def interrupt(self) -> None:
+        raise ValueError("an 80 ms model is never interrupted: it hears the person every frame")
+
     def text(self, tokens) -> str:
         """The text token's piece (the first of a frame's tokens)."""
         return self.model.text_piece(int(tokens[0]))
