@@ -36,6 +36,7 @@ def test_a_conversation_with_minicpmo(qtbot, window, virtual_audio, tmp_path):
     with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
         window.models.load()
     assert window.models.loaded.session.model.family == "minicpmo"
+    assert window.device_picker.barge_in.isEnabled()  # once a second: talking over it interrupts it
     load_notice = window.message_bar.text()
     assert "one-second rhythm" in load_notice  # what sets it apart from Moshi, said once
     with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):

@@ -77,7 +77,7 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
     window.model_picker.folder_chosen.emit(str(folder))
     with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
         window.models.load()
-    assert window.device_picker.barge_in.isChecked()
+    assert window.device_picker.barge_in.isChecked() and window.device_picker.barge_in.isEnabled()
     # Headphones (echo cancellation off): barge-in works from the model's first word. With it on, it
     # waits until the canceller has learned the room, or the model's own voice could interrupt it.
     window.device_picker.echo_cancellation.setChecked(False)

@@ -89,6 +89,7 @@ def test_loads_the_demo_model_and_shows_what_it_can_do(qtbot, window):
     assert window.compute_label.text() == "Compute: CPU: no NVIDIA GPU found"
     assert window.model_picker.voice.isVisibleTo(window)  # the demo is PersonaPlex-shaped
     assert window.model_picker.voice.findText("DEMO") >= 0
+    assert not window.device_picker.barge_in.isEnabled()  # it hears the person every 80 ms: never interrupted
     caps = window.models.loaded.capabilities
     for name in ("graph_replay", "demand_sized_state"):
         box = getattr(window.panel.controls, name)

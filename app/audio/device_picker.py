@@ -108,9 +108,9 @@ class DevicePicker(QGroupBox):
                                   "below the voice.")
         self.barge_in = QCheckBox("Interrupt by talking")
         self.barge_in.setChecked(self.settings.barge_in)
-        self.barge_in.setToolTip("When you talk over the model for a moment, it stops and listens (a model "
-                                 "that answers once a second; one that hears you every 80 ms needs no "
-                                 "interrupting). Turn it off in a room where others talk.")
+        self.barge_in.setToolTip("When you talk over the model for a moment, it stops and listens: a model "
+                                 "that answers once a second (greyed out for one that hears you every 80 ms, "
+                                 "which stops by itself). Turn it off in a room where others talk.")
 
     def _new_meter(self, name: str, tip: str) -> QProgressBar:
         meter = QProgressBar()

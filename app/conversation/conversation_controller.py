@@ -202,7 +202,9 @@ class ConversationController(QObject):
         self._start_button.setEnabled(ready)
         self._start_button.setToolTip(why)
 
-    def _on_model_ready(self, _: LoadedModel) -> None:
+    def _on_model_ready(self, loaded: LoadedModel) -> None:
+        # Only a model that answers once a second is interrupted; the switch says so for the others.
+        self._device_picker.barge_in.setEnabled(loaded.interruptible)
         if self._start_when_loaded:
             self._start_when_loaded = False
             self.start()

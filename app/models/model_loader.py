@@ -35,6 +35,7 @@ class LoadedModel:
     predictor: str            # the DiffuPlex predictor file loaded with the model ("" for none)
     notice: str = ""          # something about the load the user should know ("" for nothing)
     weights: str | None = None  # as chosen for the load ("bf16", "int8", "int4"; None: as stored)
+    interruptible: bool = False  # talking over it cuts its speech short (a once-a-second model)
 
     @property
     def takes_role(self) -> bool:
@@ -157,7 +158,8 @@ class ModelLoader(threading.Thread):
                            default_role=session.default_role, device_label=label,
                            device_reason=why_this_device(device), memory=memory.describe(),
                            capabilities=session.capabilities(),
-                           predictor=predictor.name if predictor else "", notice=notice, weights=self.weights)
+                           predictor=predictor.name if predictor else "", notice=notice, weights=self.weights,
+                           interruptible=session.can_interrupt)
 
 
 def fits_beside(memory) -> bool:
