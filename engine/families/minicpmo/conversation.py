@@ -59,6 +59,7 @@ class MiniCPMOConversation:
     stage_words = {"encode": "hearing the second", "prefill": "reading it", "decide": "deciding and writing",
                    "speech tokens": "choosing speech", "audio": "making audio", "finalize": "closing the unit"}
     predictor = None
+    interruptible = True  # the reference's break: talking over it ends its turn
     prompt_s = 0.0
     voices: list[str] = []
     default_role = DEFAULT_ROLE
@@ -142,10 +143,9 @@ class MiniCPMOConversation:
         shape) at each span of its cache; the TTS's condition rows (one to a unit's most) and its
         steps at each span of its own; the tail's chunks (its stream, made here). The work runs on
         the state as it is and the state goes back to zero (positions; the generator is seeded at
-        the reset). Without graphs (the CPU) only the tail's stream is made: nothing else to prepare."""
+        the reset). Without graphs (the CPU) there is nothing to prepare."""
         self.configure(options)
         if not self.runner.replay:
-            self._new_turn_audio()
             return
         llm_spans = sorted({self.llm.span(end) for end in range(1, self.llm.capacity + 1)})
         stages = [self.llm.stage(count, span) for span in llm_spans for count in (1, 2, UNIT_ROWS)]
@@ -155,7 +155,7 @@ class MiniCPMOConversation:
         self.llm.position.zero_()
         self.tts.position.zero_()
         self.tts.step.zero_()
-        self.tts._generator = self.generator
+        self.tts.generator = self.generator
         self.runner.prepare(stages)
         self.llm.reset()
         self.tts.reset()
@@ -183,8 +183,6 @@ class MiniCPMOConversation:
         report = UnitReport(self.unit, result.listen, result.text, result.end_of_turn, drawn)
         self.unit += 1
         return tokens, speech, report
-
-    interruptible = True
 
     def interrupt(self) -> None:
         """The break override for the next unit (its turn ends; it listens)."""

@@ -150,7 +150,7 @@ class SpeechTokenGenerator:
         self.step_input = torch.zeros(1, c.hidden_size, dtype=dtype, device=self.device)
         self.runner = runner
         self._inputs: dict[int, torch.Tensor] = {}  # static condition rows by count, for replayed draws
-        self._generator: torch.Generator | None = None
+        self.generator: torch.Generator | None = None  # what the draws take (generate sets it)
         self.length = 0
 
     def _rope_tables(self, round_inv_freq: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,7 +229,7 @@ class SpeechTokenGenerator:
         self.position.fill_(start)
         self.step.zero_()
         self.eos_bias.fill_(-math.inf if min_new else 0.0)
-        self._generator = generator
+        self.generator = generator
         condition, kept = condition.to(self.device, self.dtype), c.steps_per_unit - 1
         for t in range(c.steps_per_unit):
             end = start + rows + t  # the draw's rows end before this position
@@ -258,7 +258,7 @@ class SpeechTokenGenerator:
         logits = linear(self._layers(x, span), self.head).float()
         scaled = self._penalise(logits / self.temperature)
         scaled[:, self.cfg.eos] += self.eos_bias  # -inf masks it (min_new_tokens), 0 leaves it as it is
-        token = draw(F.softmax(scaled, dim=-1), self._generator)
+        token = draw(F.softmax(scaled, dim=-1), self.generator)
         self.drawn.index_copy_(0, self.step, token.view(1))
         self.step_input.copy_(F.embedding(token.view(1), self.emb_code))
         self.position += x.shape[0]
