@@ -9,24 +9,14 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from app.audio.audio_io import ENGINE_RATE, AudioConfig
+from app.audio.audio_io import ENGINE_RATE
 from tests.app_helpers import isolated_settings, keep_torch_threads  # noqa: F401
 from tests.audio_fixture import virtual_audio  # noqa: F401  (a fixture)
+from tests.test_app_second_family import window  # noqa: F401  (a fixture: the offscreen window)
 
 pytestmark = pytest.mark.audio
 SPEECH = "assets/speech_sample.wav"
 TINY = Path(__file__).parent / "golden" / "minicpmo_tiny"
-
-
-@pytest.fixture
-def window(qtbot, tmp_path, virtual_audio):
-    from app.window.main_window import MainWindow
-    w = MainWindow(isolated_settings(tmp_path), device="cpu",
-                   audio_config=AudioConfig(start_timeout_s=2.0, stall_timeout_s=0.5))
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.close()
 
 
 def test_a_conversation_with_minicpmo(qtbot, window, virtual_audio, tmp_path):

@@ -16,6 +16,7 @@ from engine.families.minicpmo.text_tokens import TOKENIZER_FILES
 from engine.loading.library.catalogue import KNOWN, needed_files
 from engine.token2wav.token2wav_loading import FILES as TAIL_FILES
 from tests.fake_hub import FakeHub
+from tests.test_model_library import cache  # noqa: F401  (a fixture: the client's cache)
 
 REPO = "openbmb/MiniCPM-o-4_5"
 TINY = Path(__file__).parent / "golden" / "minicpmo_tiny"
@@ -35,15 +36,6 @@ def repository(tail: bool = False) -> dict[str, bytes | Path]:
     if tail:
         files |= {f"{TAIL_FOLDER}/{name}": name.encode() * 100 for name in TAIL_FILES}
     return files
-
-
-@pytest.fixture()
-def cache(tmp_path, monkeypatch):
-    from huggingface_hub import constants
-    folder = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(folder))
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
-    return folder
 
 
 def test_only_the_audio_paths_files_are_planned_downloaded_and_loaded(cache):
