@@ -101,7 +101,8 @@ def test_the_demo_model_says_what_it_said(golden, demo, case):
 def test_int8_says_what_it_said(golden):
     meta, trace = golden
     model = load_model("demo", weights="int8")
-    tokens, pcm = recorder.conversation(model, RuntimeOptions(seed=int(meta["seed"]), weights="int8"), trace["user_pcm"])
+    options = RuntimeOptions(seed=int(meta["seed"]), weights="int8")
+    tokens, pcm = recorder.conversation(model, options, trace["user_pcm"])
     _assert_same(golden, "int8", tokens=tokens, pcm=pcm)
 
 
@@ -131,7 +132,8 @@ def test_int4_reads_the_kept_copy_and_says_what_it_said(golden, int4_source, cap
         model = load_model(folder, weights="int4")
     assert "int4 weights read from the kept copy" in caplog.text, caplog.text
     assert copy.read_bytes() == before  # read as it was, not made again
-    tokens, pcm = recorder.conversation(model, RuntimeOptions(seed=int(meta["seed"]), weights="int4"), trace["user_pcm"])
+    options = RuntimeOptions(seed=int(meta["seed"]), weights="int4")
+    tokens, pcm = recorder.conversation(model, options, trace["user_pcm"])
     _assert_same(golden, "int4", tokens=tokens, pcm=pcm)
 
 
