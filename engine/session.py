@@ -47,7 +47,8 @@ class FrameOutput:
     """float32 [FRAME_SIZE] at SAMPLE_RATE: the model's speech for this period (silence while it
     has none)."""
     text: str
-    """The text the model's steps in this period emitted ("" for none)."""
+    """The model's text whose speech starts in this period ("" for none): a step's words are
+    spread over the speech it made (engine.runtime.step_audio)."""
     tokens: np.ndarray | None
     """int64 [output_width]: the tokens of the last step in this period, or None when no step
     ran or the model had no output yet (the family says what they are)."""
@@ -305,7 +306,7 @@ class DuplexSession:
 
     def interrupt(self) -> float:
         """The user spoke over the model: its family ends the model's turn at its next step and
-        the speech queued here is dropped; returns the seconds dropped. Only where
+        the speech queued here is dropped, with its words; returns the seconds dropped. Only where
         `can_interrupt`."""
         self.conversation.interrupt()
         return self.audio.drop_speech() / SAMPLE_RATE
@@ -328,20 +329,21 @@ class DuplexSession:
             log.info("%d non-finite input samples replaced (%s); later ones are counted",
                      replaced, REPLACEMENT)
         self.nonfinite_samples += replaced
-        steps, text, tokens_out, report = 0, "", None, None
+        steps, tokens_out, report = 0, None, None
         while (pcm_in := self.audio.next_step()) is not None:
             tokens, out, report = self.conversation.step(pcm_in, self.options, self.timer.mark)
             self.audio.queue(out)
             if tokens is not None:
                 self._tokens_out.copy_(tokens, non_blocking=True)
             wait_for(self.device)  # the step's one wait for the device
-            self.audio.queued()
+            text = ""
             if tokens is not None:
                 tokens_out = self._tokens_out.numpy().copy()
-                text += self.conversation.text(tokens_out)
+                text = self.conversation.text(tokens_out)
+            self.audio.queued(text)
             steps += 1
         preparing = self._prepare_more(self.timer.started)
         timings = self.timer.end()  # its total: the period and what was recorded after it
-        return FrameOutput(self.audio.period_out(), text, tokens_out, timings,
+        return FrameOutput(self.audio.period_out(), self.audio.period_text(), tokens_out, timings,
                            tuple(self.meter.add(timings["total"])), self.state_bytes(), self.gpu_memory_bytes(),
                            report, applied, steps, preparing)

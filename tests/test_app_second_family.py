@@ -72,8 +72,9 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
     """Barge-in on (the default), headphones: the person's speech goes on while the model speaks at the third
     step, so 200 ms into the model's speech it is interrupted: its family is told, its 1.5 s
     stop short in the recording's model channel (what the speaker played), faded out, and the
-    recording notes where."""
-    folder = second_family.write(tmp_path / "second-model")
+    recording notes where. Each step says five words over its 1.5 s: the transcript keeps those
+    played before the cut, not the rest."""
+    folder = second_family.write(tmp_path / "second-model", words=["one two three four five"])
     window.model_picker.folder_chosen.emit(str(folder))
     with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
         window.models.load()
@@ -95,6 +96,8 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path):
     assert len(spoken) and spoken[-1] - spoken[0] + 1 < 36000 - 1920, "cut short"
     record = json.loads(end.transcript.read_text())
     assert record["interruptions"] and record["interruptions"][0]["dropped_s"] > 0
+    words = [w["word"] for w in record["words"]]
+    assert "one" in words and words.count("five") < words.count("one"), words
 
 
 def test_its_own_voice_through_the_room_never_interrupts_it(qtbot, window, virtual_audio, tmp_path):

@@ -182,6 +182,9 @@ class ConversationWorker(threading.Thread):
         and what the speaker still has fades out."""
         dropped_s = self.session.interrupt()
         self.link.cut_speaker()
+        # The frames the speaker has not played yet are cut with it: the recording keeps no
+        # words of theirs (the session dropped the words of the speech it held).
+        self._unrecorded = deque((frame, "", notes) for frame, _, notes in self._unrecorded)
         log.info("interrupted at frame %d (%.2f s of queued speech dropped)", index, dropped_s)
         if self.recorder is not None:
             self.recorder.note_interruption(index, dropped_s)

@@ -2,7 +2,11 @@
 with its start and end in seconds, from the text pieces it emits frame by frame."""
 from __future__ import annotations
 
+import re
+
 from engine import FRAME_SECONDS
+
+_PARTS = re.compile(r"\s*\S+|\s+")
 
 
 class Words:
@@ -14,14 +18,13 @@ class Words:
 
     def add(self, index: int, piece: str) -> None:
         """The text piece of frame `index` ("" for none)."""
-        if not piece:
-            return
         start, end = index * FRAME_SECONDS, (index + 1) * FRAME_SECONDS
-        if piece[0].isspace() or not self.words:
-            self.words.append({"word": piece.strip(), "start": round(start, 3), "end": round(end, 3)})
-        else:
-            self.words[-1]["word"] += piece
-            self.words[-1]["end"] = round(end, 3)
+        for part in _PARTS.findall(piece):  # a frame may begin several words
+            if part[0].isspace() or not self.words:
+                self.words.append({"word": part.strip(), "start": round(start, 3), "end": round(end, 3)})
+            else:
+                self.words[-1]["word"] += part
+                self.words[-1]["end"] = round(end, 3)
 
     def finished(self) -> list[dict]:
         """The words so far (a piece of only spaces makes none)."""
