@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1280x720", help="the window's size in logical pixels (at 150%% "
                         "scaling, QT_SCALE_FACTOR=1.5, 1280x720 fills a 1920x1080 screen)")
     parser.add_argument("--theme", choices=("light", "dark"), default="light", help="the window's colours")
+    parser.add_argument("--model", default="demo",
+                        help="the model talked with: demo, or a folder (e.g. tests/golden/minicpmo_tiny)")
     parser.add_argument("--diffuplex", action="store_true",
                         help="the demo's DiffuPlex predictor under SPEAK, the Engine details pane open")
     args = parser.parse_args(argv)
@@ -84,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         players = []  # the speech starts with the conversation (the demo loads first)
         window.conversation.signals.started.connect(
             lambda: players.append(audio.play_into_microphone(REPO / "assets" / "speech_sample.wav")))
-        window.model_picker.select("demo")
+        if args.model == "demo":
+            window.model_picker.select("demo")
+        else:
+            window.model_picker.folder_chosen.emit(str(Path(args.model).resolve()))
         if args.diffuplex:  # the model, then its predictor, then the conversation
             window.models.ready.connect(
                 lambda _: window.models.choose_predictor(str(DEMO_MODEL_DIR / "diffuplex.safetensors")))

@@ -30,8 +30,11 @@ def window(qtbot, tmp_path, virtual_audio):
     w.close()
 
 
-def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, tmp_path):
-    folder = second_family.write(tmp_path / "second-model")
+@pytest.mark.parametrize("step_delay_s", [0, 0.6])
+def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, tmp_path, step_delay_s):
+    """Also with each step taking 0.6 s, as a big model's second does on a GPU: the microphone's
+    audio waits while a step runs (none of it dropped) and the speech still plays in one piece."""
+    folder = second_family.write(tmp_path / "second-model", step_delay_s=step_delay_s)
     window.model_picker.folder_chosen.emit(str(folder))  # what the Folder… dialog sends
     assert str(folder) in window.model_picker.combo.currentText()  # listed and chosen
     with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
@@ -39,6 +42,8 @@ def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, t
     assert window.models.loaded.session.model.family == second_family.FAMILY
     speaker = virtual_audio.record_speaker(tmp_path / "speaker.wav")
     window.device_picker.barge_in.setChecked(False)  # the person's speech goes on over the model's: no interrupt
+    reports = []
+    window.conversation.signals.frame.connect(reports.append)
     with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
         window.conversation.start()
     player = virtual_audio.play_into_microphone(SPEECH)
@@ -53,6 +58,7 @@ def test_a_conversation_with_a_one_second_family(qtbot, window, virtual_audio, t
     speaker.terminate()
     speaker.wait()
     assert window.message_bar.text() == ""
+    assert reports[-1].counters.dropped_input_s == 0 and reports[-1].counters.dropped_output_s == 0
     end = window.conversation.last_end
     audio, rate = sf.read(end.recording, dtype="float32")
     assert rate == ENGINE_RATE and audio.shape == (end.frames * 1920, 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import soxr
@@ -41,6 +41,14 @@ class AudioConfig:
     device_latency: float = 0.05
     stall_timeout_s: float = 1.0       # a running stream silent this long has failed
     start_timeout_s: float = 4.0       # grace while a sound server sets a stream up
+
+    def for_step(self, step_s: float) -> AudioConfig:
+        """For a model that works `step_s` at a time (once a second): a step may run for up to
+        its length, and the microphone's audio meanwhile waits to be heard, not dropped."""
+        if step_s <= FRAME_SIZE / ENGINE_RATE:
+            return self
+        backlog = self.max_input_backlog_s + step_s
+        return replace(self, max_input_backlog_s=backlog, input_capacity_s=max(self.input_capacity_s, backlog + 0.5))
 
 
 @dataclass(frozen=True)

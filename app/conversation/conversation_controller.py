@@ -88,7 +88,8 @@ class ConversationController(QObject):
             return
         feed, self._pending_feed = feed or self._pending_feed, None
         self._message_bar.hide()
-        link = feed or self._open_audio()
+        audio_config = self.audio_config.for_step(loaded.step_s)
+        link = feed or self._open_audio(audio_config)
         if link is None:
             return
         persona = self._persona(loaded)
@@ -100,7 +101,7 @@ class ConversationController(QObject):
             self._message_bar.show_message(f"Cannot write the recording: {exc}")
             return
         # Only the devices' microphone queue is capped: a file feeds the engine as it asks.
-        self._panel.reset(self.audio_config.max_input_backlog_s if feed is None else None, loaded.session.tally(),
+        self._panel.reset(audio_config.max_input_backlog_s if feed is None else None, loaded.session.tally(),
                           loaded.session.stage_words)
         if recorder is not None:
             self.recording_shown.emit(recorder.wav_path, "Recording to")
@@ -127,7 +128,7 @@ class ConversationController(QObject):
             self.worker.stop()
             self.worker.join(timeout=timeout)
 
-    def _open_audio(self) -> AudioLink | None:
+    def _open_audio(self, config: AudioConfig) -> AudioLink | None:
         microphone = self._device_picker.selected("input")
         speaker = self._device_picker.selected("output")
         if microphone is None or speaker is None:
@@ -136,7 +137,7 @@ class ConversationController(QObject):
                 f"No {missing} found. Connect one: it shows in the Audio box (press Refresh if it does not).")
             return None
         try:
-            return AudioLink(microphone, speaker, self.audio_config, echo=self._device_picker.echo_settings(),
+            return AudioLink(microphone, speaker, config, echo=self._device_picker.echo_settings(),
                              notify=self._link_notice.emit)
         except AudioDeviceError as exc:
             self._message_bar.show_message(str(exc))

@@ -36,6 +36,7 @@ class LoadedModel:
     notice: str = ""          # something about the load the user should know ("" for nothing)
     weights: str | None = None  # as chosen for the load ("bf16", "int8", "int4"; None: as stored)
     interruptible: bool = False  # talking over it cuts its speech short (a once-a-second model)
+    step_s: float = 0.08      # the audio a model's step hears (once a second: 1.0)
 
     @property
     def takes_role(self) -> bool:
@@ -159,7 +160,8 @@ class ModelLoader(threading.Thread):
                            device_reason=why_this_device(device), memory=memory.describe(),
                            capabilities=session.capabilities(),
                            predictor=predictor.name if predictor else "", notice=notice, weights=self.weights,
-                           interruptible=session.can_interrupt)
+                           interruptible=session.can_interrupt,
+                           step_s=model.step_samples / model.input_rate)
 
 
 def fits_beside(memory) -> bool:

@@ -11,6 +11,7 @@ none reads another's outputs, so each replays on its own. The decision is read o
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -126,6 +127,7 @@ class SecondConversation:
         if speaking:
             out = self.runner.run(speak)
             mark("speak")
+        time.sleep(self.config.get("step_delay_s", 0))  # a big model's second of work, where a test asks for it
         return tokens, out, SecondReport(speaking, self.steps)
 
     interruptible = True
