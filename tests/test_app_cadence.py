@@ -192,3 +192,28 @@ def test_diffuplex_says_how_many_predicted_frames_play_and_why_not(qtbot):
     assert panel.stage_label.text().count("large model") == 1  # one large-model figure, in the stages
     assert all(label.toolTip() for label in (panel.speak_label, panel.frame_label, panel.stage_label,
                                               *panel.report_labels, panel.memory_label, panel.audio_label))
+
+
+def test_a_once_a_second_model_is_judged_by_its_second(qtbot):
+    """A model whose step is a second runs it in one period of twelve, which may take up to the
+    second (the audio waits meanwhile): that period is not "too slow", and the chart has no
+    80 ms part for it, nor the legend its colour."""
+    panel = CadencePanel(RuntimeOptions())
+    qtbot.addWidget(panel)
+    panel.resize(600, 400)
+    panel.reset(None, None, {}, step_s=1.0)
+    counters = AudioCounters(0, 0, 0.0, 0.0, 0.08)
+    for i in range(60):
+        step = i % 12.5 < 1  # a unit's period: 0.45 s of work
+        panel.add_frame(_report(_timings(0.45 if step else 0.001), [0.45] if step else [], None, counters))
+    assert panel.stats.frame_overruns() == 0
+    assert "Each 80 ms period took" in panel.frame_label.text() and "0 of 60 over the 1 s" in panel.frame_label.text()
+    assert panel.chart.painted_words() == ("Time to produce each second of speech", "1 s")
+    assert colour(panel, FRAME_UNDER).name() not in panel.legend.text()
+    panel.show()
+    assert _colour_count(panel.chart, UNDER) > 0 and _colour_count(panel.chart, OVER) == 0
+    panel.add_frame(_report(_timings(1.3), [1.3], None, counters))  # a unit over its second
+    assert panel.stats.frame_overruns() == 1 and panel.stats.seconds_over() == 1
+    panel.reset()  # then a model of 80 ms steps: both parts again
+    assert "Time to produce each 80 ms step" in panel.chart.painted_words()
+    assert colour(panel, FRAME_UNDER).name() in panel.legend.text()

@@ -102,7 +102,7 @@ class ConversationController(QObject):
             return
         # Only the devices' microphone queue is capped: a file feeds the engine as it asks.
         self._panel.reset(audio_config.max_input_backlog_s if feed is None else None, loaded.session.tally(),
-                          loaded.session.stage_words)
+                          loaded.session.stage_words, loaded.step_s)
         if recorder is not None:
             self.recording_shown.emit(recorder.wav_path, "Recording to")
         self._view.begin(f"{loaded.name} · {link.description}", recording=recorder is not None)

@@ -1,6 +1,7 @@
 """The cadence chart: SPEAK time per second of conversation against the one-second
 cadence (top), and engine time per frame against the 80 ms frame (bottom strip), over one
-time axis (the conversation's seconds). The legend is beside it, as words (LEGEND)."""
+time axis (the conversation's seconds). A model that steps once a second has the top part
+alone: each of its seconds is one step. The legend is beside it, as words (legend())."""
 from __future__ import annotations
 
 from PyQt6.QtCore import QPointF, QRectF, Qt
@@ -25,6 +26,16 @@ LEGEND = ((UNDER, "a second in time"), (FRAME_UNDER, "an 80 ms step in time"),
           (OVER, "too slow: the reply lags"))
 
 
+def legend(stats: CadenceStats) -> tuple[tuple[str, str], ...]:
+    """The legend's entries for the chart of `stats`."""
+    return LEGEND if _frames_shown(stats) else tuple(entry for entry in LEGEND if entry[0] != FRAME_UNDER)
+
+
+def _frames_shown(stats: CadenceStats) -> bool:
+    """The 80 ms part is drawn for a model whose step is the 80 ms period."""
+    return stats.step_s <= FRAME_S
+
+
 class CadenceChart(QWidget):
     def __init__(self, stats: CadenceStats, parent=None):
         super().__init__(parent)
@@ -37,7 +48,7 @@ class CadenceChart(QWidget):
 
     def painted_words(self) -> tuple[str, ...]:
         """The words painted on the chart (for a test reading what the window says)."""
-        return TITLES + LIMITS
+        return TITLES + LIMITS if _frames_shown(self.stats) else (TITLES[0], LIMITS[0])
 
     def paintEvent(self, event):
         painter = QPainter(self)
@@ -45,11 +56,18 @@ class CadenceChart(QWidget):
         painter.fillRect(self.rect(), palette.color(QPalette.ColorRole.Base))
         title_h = painter.fontMetrics().height() + 2
         area = QRectF(self.rect()).adjusted(MARGIN_LEFT, MARGIN, -MARGIN, -MARGIN - title_h)
+        text = palette.color(QPalette.ColorRole.Text)
+        if not _frames_shown(self.stats):
+            top = QRectF(area.left(), area.top() + title_h, area.width(), area.height() - title_h)
+            self._title(painter, top, TITLES[0], text)
+            first_second = self._draw_seconds(painter, top, text)
+            self._time_axis(painter, top, float(first_second), text)
+            painter.end()
+            return
         seconds_h = (area.height() - 2 * title_h) * 0.62
         top = QRectF(area.left(), area.top() + title_h, area.width(), seconds_h)
         bottom = QRectF(area.left(), top.bottom() + title_h + 6, area.width(),
                         area.bottom() - top.bottom() - title_h - 6)
-        text = palette.color(QPalette.ColorRole.Text)
         self._title(painter, top, TITLES[0], text)
         self._title(painter, bottom, TITLES[1], text)
         self._draw_seconds(painter, top, text)
@@ -66,7 +84,8 @@ class CadenceChart(QWidget):
         elapsed = self.stats.frames * FRAME_S
         return max(width / max(SPAN_S, elapsed), MIN_FRAME_PX / FRAME_S)
 
-    def _draw_seconds(self, painter: QPainter, rect: QRectF, text: QColor):
+    def _draw_seconds(self, painter: QPainter, rect: QRectF, text: QColor) -> int:
+        """The seconds that fit, the latest last; returns the index of the first one shown."""
         slot = self._pixels_per_second(rect.width())
         shown = self.stats.seconds[-int(rect.width() // slot):]
         scale = max([1.25] + [1.1 * s for s in shown])
@@ -75,6 +94,7 @@ class CadenceChart(QWidget):
             h = rect.height() * value / scale
             painter.fillRect(QRectF(rect.left() + (i + 0.15) * slot, rect.bottom() - h,
                                     0.7 * slot, h), colour(self, OVER if value > 1.0 else UNDER))
+        return len(self.stats.seconds) - len(shown)
 
     def _draw_frames(self, painter: QPainter, rect: QRectF, text: QColor) -> int:
         """The frames that fit, the latest last; returns the index of the first one shown."""

@@ -12,7 +12,7 @@ from PyQt6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 from engine import FRAME_SECONDS, RuntimeOptions
 
 from ..audio.audio_io import AudioCounters
-from .cadence_chart import LEGEND, CadenceChart, colour
+from .cadence_chart import CadenceChart, colour, legend
 from .cadence_gauge import CadenceGauge
 from .cadence_stats import CadenceStats
 from .engine_pane import EnginePane
@@ -37,9 +37,7 @@ class CadencePanel(QWidget):
         self.stats = CadenceStats()
         self.gauge = CadenceGauge()
         self.chart = CadenceChart(self.stats)
-        # Lines break between the legend's entries, never inside one.
-        self.legend = QLabel(" &nbsp; ".join(f'<span style="color:{colour(self, role).name()}">■</span>&nbsp;'
-                                             + words.replace(" ", "&nbsp;") for role, words in LEGEND))
+        self.legend = QLabel()
         self.legend.setWordWrap(True)
         self.speak_label = _detail(tip(
             "The engine time spent producing each second of the model's speech. Over 1 s that second "
@@ -85,14 +83,17 @@ class CadencePanel(QWidget):
         self.setMinimumWidth(max(layout.minimumSize().width(), body.minimumSizeHint().width()))
         self.reset()
 
-    def reset(self, backlog_cap_s: float | None = None, tally=None, stage_words: dict[str, str] | None = None
-              ) -> None:
+    def reset(self, backlog_cap_s: float | None = None, tally=None, stage_words: dict[str, str] | None = None,
+              step_s: float = FRAME_SECONDS) -> None:
         """A new conversation starts a new chart; memory and audio lines wait for frames.
         `backlog_cap_s`: the microphone queue's cap in this conversation (None: uncapped);
         `tally`: the family's tally of its step reports (session.tally()), `stage_words` its
-        stages in words (session.stage_words)."""
+        stages in words (session.stage_words); `step_s`: the audio a model's step hears."""
         self._backlog_cap_s = backlog_cap_s
-        self.stats = CadenceStats()
+        self.stats = CadenceStats(step_s)
+        # Lines break between the legend's entries, never inside one.
+        self.legend.setText(" &nbsp; ".join(f'<span style="color:{colour(self, role).name()}">■</span>&nbsp;'
+                                            + words.replace(" ", "&nbsp;") for role, words in legend(self.stats)))
         self.reply = ReplyTime()
         self.reply_label.setText(self.reply.line())
         self.tally = tally
@@ -175,9 +176,12 @@ class CadencePanel(QWidget):
         self.speak_label.setText(
             f"Each second of speech took {s.speak_mean():.3f} s on average · 99 in 100 within "
             f"{s.speak_p99():.3f} s · {s.seconds_over()} seconds late")
+        # A once-a-second model's step runs in one period of twelve: that period may take the second.
+        each, slow = (("step", "too slow") if s.step_s <= FRAME_SECONDS
+                      else ("period", f"over the {s.step_s:g} s a step may take"))
         self.frame_label.setText(
-            f"Each 80 ms step took {1000 * s.frame_mean():.1f} ms on average · 99 in 100 within "
-            f"{1000 * s.frame_p99():.1f} ms · {s.frame_overruns()} of {s.frames} too slow")
+            f"Each 80 ms {each} took {1000 * s.frame_mean():.1f} ms on average · 99 in 100 within "
+            f"{1000 * s.frame_p99():.1f} ms · {s.frame_overruns()} of {s.frames} {slow}")
         self.stage_label.setText("Where a step's time goes (average): " + " · ".join(
             f"{self._stage_words.get(stage, stage)} {1000 * seconds:.1f} ms"
             for stage, seconds in s.stage_means().items()))

@@ -9,7 +9,10 @@ from engine import FRAME_SECONDS as FRAME_S
 
 
 class CadenceStats:
-    def __init__(self):
+    def __init__(self, step_s: float = FRAME_S):
+        """`step_s`: the model's step (80 ms; a once-a-second model's 1 s). A period that runs a
+        step may take as long as the step: the audio waits meanwhile."""
+        self.step_s = step_s
         self._frame_s = np.zeros(1024, dtype=np.float64)
         self.frames = 0
         self.seconds: list[float] = []
@@ -43,8 +46,8 @@ class CadenceStats:
         return float(np.percentile(self.frame_times, 99)) if self.frames else 0.0
 
     def frame_overruns(self) -> int:
-        """Frames that took longer than the 80 ms they cover."""
-        return int((self.frame_times > FRAME_S).sum())
+        """Periods that took longer than the model's step (an 80 ms model's: the 80 ms they cover)."""
+        return int((self.frame_times > self.step_s).sum())
 
     def speak_mean(self) -> float:
         return float(np.mean(self.seconds)) if self.seconds else 0.0
