@@ -328,3 +328,21 @@ def test_skips_are_marked_one_entry_a_run(tmp_path):
         {"t": 3.2, "sample": 40 * FRAME, "frames": 3, "seconds": 0.24, "behind_s": 2.2},
         {"t": 4.0, "sample": 50 * FRAME, "frames": 1, "seconds": 0.08, "behind_s": 2.2}]
     assert record["speaker_skipped_s"] == 0.32
+
+
+def test_a_once_a_second_model_keeps_a_steps_stall_of_speech_queued():
+    """A once-a-second model's step holds the engine thread for up to its second: the speaker
+    keeps that much of the speech waiting (pauses in it are not left out to catch up), or the
+    next step would empty the queue mid-speech. An 80 ms model's speaker catches up as before."""
+    from app.audio.speaker_queue import SpeakerQueue
+    assert AudioConfig().for_step(0.08) == AudioConfig()
+    config = AudioConfig().for_step(1.0)
+    assert config.step_stall_s == 1.0 and config.max_input_backlog_s == pytest.approx(1.32)
+    every_frame = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s)
+    once_a_second = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s, config.step_stall_s)
+    speech = np.full(int(0.6 * ENGINE_RATE), 0.1, np.float32)
+    for queue in (every_frame, once_a_second):
+        queue.put(speech)
+    assert every_frame.late() and not once_a_second.late()
+    once_a_second.put(np.full(int(0.7 * ENGINE_RATE), 0.1, np.float32))  # 1.3 s: beyond a step's stall
+    assert once_a_second.late() and not once_a_second.full()

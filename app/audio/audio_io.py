@@ -41,14 +41,17 @@ class AudioConfig:
     device_latency: float = 0.05
     stall_timeout_s: float = 1.0       # a running stream silent this long has failed
     start_timeout_s: float = 4.0       # grace while a sound server sets a stream up
+    step_stall_s: float = 0.0          # how long one model step may hold the engine (SpeakerQueue's stall_s)
 
     def for_step(self, step_s: float) -> AudioConfig:
         """For a model that works `step_s` at a time (once a second): a step may run for up to
-        its length, and the microphone's audio meanwhile waits to be heard, not dropped."""
+        its length; meanwhile the microphone's audio waits to be heard, not dropped, and the
+        speaker plays from the speech queued before it (a stall's worth is kept queued)."""
         if step_s <= FRAME_SIZE / ENGINE_RATE:
             return self
         backlog = self.max_input_backlog_s + step_s
-        return replace(self, max_input_backlog_s=backlog, input_capacity_s=max(self.input_capacity_s, backlog + 0.5))
+        return replace(self, max_input_backlog_s=backlog, input_capacity_s=max(self.input_capacity_s, backlog + 0.5),
+                       step_stall_s=step_s)
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ class AudioLink(LinkDevices):
         self.description = f"{microphone.name} → engine → {speaker.name}"
         in_rate, out_rate = microphone.sample_rate, speaker.sample_rate
         self._in_ring = SpscRing(int(in_rate * config.input_capacity_s))
-        self._speaker_queue = SpeakerQueue(out_rate, config.prebuffer_s, config.max_output_backlog_s)
+        self._speaker_queue = SpeakerQueue(out_rate, config.prebuffer_s, config.max_output_backlog_s,
+                                           config.step_stall_s)
         self._played_track = PlayedTrack(self._speaker_queue)  # the recording's model channel
         self._mic_positions = MicPositions()  # where each frame lies in the microphone's stream
         self._in_lost = self._in_lost_seen = 0  # microphone samples the full ring refused

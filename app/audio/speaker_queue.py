@@ -25,11 +25,14 @@ CUT_FADE_S = 0.005  # an interrupted model's speech fades out over this long: a 
 class SpeakerQueue:
     """Written by the engine thread (`put`), played by PortAudio's callback (`fill`)."""
 
-    def __init__(self, rate: int, prebuffer_s: float, max_backlog_s: float):
+    def __init__(self, rate: int, prebuffer_s: float, max_backlog_s: float, stall_s: float = 0.0):
+        """`stall_s`: how long one step of the model may hold the engine thread (a once-a-second
+        model's second): that much more may wait without a pause being left out, or the next
+        step's stall would empty the queue in the middle of the model's speech."""
         self.rate = rate
         frame = int(np.ceil(rate * FRAME_SECONDS))
         self.limit = int(rate * (prebuffer_s + max_backlog_s))  # queued beyond this: skip the frame
-        self.target = int(rate * prebuffer_s) + frame  # the queue's most when the engine keeps up
+        self.target = int(rate * (prebuffer_s + stall_s)) + frame  # the queue's most when the engine keeps up
         self.ring = SpscRing(self.limit + 2 * frame)  # a frame more, and soxr's uneven blocks
         self.prebuffer = int(rate * prebuffer_s)
         self.far = SpscRing(int(rate * PLAYED_LOG_S))     # after the volume: the echo canceller's
