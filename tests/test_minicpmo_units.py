@@ -137,3 +137,27 @@ def test_the_basic_window_keeps_the_context_bounded_and_the_system_prompt(model)
     assert max(lengths) > 90 and min(lengths[10:]) >= 90 - 40  # it filled up, then slid
     assert units.system_length == prompt and llm.length == prompt + sum(units.unit_lengths)
     assert torch.equal(llm.keys[:, :, :prompt], kept_prompt)  # the system prompt's cache is untouched
+
+
+def test_every_stage_prepare_captures_runs_within_the_caches(model):
+    """`prepare` runs (and, on a GPU, captures: its warm-up runs the work again) every pass and
+    draw a unit can make before a conversation. Run here as it runs them, twice each: each stays
+    within the caches and a unit's draws, and the conversation starts from the first position."""
+    from engine.families.minicpmo.conversation import MiniCPMOConversation
+    from engine.options import RuntimeOptions
+    from engine.persona import Persona
+
+    generator = torch.Generator().manual_seed(0)
+    conversation = MiniCPMOConversation(model, generator, RuntimeOptions(), Persona())
+    conversation.tts.generator = generator
+    ran = []
+
+    def twice(stage):
+        for _ in range(2):
+            conversation.runner.run(stage, replay=False)
+        ran.append(stage.key)
+
+    conversation.each_unit_stage(twice)
+    assert len(set(ran)) == len(ran) > 3 * 2  # the LLM's three shapes and the TTS's, at every span
+    assert int(conversation.tts.step) <= conversation.tts.drawn.numel()
+    assert int(conversation.llm.position) <= conversation.llm.capacity

@@ -47,13 +47,16 @@ def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
     rows = x.numel() // x.shape[-1]
     if rows > MAX_WAKE_ROWS or not dispatch.use_triton(x):
         return matmul(x, w)
+    flat = x.reshape(rows, -1)
+    if flat.stride(1) != 1:  # a transposed view: the kernels read rows of unit stride
+        flat = flat.contiguous()
     if rows > 1:
         from ..kernels.rows_linear import linear as rows_linear
 
-        return rows_linear(x.reshape(rows, -1), w).view(*x.shape[:-1], -1)
+        return rows_linear(flat, w).view(*x.shape[:-1], -1)
     from ..kernels.fused_linear import linear as fused_linear
 
-    return fused_linear(x.reshape(rows, -1), w).view(*x.shape[:-1], -1)
+    return fused_linear(flat, w).view(*x.shape[:-1], -1)
 
 
 def embedding(table: Table, tokens: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

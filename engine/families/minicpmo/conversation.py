@@ -18,7 +18,7 @@ import torch
 
 from ...options import RuntimeOptions
 from ...persona import Persona
-from ...runtime.stages import Regeneration, StageRunner
+from ...runtime.stages import Regeneration, Stage, StageRunner
 from ...state.placement import new_store
 from ...token2wav.prompt import Prompt
 from ...token2wav.token2wav_stream import Token2wavStream
@@ -147,19 +147,26 @@ class MiniCPMOConversation:
         self.configure(options)
         if not self.runner.replay:
             return
+        self.tts.generator = self.generator
+        self.each_unit_stage(lambda stage: self.runner.prepare([stage]))
+        self.llm.reset()
+        self.tts.reset()
+        self._new_turn_audio()
+
+    def each_unit_stage(self, run: Callable[[Stage], object]) -> None:
+        """`run` on every pass and draw a unit can make (prepare's list), each from the first
+        position and draw: a stage's run and its capture's warm-up move them on, and all of them
+        in a row would run past the caches and a unit's draws."""
         llm_spans = sorted({self.llm.span(end) for end in range(1, self.llm.capacity + 1)})
         stages = [self.llm.stage(count, span) for span in llm_spans for count in (1, 2, UNIT_ROWS)]
         tts_spans = sorted({self.tts.span(end) for end in range(1, self.tts.capacity + 1)})
         condition_rows = range(1, self.settings.max_new_speak_tokens_per_chunk + 1)
         stages += [self.tts.stage(rows, span) for span in tts_spans for rows in (None, *condition_rows)]
-        self.llm.position.zero_()
-        self.tts.position.zero_()
-        self.tts.step.zero_()
-        self.tts.generator = self.generator
-        self.runner.prepare(stages)
-        self.llm.reset()
-        self.tts.reset()
-        self._new_turn_audio()
+        for stage in stages:
+            self.llm.position.zero_()
+            self.tts.position.zero_()
+            self.tts.step.zero_()
+            run(stage)
 
     def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark):
         samples = pcm.detach().to("cpu", torch.float32).numpy()
