@@ -236,8 +236,9 @@ def test_echo_is_cancelled_and_the_users_speech_kept(room, near_speech, step_s):
     kept = _correlation_at_best_lag(clean, heard[max(0, at - rate // 2):])
     raw_kept = _correlation_at_best_lag(clean, raw_heard)
     steps = "a 0.45 s step a second, at 16 kHz" if step_s else "80 ms steps"
-    print(f"\necho loop ({LOOP_DELAY_MS} ms, {LOOP_VOLUME}, {steps}): echo {_energy_db(echo_only[skip:]):.1f} dBFS without "
-          f"cancellation, {_energy_db(cancelled[skip:]):.1f} dBFS with it: ERLE {erle:.1f} dB after {CONVERGED_S} s; "
+    print(f"\necho loop ({LOOP_DELAY_MS} ms, {LOOP_VOLUME}, {steps}): echo {_energy_db(echo_only[skip:]):.1f} dBFS "
+          f"without cancellation, {_energy_db(cancelled[skip:]):.1f} dBFS with it: ERLE {erle:.1f} dB after "
+          f"{CONVERGED_S} s; "
           f"state {state.state} (its estimate {state.attenuation_db}); near speech kept in double talk: "
           f"correlation {kept:.2f} (without cancellation {raw_kept:.2f})\n"
           f"CPU per 80 ms frame: the canceller {state.ms_per_frame:.2f} ms (in double talk "
