@@ -142,22 +142,27 @@ def test_the_basic_window_keeps_the_context_bounded_and_the_system_prompt(model)
 def test_every_stage_prepare_captures_runs_within_the_caches(model):
     """`prepare` runs (and, on a GPU, captures: its warm-up runs the work again) every pass and
     draw a unit can make before a conversation. Run here as it runs them, twice each: each stays
-    within the caches and a unit's draws, and the conversation starts from the first position."""
+    within the caches and a unit's draws; then a conversation starts from the first position and
+    its units write the buffers prepare made (under the session's no_grad, not inference_mode)."""
     from engine.families.minicpmo.conversation import MiniCPMOConversation
     from engine.options import RuntimeOptions
     from engine.persona import Persona
 
     generator = torch.Generator().manual_seed(0)
     conversation = MiniCPMOConversation(model, generator, RuntimeOptions(), Persona())
-    conversation.tts.generator = generator
-    ran = []
+    ran, furthest = [], []
 
     def twice(stage):
         for _ in range(2):
             conversation.runner.run(stage, replay=False)
         ran.append(stage.key)
+        furthest.append((int(conversation.llm.position), int(conversation.tts.step)))
 
-    conversation.each_unit_stage(twice)
+    conversation.prepare_stages(twice)
     assert len(set(ran)) == len(ran) > 3 * 2  # the LLM's three shapes and the TTS's, at every span
-    assert int(conversation.tts.step) <= conversation.tts.drawn.numel()
-    assert int(conversation.llm.position) <= conversation.llm.capacity
+    assert max(p for p, _ in furthest) <= conversation.llm.capacity
+    assert max(s for _, s in furthest) <= conversation.tts.drawn.numel()
+    conversation.reset(RuntimeOptions(), lambda: False, None)
+    with torch.no_grad():
+        for _ in range(2):
+            conversation.step(torch.zeros(16000), RuntimeOptions(), lambda stage: None)

@@ -136,7 +136,6 @@ class MiniCPMOConversation:
         self._interrupt = False
         return options, True
 
-    @torch.inference_mode()
     def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
         """Every pass and draw a unit can make runs once and, with graph replay, is captured: the
         LLM's `<unit>`, a second's rows and the two-token finalize (a decode step is a `<unit>`'s
@@ -145,18 +144,15 @@ class MiniCPMOConversation:
         the state as it is and the state goes back to zero (positions; the generator is seeded at
         the reset). Without graphs (the CPU) there is nothing to prepare."""
         self.configure(options)
-        if not self.runner.replay:
-            return
-        self.tts.generator = self.generator
-        self.each_unit_stage(lambda stage: self.runner.prepare([stage]))
-        self.llm.reset()
-        self.tts.reset()
-        self._new_turn_audio()
+        if self.runner.replay:
+            self.prepare_stages(lambda stage: self.runner.prepare([stage]))
 
-    def each_unit_stage(self, run: Callable[[Stage], object]) -> None:
-        """`run` on every pass and draw a unit can make (prepare's list), each from the first
-        position and draw: a stage's run and its capture's warm-up move them on, and all of them
-        in a row would run past the caches and a unit's draws."""
+    @torch.no_grad()  # as the session steps: a buffer made under inference_mode could not be written there
+    def prepare_stages(self, run: Callable[[Stage], object]) -> None:
+        """`run` on every pass and draw a unit can make, each from the first position and draw
+        (a stage's run and its capture's warm-up move them on: all in a row would run past the
+        caches and a unit's draws); then the state goes back to a conversation's start."""
+        self.tts.generator = self.generator
         llm_spans = sorted({self.llm.span(end) for end in range(1, self.llm.capacity + 1)})
         stages = [self.llm.stage(count, span) for span in llm_spans for count in (1, 2, UNIT_ROWS)]
         tts_spans = sorted({self.tts.span(end) for end in range(1, self.tts.capacity + 1)})
@@ -167,6 +163,9 @@ class MiniCPMOConversation:
             self.tts.position.zero_()
             self.tts.step.zero_()
             run(stage)
+        self.llm.reset()
+        self.tts.reset()
+        self._new_turn_audio()
 
     def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark):
         samples = pcm.detach().to("cpu", torch.float32).numpy()

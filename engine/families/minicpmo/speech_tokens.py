@@ -209,7 +209,7 @@ class SpeechTokenGenerator:
             self._inputs[rows] = torch.zeros(rows, self.cfg.hidden_size, dtype=self.dtype, device=self.device)
         return Stage(("tts condition", rows, span), partial(self._draw, self._inputs[rows], span))
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def generate(self, condition: torch.Tensor, generator: torch.Generator, *, end_of_turn: bool = False,
                  trace: list[torch.Tensor] | None = None) -> list[int]:
         """One unit: prefill condition [L, hidden] at the turn's next positions, then draw steps_per_unit
