@@ -29,8 +29,12 @@ def test_a_conversation_with_minicpmo(qtbot, window, virtual_audio, tmp_path):
     assert window.device_picker.barge_in.isEnabled()  # once a second: talking over it interrupts it
     load_notice = window.message_bar.text()
     assert "one-second rhythm" in load_notice  # what sets it apart from Moshi, said once
+    # A saved persona preset (Settings) sets its system prompt; it has one voice, its tail's.
+    window._use_persona("", "You are a patient teacher.")
+    assert window.model_picker.persona() == (None, "You are a patient teacher.")
     with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
         window.conversation.start()
+    assert window.models.loaded.session.conversation.persona.role == "You are a patient teacher."
     player = virtual_audio.play_into_microphone(SPEECH)
     qtbot.waitUntil(lambda: window.panel.stats.frames >= 70, timeout=120_000)  # 5.6 s: five units
     panel = window.panel
