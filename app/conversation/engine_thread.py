@@ -182,8 +182,9 @@ class ConversationWorker(threading.Thread):
         and what the speaker still has fades out."""
         dropped_s = self.session.interrupt()
         self.link.cut_speaker()
-        # The frames the speaker has not played yet are cut with it: the recording keeps no
-        # words of theirs (the session dropped the words of the speech it held).
+        # Frames the played track has not come back for: their speech is in the speaker's queue,
+        # cut with it, so the recording keeps no words of theirs (the session dropped the words of
+        # the speech it held; those of older frames still in the queue stay).
         self._unrecorded = deque((frame, "", notes) for frame, _, notes in self._unrecorded)
         log.info("interrupted at frame %d (%.2f s of queued speech dropped)", index, dropped_s)
         if self.recorder is not None:
