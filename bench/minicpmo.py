@@ -76,13 +76,14 @@ def unit_audio(units: int) -> list[np.ndarray]:
 
 
 def profiled_units(plan: list[Unit], count: int) -> set[int]:
-    """A speaking unit inside a run (neither a turn's first nor last) and a listening one
-    inside a run, past the first ten units."""
+    """The first speaking unit inside a run (neither a turn's first nor last) and the first
+    listening one inside a run, past the first ten units: early, so that a side cut short by
+    the deadline is still profiled."""
     picks: list[int] = []
     for kind in ("speak", "listen"):
         found = [i for i in range(10, len(plan)) if plan[i].kind == kind and plan[i - 1].kind == kind
                  and not plan[i].end_of_turn]
-        picks += found[len(found) // 2:len(found) // 2 + 1]
+        picks += found[:1]
     return set(picks[:count])
 
 

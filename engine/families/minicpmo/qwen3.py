@@ -269,7 +269,7 @@ class Qwen3Model:
         out = F.scaled_dot_product_attention(grouped[None], self.keys[i, :, :span][None],
                                              self.values[i, :, :span][None], attn_mask=mask[None, None],
                                              scale=s.head_dim ** -0.5)
-        out = out[0].view(s.heads, count, s.head_dim).transpose(0, 1).reshape(count, s.heads * s.head_dim)
+        out = out[0].reshape(s.heads, count, s.head_dim).transpose(0, 1).reshape(count, s.heads * s.head_dim)
         return _product(out, layer["self_attn.o_proj.weight"], layer.get("self_attn.o_proj.bias"))
 
     def _pass(self, x: torch.Tensor, span: int, last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
