@@ -1,14 +1,15 @@
-"""`python3 -m bench.minicpmo`: our MiniCPM-o 4.5 family against the reference (OpenBMB
-MiniCPM-o-Demo), side by side in one process on one random checkpoint written on the machine
+"""`python3 -m bench.minicpmo`: our MiniCPM-o 4.5 family against the reference (OpenBMB MiniCPM-o-
+Demo), side by side in one process on one random checkpoint written on the machine
 (bench.minicpmo_weights), over one committed schedule of listening and speaking units
 (bench.minicpmo_schedule), to profile before optimizing.
 
 Per unit, synchronized at its end: its time (prefill + generate + finalize) and each stage's
-(encoder, LLM prefill, LLM decode, TTS, tail, finalize); per side: speaking p50/p99/max,
-listening p50/p99, units over the one-second cadence, load-to-ready time, peak memory, and
-kernels and GPU busy time on a few profiled units. The reference runs first and is freed
-before ours loads. Lines print as they come; the JSON is rewritten as the run goes.
-`--size tiny` runs the same on the CPU with tiny sizes (the full-size tail kept)."""
+(encoder, LLM prefill, LLM decode, TTS, tail, finalize); per side: speaking p50/p99/max, listening
+p50/p99, units over the one-second cadence, load-to-ready time, peak memory, and kernels and GPU
+busy time on a few profiled units, and the streaming state each side holds after 60 and 240 units
+(ours: its stores and fixed caches; the reference's: what its cache objects reach). The reference
+runs first and is freed before ours loads. Lines print as they come; the JSON is rewritten as the
+run goes. `--size tiny` runs the same on the CPU with tiny sizes (the full-size tail kept)."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +29,8 @@ import torch
 from .minicpmo_schedule import STAGES, TEXT, Forcing, StageClock, Unit, ratios, same_work, schedule, summarize
 
 SIDES = ("reference", "ours")
+STATE_AT = (60, 240)
+"""Units (seconds) after which each side's streaming state is measured (and after its last)."""
 SHORT = {"encoder": "enc", "llm_prefill": "pre", "llm_decode": "dec", "tts": "tts", "tail": "tail",
          "finalize": "fin", "other": "oth"}
 
@@ -155,6 +158,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             record.update(ms=sum(stages.values()), stages=stages, decodes=forcing.decodes[i], **made)
             record["as_planned"] = made["listen"] == (unit.kind != "speak") and made["end_of_turn"] == unit.end_of_turn
             out["units"].append(record)
+            if i + 1 in STATE_AT or i + 1 == len(plan):
+                out.setdefault("state_bytes", {})[str(i + 1)] = side.state_bytes()
             if cuda:
                 used_max = max(used_max, _device_used(device))
             print(f"{side.name} unit {i:3d} {unit.kind:6s} {record['ms']:8.1f} ms | "
@@ -185,6 +190,8 @@ def _show(name: str, result: dict) -> None:
     if li["count"]:
         line += f" p50 {li['p50_ms']:.1f} p99 {li['p99_ms']:.1f} ms"
     line += f"; over 1 s: {s['over_cadence']}"
+    if result.get("state_bytes"):
+        line += "; state " + ", ".join(f"{v / 2**20:.1f} MiB after {k} s" for k, v in result["state_bytes"].items())
     if "eager_stage_runs" in result:
         line += f"; eager stage runs {result['eager_stage_runs']}"
     if "peak_allocated_bytes" in result:

@@ -73,6 +73,31 @@ def _prepared_prompt(folder: Path, device: torch.device):
             prompt.mel.to(device, torch.float32), lens * 2)
 
 
+def cache_bytes(*owners) -> int:
+    """Bytes of the tensors reachable from the owners' cache attributes (names holding "cache" or
+    "past_key_values": the reference's DynamicCache objects, its encoder's, its TTS's and its
+    tail's stream caches), each storage once; modules (weights) are not walked."""
+    seen: set[int] = set()
+
+    def walk(value, depth: int) -> int:
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            if storage.data_ptr() in seen or storage.nbytes() == 0:
+                return 0
+            seen.add(storage.data_ptr())
+            return storage.nbytes()
+        if depth > 6 or isinstance(value, (torch.nn.Module, str, bytes, int, float)) or value is None:
+            return 0
+        if isinstance(value, dict):
+            return sum(walk(v, depth + 1) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return sum(walk(v, depth + 1) for v in value)
+        return sum(walk(v, depth + 1) for v in getattr(value, "__dict__", {}).values())
+
+    return sum(walk(value, 0) for owner in owners for name, value in getattr(owner, "__dict__", {}).items()
+               if "cache" in name or "past_key_values" in name)
+
+
 class Reference:
     name = "reference"
 
@@ -154,6 +179,11 @@ class Reference:
         return {"listen": bool(result["is_listen"]), "end_of_turn": bool(result["end_of_turn"]), **self.made,
                 "context": self.duplex.decoder.get_cache_length()}
 
+    def state_bytes(self) -> int:
+        """Its streaming state: what its cache objects hold now."""
+        model = self.model
+        return cache_bytes(self.duplex, self.duplex.decoder, model, model.tts, model.tts.audio_tokenizer)
+
     def close(self) -> None:
         self.model = self.duplex = None
 
@@ -209,6 +239,14 @@ class Ours:
         return {"listen": report.listen, "end_of_turn": report.end_of_turn, **self.made,
                 "audio_samples": 0 if speech is None else int(speech.numel()), "context": self.conversation.llm.length,
                 "eager_runs": self.conversation.eager_runs - self.eager_at_ready}
+
+    def state_bytes(self) -> int:
+        """Its streaming state: the stores' held bytes (the LLM's cache, the tail's) and the encoder's
+        and TTS's caches, allocated whole."""
+        c = self.conversation
+        fixed = [c.encoder._kv, c.tts.keys, c.tts.values]
+        return (c.runner.store.nbytes() + (c.stream.store.nbytes() if c.stream is not None else 0)
+                + sum(t.numel() * t.element_size() for t in fixed))
 
     def close(self) -> None:
         if self.conversation is not None and self.conversation.stream is not None:

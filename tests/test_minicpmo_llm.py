@@ -16,7 +16,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from engine.errors import CheckpointError
-from engine.families.minicpmo.qwen3 import Qwen3Model, llm_weights
+from engine.families.minicpmo.qwen3 import Qwen3Model
+from engine.families.minicpmo.qwen3_weights import llm_weights
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 OWN = GOLDEN / "minicpmo_llm.safetensors"

@@ -19,12 +19,13 @@ import torch
 from ...options import RuntimeOptions
 from ...persona import Persona
 from ...runtime.stages import Regeneration, Stage, StageRunner
-from ...state.placement import new_store
+from ...state import Region
+from ...state.placement import new_store, placement_for
 from ...token2wav.prompt import Prompt
 from ...token2wav.token2wav_stream import Token2wavStream
 from .audio_encoder import StreamingAudioEncoder
 from .protocol_settings import UnitSettings
-from .qwen3 import Qwen3Model
+from .qwen3 import CLOCK, Qwen3Model
 from .speech_tokens import SpeechTokenGenerator
 from .units import UnitProtocol, UnitResult
 
@@ -73,10 +74,9 @@ class MiniCPMOConversation:
         self.output_width = self.settings.max_new_speak_tokens_per_chunk
         device, dtype, w = model.device, model.dtype, model.weights_by_name
         self.options = options
-        self.runner = StageRunner(new_store([], device, options), device, generator, options)
+        self.runner = StageRunner(new_store(self._regions(), device, options), device, generator, options)
         self.encoder = StreamingAudioEncoder(model.config, w, device, dtype)
-        self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self.settings.basic_window_high_tokens + 512,
-                              runner=self.runner)
+        self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self._capacity, runner=self.runner)
         self.units = UnitProtocol(self.llm, model.tokens, self.settings)
         self.tts = SpeechTokenGenerator(model.config, w, device, dtype, runner=self.runner)
         self._persona = Persona()
@@ -122,12 +122,28 @@ class MiniCPMOConversation:
         """Stages run eagerly with graph replay on, since the conversation began: each one a stall."""
         return self.runner.eager_runs + (self.stream.runner.eager_runs if self.stream is not None else 0)
 
+    @property
+    def _capacity(self) -> int:
+        """The LLM cache's positions: the window's high mark and a unit's most past it."""
+        return self.settings.basic_window_high_tokens + 512
+
+    def _regions(self) -> list[Region]:
+        return Qwen3Model.regions(self.model.config, self.model.dtype, self._capacity)
+
     def change(self, old: RuntimeOptions, new: RuntimeOptions) -> Regeneration | None:
-        return None  # its state is not declared yet: nothing to move or capture
+        """Another placement of the state moves the LLM's cache now; the graphs that pointed at the old one are
+        captured again at their next use (the next unit runs a few captures). Graph replay and sampling need
+        nothing: the graphs in use serve them. The tail's stream takes the new placement at the next turn."""
+        if placement_for(self.model.device, new) is not type(self.runner.store):
+            store = new_store(self._regions(), self.model.device, new)
+            self.runner.move_state(store)
+            self.llm.place(store)
+        return None
 
     # --- a conversation ---------------------------------------------------------------------
 
     def reset(self, options: RuntimeOptions, cancelled: Callable[[], bool], progress) -> tuple[RuntimeOptions, bool]:
+        self.runner.reset()  # the cache back to no position backed
         self.encoder.reset()
         self.tts.reset()
         self.units.prepare(*system_prompt(self._persona.role.strip()))
@@ -158,6 +174,8 @@ class MiniCPMOConversation:
         tts_spans = sorted({self.tts.span(end) for end in range(1, self.tts.capacity + 1)})
         condition_rows = range(1, self.settings.max_new_speak_tokens_per_chunk + 1)
         stages += [self.tts.stage(rows, span) for span in tts_spans for rows in (None, *condition_rows)]
+        # Every span is read from the first position: the whole cache backed while they run.
+        self.runner.store.ensure({CLOCK: self._capacity})
         for stage in stages:
             self.llm.position.zero_()
             self.tts.position.zero_()
@@ -165,6 +183,7 @@ class MiniCPMOConversation:
             run(stage)
         self.llm.reset()
         self.tts.reset()
+        self.runner.reset()
         self._new_turn_audio()
 
     def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark):

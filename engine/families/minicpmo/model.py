@@ -17,7 +17,7 @@ from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
 from .layout import TAIL_FOLDER, layout, read_config, read_weights
 from .protocol_settings import UnitSettings
 from .quantized import FORMATS, converter, stored_bytes
-from .qwen3 import Qwen3Sizes
+from .qwen3_weights import Qwen3Sizes
 from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
 from .weight_shapes import audio_path_shapes

@@ -1,161 +1,37 @@
 """MiniCPM-o 4.5's language model: the Qwen3 decoder the reference runs as `MiniCPMO.llm` (transformers 4.51's
-Qwen3ForCausalLM, MiniCPMO45/configuration_minicpmo.py), with a KV cache preallocated once (stable addresses). A
-pass is exact-shape work on fixed tensors: its first position is a device tensor (rotary tables looked up and the
-cache written at it) and attention reads a `SPAN`-rounded span of the cache, masked past each row; so each (rows,
-span, last row only) replays as a CUDA graph through a stage runner given here, and runs the same ops eagerly.
-Numerics follow the reference op for op in the model dtype (RMSNorm in fp32, then weight * x.to(dtype); RoPE with
-cos/sin in the dtype; SDPA, a KV head's query heads as its rows): CPU fp32 within float noise; on CUDA, a few rows'
-products through engine.ops.linear's kernels, within the reference's bf16 noise. Kept on purpose: inv_freq rounded
-through the model dtype (round_inv_freq) and 4.51's mask clipped to `sliding_window` in every layer. `drop` is the
-duplex "basic" window's operation (utils.py drop_tokens_from_cache): forget a span, re-rotate the kept suffix's keys.
+Qwen3ForCausalLM, MiniCPMO45/configuration_minicpmo.py), with its KV cache declared state (`regions`: one entry a
+position, on the clock CLOCK), so a demand-sized store backs the positions held and the span read ahead of them at
+addresses that never move, and a full store holds the whole capacity. A pass is exact-shape work on fixed tensors:
+its first position is a device tensor (rotary tables looked up and the cache written at it) and attention reads a
+`SPAN`-rounded span of the cache, masked past each row; so each (rows, span, last row only) replays as a CUDA graph
+through a stage runner given here, and runs the same ops eagerly. Numerics follow the reference op for op in the
+model dtype (RMSNorm in fp32, then weight * x.to(dtype); RoPE with cos/sin in the dtype; SDPA, a KV head's query
+heads as its rows): CPU fp32 within float noise; on CUDA, a few rows' products through engine.ops.linear's kernels,
+within the reference's bf16 noise. Kept on purpose: inv_freq rounded through the model dtype (round_inv_freq) and
+4.51's mask clipped to `sliding_window` in every layer. `drop` is the duplex "basic" window's operation (utils.py
+drop_tokens_from_cache): forget a span, re-rotate the kept suffix's keys.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch.nn import functional as F
 
-from ...errors import CheckpointError
 from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
+from ...state import FullStore, Region
+from .qwen3_weights import Qwen3Sizes, Qwen3Weights, llm_weights, placed, rope_inv_freq
 
-__all__ = ["Qwen3Model", "Qwen3Sizes", "Qwen3Weights", "llm_weights", "placed"]
+__all__ = ["CLOCK", "KV", "SPAN", "Qwen3Model"]
 
 SPAN = 512
 """Cache entries attention reads, in steps of: the span of a pass is its last position + 1 rounded up to this
 (the capacity at most), so a long context costs what it holds and the spans, hence graphs, stay few."""
-
-_LAYER_KEYS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-               "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-               "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-               "input_layernorm.weight", "post_attention_layernorm.weight")
-_BIAS_KEYS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias", "self_attn.o_proj.bias")
-
-
-@dataclass(frozen=True)
-class Qwen3Sizes:
-    vocab: int
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    eps: float
-    rope_theta: float
-    rope_scaling: tuple  # sorted (key, value) pairs of config["rope_scaling"], () when absent
-    max_positions: int
-    tied: bool
-    # transformers 4.51 Qwen3Model._prepare_4d_causal_attention_mask_with_cache_position clips the causal mask to
-    # `config.sliding_window` in every layer whenever it is not None, whatever use_sliding_window says (sdpa and
-    # eager; flash_attention_2 does not). Qwen3Config's default is 4096, so a config.json without the key gets it.
-    attention_window: int | None
-
-    @classmethod
-    def from_config(cls, config: dict) -> Qwen3Sizes:
-        # MiniCPMOConfig is a Qwen3Config (configuration_minicpmo.py:177, kwargs go to super().__init__ at :260):
-        # the LLM's keys sit at the top level, with transformers 4.51 configuration_qwen3.py:152-173's defaults.
-        heads = int(config.get("num_attention_heads", 32))
-        kv_heads = config.get("num_key_value_heads", heads)  # None means MHA (configuration_qwen3.py:187)
-        scaling = config.get("rope_scaling") or {}
-        window = config.get("sliding_window", 4096)
-        return cls(
-            vocab=int(config.get("vocab_size", 151936)), hidden=int(config.get("hidden_size", 4096)),
-            intermediate=int(config.get("intermediate_size", 22016)),
-            layers=int(config.get("num_hidden_layers", 32)), heads=heads,
-            kv_heads=int(heads if kv_heads is None else kv_heads),
-            # Qwen3Config always sets head_dim (default 128), so Qwen3Attention never falls back to hidden // heads.
-            head_dim=int(config.get("head_dim", 128) or config.get("hidden_size", 4096) // heads),
-            eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=float(config.get("rope_theta", 10000.0)),
-            rope_scaling=tuple(sorted(scaling.items())),
-            max_positions=int(config.get("max_position_embeddings", 32768)),
-            tied=bool(config.get("tie_word_embeddings", False)),
-            attention_window=None if window is None else int(window))
-
-
-@dataclass
-class Qwen3Weights:
-    embed: torch.Tensor  # [V, H]
-    layers: list[dict[str, torch.Tensor]]  # per layer, keyed as under `llm.model.layers.{i}.`
-    norm: torch.Tensor  # [H]
-    lm_head: torch.Tensor  # [V, H]; the embedding itself when tied
-
-
-def llm_weights(weights: dict, sizes: Qwen3Sizes | None = None) -> Qwen3Weights:
-    """Pick the LLM's tensors out of a checkpoint dict keyed as on disk ("llm.model.*", "llm.lm_head.weight")."""
-    def get(key: str) -> torch.Tensor:
-        if key not in weights:
-            raise CheckpointError(f"MiniCPM-o checkpoint lacks {key}")
-        return weights[key]
-
-    count = sizes.layers if sizes is not None else len({k.split(".")[3] for k in weights
-                                                        if k.startswith("llm.model.layers.")})
-    layers = []
-    for i in range(count):
-        prefix = f"llm.model.layers.{i}."
-        layer = {key: get(prefix + key) for key in _LAYER_KEYS}
-        layer.update({key: weights[prefix + key] for key in _BIAS_KEYS if prefix + key in weights})
-        layers.append(layer)
-    embed = get("llm.model.embed_tokens.weight")
-    tied = sizes.tied if sizes is not None else "llm.lm_head.weight" not in weights
-    return Qwen3Weights(embed=embed, layers=layers, norm=get("llm.model.norm.weight"),
-                        lm_head=embed if tied else get("llm.lm_head.weight"))
-
-
-def placed(t, device: torch.device, dtype: torch.dtype):
-    """A weight on `device` in `dtype`, contiguous and, on the CPU, 64-byte aligned: MKL rounds a product
-    differently when an operand is not, and tensors read from a safetensors file sit at arbitrary offsets;
-    torch's own allocations (the reference's) are aligned. Quantized weights (quantized.py) stay as they are."""
-    if not isinstance(t, torch.Tensor):
-        return t
-    t = t.to(device=device, dtype=dtype).contiguous()
-    return t.clone() if t.device.type == "cpu" and t.data_ptr() % 64 else t
-
-
-def rope_inv_freq(sizes: Qwen3Sizes, device) -> tuple[torch.Tensor, float]:
-    """fp32 inverse frequencies and the cos/sin scale, as transformers 4.51 modeling_rope_utils.py computes them
-    for the rope types a Qwen3 config may name ("default", "linear", "yarn")."""
-    dim = sizes.head_dim
-    base = sizes.rope_theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim))
-    scaling = dict(sizes.rope_scaling)
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind == "default":
-        return inv_freq, 1.0
-    if kind == "linear":
-        return inv_freq / scaling["factor"], 1.0
-    if kind != "yarn":
-        raise CheckpointError(f"MiniCPM-o: rope_scaling type {kind!r} is not supported")
-    factor = scaling["factor"]
-    original = scaling.get("original_max_position_embeddings")
-    if original is not None:
-        factor = sizes.max_positions / original
-    else:
-        original = sizes.max_positions
-
-    def mscale(scale, m=1.0):
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    attention = scaling.get("attention_factor")
-    if attention is None:
-        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
-        attention = float(mscale(factor, m) / mscale(factor, m_all)) if m and m_all else mscale(factor)
-
-    def correction(rotations):
-        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low = max(math.floor(correction(scaling.get("beta_fast") or 32)), 0)
-    high = min(math.ceil(correction(scaling.get("beta_slow") or 1)), dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1).to(device)
-    pos_freqs = base ** (torch.arange(0, dim, 2).to(device=device, dtype=torch.float) / dim)
-    extrapolation = 1 - ramp
-    inv = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
-    return inv, attention
+KV = "llm.kv"
+"""The cache's region: per position, every layer's key and value heads."""
+CLOCK = "llm.position"
+"""Ticks once per position a pass appends (a window's drop frees positions, the clock does not go back)."""
 
 
 def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -180,8 +56,16 @@ def head_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
 class Qwen3Model:
     """The decoder and its cache. forward(embeds [T, H]) appends T positions (position = cache index, as
     utils.py StreamDecoder.feed passes them) and returns (logits [T, V] fp32, final-norm hidden [T, H]).
-    `runner` (engine.runtime.stages.StageRunner), if given, runs each pass: replayed from its graph where it
-    replays. The cache is this model's own, fixed-size: the context window bounds it (conversation.py)."""
+    `runner` (engine.runtime.stages.StageRunner), if given, runs each pass, replayed from its graph where it
+    replays, and its store holds the cache (`regions`, declared by whoever built the store); without one
+    the model keeps a full store of its own. The context window bounds the capacity (conversation.py)."""
+
+    @staticmethod
+    def regions(config: dict, dtype: torch.dtype, capacity: int) -> list[Region]:
+        """The cache as declared state: `capacity` positions of [layers, key and value, KV heads, head dim],
+        backed `SPAN - 1` positions ahead of the clock, as far as a pass's span may read (masked)."""
+        s = Qwen3Sizes.from_config(config)
+        return [Region(KV, (s.layers, 2, s.kv_heads, s.head_dim), dtype, CLOCK, int(capacity), ahead=SPAN - 1)]
 
     def __init__(self, config: dict, weights: dict | Qwen3Weights, device, dtype: torch.dtype,
                  capacity: int = 8192, round_inv_freq: bool = True, runner=None):
@@ -201,15 +85,22 @@ class Qwen3Model:
         # rotary embedding's inv_freq buffer too; forward then upcasts it (.float()). round_inv_freq keeps that.
         self.inv_freq = inv_freq.to(dtype).float() if round_inv_freq else inv_freq
         self.cos_table, self.sin_table = self._rope(0, self.capacity)
-        shape = (sizes.layers, sizes.kv_heads, self.capacity, sizes.head_dim)
-        # Zeros, not empty: a masked key gets probability 0, and 0 times a stale finite value is 0.
-        self.keys = torch.zeros(shape, device=self.device, dtype=dtype)
-        self.values = torch.zeros(shape, device=self.device, dtype=dtype)
+        # The store's rows are zero where first backed: a masked key gets probability 0, and 0 times a stale
+        # finite value is 0. keys and values are views [layers, KV heads, capacity, head dim] into its region.
+        self.place(runner.store if runner is not None else FullStore(self.regions(config, dtype, capacity),
+                                                                      self.device))
         self.key_positions = torch.arange(self.capacity, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)  # a pass's first (a graph's input)
         self.runner = runner
         self._inputs: dict[int, torch.Tensor] = {}  # static input rows by count, for replayed passes
         self.length = 0
+
+    def place(self, store) -> None:
+        """Read and write the cache in `store` (its state moved there by the caller) from now on."""
+        s, cache = self.sizes, store[KV]
+        if cache.shape != (self.capacity, s.layers, 2, s.kv_heads, s.head_dim):
+            raise ValueError(f"the store's {KV} {tuple(cache.shape)} is not this model's cache")
+        self.keys, self.values = (cache[:, :, kind].permute(1, 2, 0, 3) for kind in (0, 1))
 
     def reset(self) -> None:
         self.length = 0
@@ -292,7 +183,8 @@ class Qwen3Model:
         """The pass over `count` rows (read from its static input rows) attending over `span` entries."""
         if count not in self._inputs:
             self._inputs[count] = torch.zeros(count, self.sizes.hidden, dtype=self.dtype, device=self.device)
-        return Stage(("llm", count, span, last_only), partial(self._pass, self._inputs[count], span, last_only))
+        return Stage(("llm", count, span, last_only), partial(self._pass, self._inputs[count], span, last_only),
+                     ((CLOCK, count),))
 
     def forward(self, embeds: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Append embeds [T, H]; return (logits [T, V] fp32 — [1, V] for the last row when last_only —, hidden

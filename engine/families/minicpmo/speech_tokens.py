@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from ...ops.linear import linear
 from ...runtime.stages import Stage
-from .qwen3 import placed
+from .qwen3_weights import placed
 
 SPAN = 512
 """Cache entries a draw's attention reads, in steps of (see Qwen3's SPAN)."""

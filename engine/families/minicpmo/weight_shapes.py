@@ -6,7 +6,7 @@ memory plan is made from the same list). Module names as in the reference's Mini
 from __future__ import annotations
 
 from .audio_encoder import EncoderSizes, encoder_shapes
-from .qwen3 import Qwen3Sizes
+from .qwen3_weights import Qwen3Sizes
 from .speech_tokens import SpeechTokensConfig
 
 Shapes = dict[str, tuple[int, ...]]
