@@ -1,7 +1,8 @@
 """MiniCPM-o's LLM cache as declared state: in a demand-sized store (here the CPU emulation, whose
 unbacked positions read as NaN) it backs the positions the clock has reached and the span a pass
 reads ahead of them, no more; a conversation says the same, token for token and sample for sample,
-in either placement and when the placement changes mid-conversation."""
+in either placement and when the placement changes mid-conversation. And a decision drawn from
+non-finite logits stops with a message."""
 from __future__ import annotations
 
 import numpy as np
@@ -75,3 +76,13 @@ def test_either_placement_says_the_same(model):
                                       to=RuntimeOptions(demand_sized_state=False))
     assert isinstance(moved.runner.store, FullStore)
     _same(demand, changed)
+
+
+def test_non_finite_logits_stop_with_a_message(model):
+    """On CUDA a draw from NaN fails with a device-side assert that leaves the process's CUDA context
+    unusable; the decoder says what went wrong first."""
+    conversation, _, _ = _conversation(model, RuntimeOptions())
+    logits = torch.zeros(1, conversation.llm.sizes.vocab)
+    logits[0, 5] = float("nan")
+    with pytest.raises(ValueError, match="non-finite logits"):
+        conversation.units.decoder.decode(logits, torch.Generator().manual_seed(0))

@@ -47,8 +47,13 @@ class TextDecoder:
         self.generated = []
 
     def decode(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
-        """The next token for a [1, V] row of fp32 logits."""
+        """The next token for a [1, V] row of fp32 logits. Non-finite logits stop here with an error that
+        says so: on CUDA, torch.multinomial would fail on them with a device-side assert, which leaves the
+        whole process's CUDA context unusable (no other model could load after it)."""
         s = self.settings
+        if not bool(torch.isfinite(logits).all()):
+            raise ValueError("MiniCPM-o's language model gave non-finite logits (NaN or infinity); "
+                             "the conversation cannot go on")
         logits = logits.clone()
         if s.decode_mode == "greedy":
             first = int(torch.argmax(logits[0]))
