@@ -203,3 +203,26 @@ def test_bf16_follows_fp32(tiny, trace):
         rows = encoder.encode(unit_samples(trace, i))
         assert rows.dtype == torch.bfloat16
         torch.testing.assert_close(rows.float(), trace[f"audio.u{i}.embeds"], atol=0.1, rtol=0.05)
+
+
+def test_a_unit_through_a_stage_runner_is_the_eager_unit(tiny):
+    """Through a stage runner (what replays a unit's pass from a graph on a GPU; here it runs the
+    same pass, eagerly, from its static input frames and its device position) the rows are the
+    eager encoder's, bit for bit, across the cache's reset at unit 29."""
+    from engine.options import RuntimeOptions
+    from engine.runtime.stages import StageRunner
+    from engine.state.placement import new_store
+
+    config, weights = tiny
+    options = RuntimeOptions()
+    runner = StageRunner(new_store([], torch.device("cpu"), options), torch.device("cpu"), None, options)
+    staged = StreamingAudioEncoder(config, weights, "cpu", torch.float32, runner=runner)
+    eager = StreamingAudioEncoder(config, weights, "cpu", torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    for unit in range(32):
+        mel = torch.randn(80, 102 if unit == 0 else 104, generator=gen) * 0.5
+        context = 0 if unit == 0 else 2
+        torch.testing.assert_close(staged.encode_mel(mel, context, 2), eager.encode_mel(mel, context, 2),
+                                   atol=0, rtol=0)
+    assert staged.resets == eager.resets == 1
+    assert runner.prepared([("encoder", 102, 0, 2), ("encoder", 104, 2, 2)])  # each ran as a keyed stage

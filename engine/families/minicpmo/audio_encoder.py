@@ -6,19 +6,23 @@ after conv2, full attention over every earlier unit's keys and values (cached, p
 when the cache would reach the 1500 positions table; the final LayerNorm's output through the audio projection
 (MultiModalProjector, :6042) and then the average pool of 5: 10 rows a second at the LLM's width.
 `encode_reference` is prepare's other path, the system prompt's reference recording (no cache, 1 s blocks).
-The cache is preallocated at the table's size and attention runs over all of it, masked: fixed shapes per unit.
-Pure torch, eager, any device and dtype (the features are fp32 as the reference's; the encoder runs in `dtype`).
+The cache is preallocated at the table's size and attention runs over all of it, masked: fixed shapes per unit,
+the unit's first position a device tensor, so a unit's pass (keyed by its frame count and context frames) replays as
+a CUDA graph through a stage runner given here, and runs the same ops eagerly. Pure torch, any device and dtype (the
+features are fp32 as the reference's; the encoder runs in `dtype`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from ...errors import CheckpointError
+from ...runtime.stages import Stage
 from .audio_features import FeatureSizes, UnitFeatures, reference_mels
 
 __all__ = ["EncoderSizes", "StreamingAudioEncoder"]
@@ -86,7 +90,7 @@ class StreamingAudioEncoder:
     """`encode(samples)` per unit -> [rows, llm_hidden] in `dtype` (10 rows for a unit; 0 rows when the samples
     do not yet complete a unit, see UnitFeatures.push). `reset()` starts a conversation."""
 
-    def __init__(self, config: dict, weights: dict, device: torch.device | str, dtype: torch.dtype):
+    def __init__(self, config: dict, weights: dict, device: torch.device | str, dtype: torch.dtype, runner=None):
         self.sizes = sizes = EncoderSizes.from_config(config)
         if sizes.activation not in _ACTS:
             raise CheckpointError(f"MiniCPM-o audio_config: activation {sizes.activation!r} is not supported")
@@ -106,6 +110,9 @@ class StreamingAudioEncoder:
         self._kv = torch.zeros(sizes.layers, 2, sizes.heads, sizes.positions, sizes.head_dim,
                                device=self.device, dtype=dtype)
         self._slots = torch.arange(sizes.positions, device=self.device)
+        self.position = torch.zeros(1, dtype=torch.long, device=self.device)  # a unit's first (a graph's input)
+        self.runner = runner
+        self._mels: dict[int, torch.Tensor] = {}  # static input frames by count, for replayed passes
         self.chunk_length = float(config.get("audio_chunk_length", 1.0))  # configuration_minicpmo.py:205
         self.past = 0
         self.resets = 0  # times the cache was forgotten mid-conversation (for tests and logs)
@@ -129,28 +136,42 @@ class StreamingAudioEncoder:
     @torch.no_grad()
     def encode_mel(self, mel: torch.Tensor, prefix_frames: int, suffix_frames: int) -> torch.Tensor:
         """get_audio_embedding_streaming on one unit's frames [n_mels, F] (batch 1, use_extra_context=True)."""
-        s, w = self.sizes, self.w
-        conv_len = (mel.shape[-1] - 1) // 2 + 1
+        s, frames = self.sizes, mel.shape[-1]
+        conv_len, _, n = _unit_frames(frames, prefix_frames, suffix_frames)
         # :1489-1497: the cache is dropped (by its length before this unit) when it would reach the table.
         if self.past > 0 and self.past + conv_len >= s.positions:
             self.past = 0
             self.resets += 1
-        x = self._convolutions(mel)
-        # :5899-5911: conv2 halves the frames, so ceil(context / 2) outputs go at each end.
-        cut_front = (prefix_frames + 1) // 2 if prefix_frames > 0 else 0
-        cut_back = (suffix_frames + 1) // 2 if suffix_frames > 0 else 0
-        x = x[cut_front:]
-        if 0 < cut_back < x.shape[0]:
-            x = x[:-cut_back]
-        n, past = x.shape[0], self.past
-        if past + n > s.positions:  # unreachable after the reset rule: conv_len >= n
-            raise ValueError(f"audio encoder cache overflow: {past} + {n} > {s.positions}")
-        h = x + w["apm.embed_positions.weight"][past:past + n]
+        if self.past + n > s.positions:  # unreachable after the reset rule: conv_len >= n
+            raise ValueError(f"audio encoder cache overflow: {self.past} + {n} > {s.positions}")
+        self.position.fill_(self.past)
+        if self.runner is None:
+            rows = self._unit_pass(mel.to(self.device), prefix_frames, suffix_frames)
+        else:
+            stage = self.stage(frames, prefix_frames, suffix_frames)
+            self._mels[frames].copy_(mel)
+            rows = self.runner.run(stage).clone()  # the next graph's replay may reuse its output's memory
+        self.past += n
+        return rows
+
+    def stage(self, frames: int, prefix_frames: int, suffix_frames: int) -> Stage:
+        """A unit's pass over `frames` mel frames with its context frames (read from its static input frames)."""
+        if frames not in self._mels:
+            self._mels[frames] = torch.zeros(self.features.sizes.n_mels, frames, device=self.device)
+        return Stage(("encoder", frames, prefix_frames, suffix_frames),
+                     partial(self._unit_pass, self._mels[frames], prefix_frames, suffix_frames))
+
+    def _unit_pass(self, mel: torch.Tensor, prefix_frames: int, suffix_frames: int) -> torch.Tensor:
+        """The device work of a unit from position self.position on (static shapes)."""
+        s, w = self.sizes, self.w
+        conv_len, cut_front, n = _unit_frames(mel.shape[-1], prefix_frames, suffix_frames)
+        x = self._convolutions(mel)[cut_front:cut_front + n]
+        positions = self.position + self._slots[:n]
+        h = x + w["apm.embed_positions.weight"].index_select(0, positions)
         # Every key so far, this unit's included (the reference's mask is all zeros: full attention).
-        visible = (self._slots < past + n)[None, None, None, :]
+        visible = (self._slots < self.position + n)[None, None, None, :]
         for i in range(s.layers):
-            h = self._layer(h, i, visible, past)
-        self.past = past + n
+            h = self._layer(h, i, visible, positions)
         return self._rows(h, conv_len)
 
     @torch.no_grad()
@@ -198,9 +219,10 @@ class StreamingAudioEncoder:
         pooled = F.avg_pool1d(h.transpose(0, 1)[None], s.pool, stride=s.pool)[0].transpose(0, 1)
         return pooled[:(conv_len - s.pool) // s.pool + 1]
 
-    def _layer(self, h: torch.Tensor, i: int, visible: torch.Tensor, past: int | None = None) -> torch.Tensor:
+    def _layer(self, h: torch.Tensor, i: int, visible: torch.Tensor,
+               positions: torch.Tensor | None = None) -> torch.Tensor:
         """MiniCPMWhisperEncoderLayer (:5734-5811) with WhisperSdpaAttention (init_audio_module picks sdpa unless
-        the model runs eager). With `past`, this unit's keys and values go into the cache at `past` and the
+        the model runs eager). With `positions`, this unit's keys and values go into the cache there and the
         attention reads the whole cache (masked by `visible`); without, it reads just h's own."""
         s, n = self.sizes, h.shape[0]
         p = f"apm.layers.{i}."
@@ -211,10 +233,10 @@ class StreamingAudioEncoder:
         k = F.linear(y, w[p + "self_attn.k_proj.weight"]).view(n, s.heads, s.head_dim).transpose(0, 1)
         v = F.linear(y, w[p + "self_attn.v_proj.weight"], w[p + "self_attn.v_proj.bias"])
         v = v.view(n, s.heads, s.head_dim).transpose(0, 1)  # k_proj above has no bias in Whisper
-        if past is not None:
+        if positions is not None:
             kv = self._kv[i]
-            kv[0, :, past:past + n] = k
-            kv[1, :, past:past + n] = v
+            kv[0].index_copy_(1, positions, k)
+            kv[1].index_copy_(1, positions, v)
             k, v = kv[0], kv[1]
         q = q.view(n, s.heads, s.head_dim).transpose(0, 1)
         a = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=visible,
@@ -224,3 +246,15 @@ class StreamingAudioEncoder:
         y = F.layer_norm(h, (s.d_model,), w[p + "final_layer_norm.weight"], w[p + "final_layer_norm.bias"], _LN_EPS)
         y = _ACTS[s.activation](F.linear(y, w[p + "fc1.weight"], w[p + "fc1.bias"]))
         return h + F.linear(y, w[p + "fc2.weight"], w[p + "fc2.bias"])
+
+
+def _unit_frames(frames: int, prefix_frames: int, suffix_frames: int) -> tuple[int, int, int]:
+    """(conv2's outputs, those cut at the front, those kept) for a unit of `frames` mel frames: :5899-5911,
+    conv2 halves the frames, so ceil(context / 2) outputs go at each end (at the back only if any stay)."""
+    conv_len = (frames - 1) // 2 + 1
+    cut_front = (prefix_frames + 1) // 2 if prefix_frames > 0 else 0
+    cut_back = (suffix_frames + 1) // 2 if suffix_frames > 0 else 0
+    kept = conv_len - cut_front
+    if 0 < cut_back < kept:
+        kept -= cut_back
+    return conv_len, cut_front, max(kept, 0)

@@ -24,6 +24,7 @@ from ...state.placement import new_store, placement_for
 from ...token2wav.prompt import Prompt
 from ...token2wav.token2wav_stream import Token2wavStream
 from .audio_encoder import StreamingAudioEncoder
+from .audio_features import UnitFeatures
 from .protocol_settings import UnitSettings
 from .qwen3 import CLOCK, Qwen3Model
 from .speech_tokens import SpeechTokenGenerator
@@ -75,7 +76,7 @@ class MiniCPMOConversation:
         device, dtype, w = model.device, model.dtype, model.weights_by_name
         self.options = options
         self.runner = StageRunner(new_store(self._regions(), device, options), device, generator, options)
-        self.encoder = StreamingAudioEncoder(model.config, w, device, dtype)
+        self.encoder = StreamingAudioEncoder(model.config, w, device, dtype, runner=self.runner)
         self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self._capacity, runner=self.runner)
         self.units = UnitProtocol(self.llm, model.tokens, self.settings)
         self.tts = SpeechTokenGenerator(model.config, w, device, dtype, runner=self.runner)
@@ -153,12 +154,12 @@ class MiniCPMOConversation:
         return options, True
 
     def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
-        """Every pass and draw a unit can make runs once and, with graph replay, is captured: the
-        LLM's `<unit>`, a second's rows and the two-token finalize (a decode step is a `<unit>`'s
-        shape) at each span of its cache; the TTS's condition rows (one to a unit's most) and its
-        steps at each span of its own; the tail's chunks (its stream, made here). The work runs on
-        the state as it is and the state goes back to zero (positions; the generator is seeded at
-        the reset). Without graphs (the CPU) there is nothing to prepare."""
+        """Every pass and draw a unit can make runs once and, with graph replay, is captured: the encoder's
+        first unit and its steady one; the LLM's `<unit>`, a second's rows and the two-token finalize (a
+        decode step is a `<unit>`'s shape) at each span of its cache; the TTS's condition rows (one to a
+        unit's most) and its steps at each span of its own; the tail's chunks (its stream, made here). The
+        work runs on the state as it is and the state goes back to zero (positions; the generator is seeded
+        at the reset). Without graphs (the CPU) there is nothing to prepare."""
         self.configure(options)
         if self.runner.replay:
             self.prepare_stages(lambda stage: self.runner.prepare([stage]))
@@ -174,9 +175,11 @@ class MiniCPMOConversation:
         tts_spans = sorted({self.tts.span(end) for end in range(1, self.tts.capacity + 1)})
         condition_rows = range(1, self.settings.max_new_speak_tokens_per_chunk + 1)
         stages += [self.tts.stage(rows, span) for span in tts_spans for rows in (None, *condition_rows)]
+        stages += [self.encoder.stage(*shape) for shape in self._encoder_shapes()]
         # Every span is read from the first position: the whole cache backed while they run.
         self.runner.store.ensure({CLOCK: self._capacity})
         for stage in stages:
+            self.encoder.position.zero_()
             self.llm.position.zero_()
             self.tts.position.zero_()
             self.tts.step.zero_()
@@ -185,6 +188,14 @@ class MiniCPMOConversation:
         self.tts.reset()
         self.runner.reset()
         self._new_turn_audio()
+
+    def _encoder_shapes(self) -> list[tuple[int, int, int]]:
+        """(frames, context frames before, after) of the encoder's first units, from the feature stream
+        itself run over three seconds of silence: the first unit's, then the steady one's."""
+        features = UnitFeatures(self.encoder.features.sizes, self.model.device)
+        second = np.zeros(features.sizes.sample_rate, dtype=np.float32)
+        units = [features.push(second) for _ in range(3)]
+        return sorted({(u.mel.shape[-1], u.prefix_frames, u.suffix_frames) for u in units if u is not None})
 
     def step(self, pcm: torch.Tensor, options: RuntimeOptions, mark):
         samples = pcm.detach().to("cpu", torch.float32).numpy()
