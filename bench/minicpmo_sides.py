@@ -241,12 +241,11 @@ class Ours:
                 "eager_runs": self.conversation.eager_runs - self.eager_at_ready}
 
     def state_bytes(self) -> int:
-        """Its streaming state: the stores' held bytes (the LLM's cache, the tail's) and the encoder's
-        and TTS's caches, allocated whole."""
+        """Its streaming state: the stores' held bytes (the LLM's and the TTS's caches, the tail's) and the
+        encoder's cache, allocated whole."""
         c = self.conversation
-        fixed = [c.encoder._kv, c.tts.keys, c.tts.values]
-        return (c.runner.store.nbytes() + (c.stream.store.nbytes() if c.stream is not None else 0)
-                + sum(t.numel() * t.element_size() for t in fixed))
+        encoder = c.encoder._kv.numel() * c.encoder._kv.element_size()
+        return c.runner.store.nbytes() + (c.stream.store.nbytes() if c.stream is not None else 0) + encoder
 
     def close(self) -> None:
         if self.conversation is not None and self.conversation.stream is not None:

@@ -1,6 +1,6 @@
-"""MiniCPM-o's LLM cache as declared state: in a demand-sized store (here the CPU emulation, whose
-unbacked positions read as NaN) it backs the positions the clock has reached and the span a pass
-reads ahead of them, no more; a conversation says the same, token for token and sample for sample,
+"""MiniCPM-o's LLM and TTS caches as declared state: in a demand-sized store (here the CPU emulation,
+whose unbacked positions read as NaN) each backs the positions its clock has reached and the span a
+pass reads ahead of them, no more (the TTS's clock restarting with each turn); a conversation says the same, token for token and sample for sample,
 in either placement and when the placement changes mid-conversation. And a decision drawn from
 non-finite logits stops with a message."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 from engine.families.minicpmo.conversation import MiniCPMOConversation
 from engine.families.minicpmo.model import load
 from engine.families.minicpmo.qwen3 import CLOCK, KV, SPAN
+from engine.families.minicpmo.speech_tokens import TTS_CLOCK, TTS_KV
 from engine.options import RuntimeOptions
 from engine.persona import Persona
 from engine.state import FullStore
@@ -44,7 +45,8 @@ def _conversation(model, options: RuntimeOptions, change_at: int | None = None, 
             tokens, speech, report = conversation.step(pcm, options, lambda stage: None)
             said.append((report.listen, report.text, tokens.tolist(), None if speech is None else speech.clone()))
             store = conversation.runner.store
-            backed.append((store.ticks(KV), store.nbytes("llm"), conversation.llm.length))
+            backed.append((store.ticks(KV), store.nbytes("llm"), conversation.llm.length,
+                           store.ticks(TTS_KV), store.nbytes("tts"), conversation.tts.length))
     return conversation, said, backed
 
 
@@ -58,13 +60,39 @@ def test_the_cache_backs_what_the_clock_has_reached(model):
     conversation, said, backed = _conversation(model, RuntimeOptions())
     store = conversation.runner.store
     assert isinstance(store, DemandStore)
-    region = store.regions[KV]
-    assert region.clock == CLOCK and store.reserved_bytes() == region.bytes_full()
-    for ticks, nbytes, length in backed:
+    region, tts = store.regions[KV], store.regions[TTS_KV]
+    assert region.clock == CLOCK and tts.clock == TTS_CLOCK
+    assert store.reserved_bytes() == region.bytes_full() + tts.bytes_full()
+    for ticks, nbytes, length, tts_ticks, tts_bytes, tts_length in backed:
         assert ticks == length  # no window drop yet: every position fed is held
         assert nbytes == min(ticks + SPAN - 1, region.retain) * region.entry_bytes()
+        assert tts_ticks >= tts_length  # a unit's draws after an early EOS are not kept
+        assert tts_bytes == (min(tts_ticks + SPAN - 1, tts.retain) * tts.entry_bytes() if tts_ticks else 0)
     assert backed[-1][1] < region.bytes_full() / 2
     assert any(not listen for listen, *_ in said)  # it spoke too: the TTS read the LLM's states
+    assert max(b[3] for b in backed) > 0
+
+
+def test_the_tts_clock_restarts_with_each_turn(model):
+    """A turn's end empties the TTS's cache: its clock back to zero, nothing backed; the next turn's
+    first unit backs it again."""
+    from engine.families.minicpmo.speech_tokens import SpeechTokenGenerator
+    from engine.runtime.stages import StageRunner
+    from engine.state.placement import new_store
+
+    options = RuntimeOptions()
+    regions = SpeechTokenGenerator.regions(model.config, torch.float32, 1024)
+    runner = StageRunner(new_store(regions, torch.device("cpu"), options), torch.device("cpu"), None, options)
+    tts = SpeechTokenGenerator(model.config, model.weights_by_name, "cpu", torch.float32, capacity=1024,
+                               runner=runner)
+    generator = torch.Generator().manual_seed(2)
+    hidden = torch.randn(5, model.config["hidden_size"], generator=generator)
+    condition = tts.condition([11, 12, 13, 14, 15], hidden)
+    tts.generate(condition, generator)
+    assert runner.store.ticks(TTS_KV) == 6 + 25 and runner.store.nbytes("tts") > 0
+    tts.generate(condition, generator, end_of_turn=True)
+    assert tts.length == 0 and runner.store.ticks(TTS_KV) == 0 and runner.store.nbytes("tts") == 0
+    assert len(tts.generate(condition, generator)) > 0 and runner.store.ticks(TTS_KV) == 6 + 25
 
 
 def test_either_placement_says_the_same(model):

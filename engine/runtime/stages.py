@@ -121,6 +121,11 @@ class StageRunner:
         """State to zero at the same addresses: graphs stay valid."""
         self.store.reset()
 
+    def restart(self, clock: str) -> None:
+        """One clock's state to zero at the same addresses (a cache whose positions start again, a
+        turn's), outside capture as every tick: graphs stay valid."""
+        self.store.restart(clock)
+
     def close(self) -> None:
         """Graphs first: they may point into state mapped outside torch's allocator."""
         self.invalidate()

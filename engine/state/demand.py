@@ -118,6 +118,12 @@ class DemandStore:
             ring.release()
         self._ticks = clocks_of(self.regions.values())
 
+    def restart(self, clock: str) -> None:
+        for name, ring in self._rings.items():
+            if self.regions[name].clock == clock:
+                ring.release()
+        self._ticks[clock] = 0
+
     def nbytes(self, prefix: str = "") -> int:
         """CUDA rings count their mapped granules, CPU rings their backed entries."""
         whole = sum(b.numel() * b.element_size() for n, b in self._whole.items() if n.startswith(prefix))

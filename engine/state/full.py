@@ -41,6 +41,12 @@ class FullStore:
             buf.zero_()
         self._ticks = clocks_of(self.regions.values())
 
+    def restart(self, clock: str) -> None:
+        for name, region in self.regions.items():
+            if region.clock == clock:
+                self._buffers[name].zero_()
+        self._ticks[clock] = 0
+
     def nbytes(self, prefix: str = "") -> int:
         if not prefix:  # asked every frame: full retention never changes its size
             return self._total

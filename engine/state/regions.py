@@ -105,6 +105,10 @@ class Store(Protocol):
     def reset(self) -> None:
         """A new conversation: every region back to zeros, every clock to zero."""
 
+    def restart(self, clock: str) -> None:
+        """The regions of `clock` back to zeros and no entry held, the clock to zero: a cache whose
+        positions start again within a conversation (a turn's); the other clocks go on."""
+
     def nbytes(self, prefix: str = "") -> int:
         """Bytes held now by the regions whose names start with `prefix`."""
 

@@ -27,7 +27,7 @@ from .audio_encoder import StreamingAudioEncoder
 from .audio_features import UnitFeatures
 from .protocol_settings import UnitSettings
 from .qwen3 import CLOCK, Qwen3Model
-from .speech_tokens import SpeechTokenGenerator
+from .speech_tokens import TTS_CLOCK, SpeechTokenGenerator
 from .units import UnitProtocol, UnitResult
 
 STAGES = ("encode", "prefill", "decide", "speech tokens", "audio", "finalize")
@@ -129,16 +129,19 @@ class MiniCPMOConversation:
         return self.settings.basic_window_high_tokens + 512
 
     def _regions(self) -> list[Region]:
-        return Qwen3Model.regions(self.model.config, self.model.dtype, self._capacity)
+        config, dtype = self.model.config, self.model.dtype
+        return Qwen3Model.regions(config, dtype, self._capacity) + SpeechTokenGenerator.regions(config, dtype)
 
     def change(self, old: RuntimeOptions, new: RuntimeOptions) -> Regeneration | None:
-        """Another placement of the state moves the LLM's cache now; the graphs that pointed at the old one are
-        captured again at their next use (the next unit runs a few captures). Graph replay and sampling need
-        nothing: the graphs in use serve them. The tail's stream takes the new placement at the next turn."""
+        """Another placement of the state moves the LLM's and the TTS's caches now; the graphs that pointed at
+        the old one are captured again at their next use (the next unit runs a few captures). Graph replay and
+        sampling need nothing: the graphs in use serve them. The tail's stream takes the new placement at the
+        next turn."""
         if placement_for(self.model.device, new) is not type(self.runner.store):
             store = new_store(self._regions(), self.model.device, new)
             self.runner.move_state(store)
             self.llm.place(store)
+            self.tts.place(store)
         return None
 
     # --- a conversation ---------------------------------------------------------------------
@@ -177,7 +180,7 @@ class MiniCPMOConversation:
         stages += [self.tts.stage(rows, span) for span in tts_spans for rows in (None, *condition_rows)]
         stages += [self.encoder.stage(*shape) for shape in self._encoder_shapes()]
         # Every span is read from the first position: the whole cache backed while they run.
-        self.runner.store.ensure({CLOCK: self._capacity})
+        self.runner.store.ensure({CLOCK: self._capacity, TTS_CLOCK: self.tts.capacity})
         for stage in stages:
             self.encoder.position.zero_()
             self.llm.position.zero_()

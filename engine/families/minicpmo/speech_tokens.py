@@ -1,13 +1,14 @@
 """MiniCPM-o 4.5's speech-token generator (the reference's MiniCPMTTS as DuplexCapability drives it).
 
-Per speaking unit the LLM's text ids and final hidden states become condition rows (emb_text(id) +
-L2-normalised projector(hidden), then the audio-BOS row); a small Llama prefills them on top of the turn's
-KV cache and samples 25 speech tokens (26 draws, the last discarded) from the caller's generator in the
-reference's order, so seeded runs match draw for draw. The cache carries across a turn's units. Pure torch,
-the KV cache preallocated once. A draw is exact-shape work on fixed tensors: the position, the draw's index
-(the repetition penalty's window) and the EOS mask are device tensors, attention reads a `SPAN`-rounded span
-of the cache, masked; so each (condition rows, span) and each step's span replays as a CUDA graph through a
-stage runner given here, and runs the same ops eagerly (the CPU, or replay off): the same output.
+Per speaking unit the LLM's text ids and final hidden states become condition rows (emb_text(id) + L2-normalised
+projector(hidden), then the audio-BOS row); a small Llama prefills them on top of the turn's KV cache and samples 25
+speech tokens (26 draws, the last discarded) from the caller's generator in the reference's order, so seeded runs
+match draw for draw. The cache carries across a turn's units: declared state (`regions`, one entry a position on the
+clock TTS_CLOCK, which restarts with each turn), backed in a demand-sized store for the turn's positions and the
+span read ahead of them. Pure torch. A draw is exact-shape work on fixed tensors: the position, the draw's index
+(the repetition penalty's window) and the EOS mask are device tensors, attention reads a `SPAN`-rounded span of the
+cache, masked; so each (condition rows, span) and each step's span replays as a CUDA graph through a stage runner
+given here, and runs the same ops eagerly (the CPU, or replay off): the same output.
 """
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ from torch.nn import functional as F
 
 from ...ops.linear import linear
 from ...runtime.stages import Stage
+from ...state import FullStore, Region
 from .qwen3_weights import placed
 
 SPAN = 512
 """Cache entries a draw's attention reads, in steps of (see Qwen3's SPAN)."""
 _ACTS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu}
+TTS_KV = "tts.kv"
+"""The cache's region: per position, every layer's key and value heads."""
+TTS_CLOCK = "tts.position"
+"""Ticks once per position a draw appends; restarts when a turn ends (the cache is emptied then)."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +139,12 @@ class SpeechTokenGenerator:
         self.projector = _under(w, "projector_semantic.")
         self.layers = [_under(w, f"model.layers.{i}.") for i in range(c.num_hidden_layers)]
         self.capacity = capacity or c.max_position_embeddings
-        kv = (c.num_hidden_layers, c.num_key_value_heads, self.capacity, c.head_dim)
-        # Zeros, not empty: masked keys get probability 0, and 0 * a stale finite value is 0.
-        self.keys = torch.zeros(kv, device=self.device, dtype=dtype)
-        self.values = torch.zeros(kv, device=self.device, dtype=dtype)
+        # The store's rows are zero where first backed: masked keys get probability 0, and 0 * a stale finite
+        # value is 0. keys and values are views [layers, KV heads, capacity, head dim] into its region.
+        self.runner = runner
+        self.store = runner.store if runner is not None else FullStore(self.regions(config, dtype, self.capacity),
+                                                                       self.device)
+        self.place(self.store)
         self.cos, self.sin = self._rope_tables(round_inv_freq)
         self.key_positions = torch.arange(self.capacity, device=self.device)
         self.bos = torch.tensor([c.audio_bos_token_id], device=self.device)
@@ -148,10 +156,25 @@ class SpeechTokenGenerator:
         self.step = torch.zeros(1, dtype=torch.long, device=self.device)
         self.eos_bias = torch.zeros(1, device=self.device)
         self.step_input = torch.zeros(1, c.hidden_size, dtype=dtype, device=self.device)
-        self.runner = runner
         self._inputs: dict[int, torch.Tensor] = {}  # static condition rows by count, for replayed draws
         self.generator: torch.Generator | None = None  # what the draws take (generate sets it)
         self.length = 0
+
+    @staticmethod
+    def regions(config: dict, dtype: torch.dtype, capacity: int | None = None) -> list[Region]:
+        """The cache as declared state: `capacity` positions (the config's max_position_embeddings by default)
+        of [layers, key and value, KV heads, head dim], backed `SPAN - 1` positions ahead of the clock."""
+        c = SpeechTokensConfig.from_config(config)
+        return [Region(TTS_KV, (c.num_hidden_layers, 2, c.num_key_value_heads, c.head_dim), dtype, TTS_CLOCK,
+                       int(capacity or c.max_position_embeddings), ahead=SPAN - 1)]
+
+    def place(self, store) -> None:
+        """Read and write the cache in `store` (its state moved there by the caller) from now on."""
+        c, cache = self.cfg, store[TTS_KV]
+        if cache.shape != (self.capacity, c.num_hidden_layers, 2, c.num_key_value_heads, c.head_dim):
+            raise ValueError(f"the store's {TTS_KV} {tuple(cache.shape)} is not this TTS's cache")
+        self.store = store
+        self.keys, self.values = (cache[:, :, kind].permute(1, 2, 0, 3) for kind in (0, 1))
 
     def _rope_tables(self, round_inv_freq: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [capacity, head_dim] fp32 for every position, as LlamaRotaryEmbedding computes them.
@@ -167,8 +190,12 @@ class SpeechTokenGenerator:
         return emb.cos(), emb.sin()
 
     def reset(self) -> None:
-        """A new turn: the cache's entries are left in place; positions restart at 0 and mask the rest."""
+        """A new turn: positions restart at 0, and so does the cache's clock (its entries back to zero)."""
         self.length = 0
+        if self.runner is not None:
+            self.runner.restart(TTS_CLOCK)
+        else:
+            self.store.restart(TTS_CLOCK)
 
     def condition(self, text_ids: Sequence[int] | torch.Tensor, llm_hidden: torch.Tensor) -> torch.Tensor:
         """Rows [n + 1, hidden]: emb_text(id) + normalize(projector_semantic(hidden)) per text token, then
@@ -204,10 +231,11 @@ class SpeechTokenGenerator:
         """A unit's first draw, over `rows` condition rows (from their static input), or (rows None) a
         step's, over the last draw's embedding; attending over `span` entries."""
         if rows is None:
-            return Stage(("tts step", span), partial(self._draw, self.step_input, span))
+            return Stage(("tts step", span), partial(self._draw, self.step_input, span), ((TTS_CLOCK, 1),))
         if rows not in self._inputs:
             self._inputs[rows] = torch.zeros(rows, self.cfg.hidden_size, dtype=self.dtype, device=self.device)
-        return Stage(("tts condition", rows, span), partial(self._draw, self._inputs[rows], span))
+        return Stage(("tts condition", rows, span), partial(self._draw, self._inputs[rows], span),
+                     ((TTS_CLOCK, rows),))
 
     @torch.no_grad()
     def generate(self, condition: torch.Tensor, generator: torch.Generator, *, end_of_turn: bool = False,
