@@ -1,8 +1,8 @@
 """MiniCPM-o's LLM and TTS caches as declared state: in a demand-sized store (here the CPU emulation,
 whose unbacked positions read as NaN) each backs the positions its clock has reached and the span a
-pass reads ahead of them, no more (the TTS's clock restarting with each turn); a conversation says the same, token for token and sample for sample,
-in either placement and when the placement changes mid-conversation. And a decision drawn from
-non-finite logits stops with a message."""
+pass reads ahead of them, no more (the TTS's clock restarting with each turn); a conversation says
+the same, token for token and sample for sample, in either placement and when the placement changes
+mid-conversation. And a decision drawn from non-finite logits stops with a message."""
 from __future__ import annotations
 
 import numpy as np
