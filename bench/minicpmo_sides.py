@@ -241,11 +241,10 @@ class Ours:
                 "eager_runs": self.conversation.eager_runs - self.eager_at_ready}
 
     def state_bytes(self) -> int:
-        """Its streaming state: the stores' held bytes (the LLM's and the TTS's caches, the tail's) and the
-        encoder's cache, allocated whole."""
+        """Its streaming state: what its stores hold (the encoder's, the LLM's and the TTS's caches; the
+        tail's)."""
         c = self.conversation
-        encoder = c.encoder._kv.numel() * c.encoder._kv.element_size()
-        return c.runner.store.nbytes() + (c.stream.store.nbytes() if c.stream is not None else 0) + encoder
+        return c.runner.store.nbytes() + (c.stream.store.nbytes() if c.stream is not None else 0)
 
     def close(self) -> None:
         if self.conversation is not None and self.conversation.stream is not None:

@@ -215,7 +215,8 @@ def test_a_unit_through_a_stage_runner_is_the_eager_unit(tiny):
 
     config, weights = tiny
     options = RuntimeOptions()
-    runner = StageRunner(new_store([], torch.device("cpu"), options), torch.device("cpu"), None, options)
+    regions = StreamingAudioEncoder.regions(config, torch.float32)
+    runner = StageRunner(new_store(regions, torch.device("cpu"), options), torch.device("cpu"), None, options)
     staged = StreamingAudioEncoder(config, weights, "cpu", torch.float32, runner=runner)
     eager = StreamingAudioEncoder(config, weights, "cpu", torch.float32)
     gen = torch.Generator().manual_seed(1)
@@ -225,4 +226,6 @@ def test_a_unit_through_a_stage_runner_is_the_eager_unit(tiny):
         torch.testing.assert_close(staged.encode_mel(mel, context, 2), eager.encode_mel(mel, context, 2),
                                    atol=0, rtol=0)
     assert staged.resets == eager.resets == 1
-    assert runner.prepared([("encoder", 102, 0, 2), ("encoder", 104, 2, 2)])  # each ran as a keyed stage
+    # each ran as a keyed stage, over the span its positions reached; the cache's clock restarted with it
+    assert runner.prepared([("encoder", 102, 0, 2, 500)] + [("encoder", 104, 2, 2, span) for span in (500, 1000, 1500)])
+    assert runner.store.ticks("encoder.kv") == staged.past == 50 * 3

@@ -1,4 +1,4 @@
-"""MiniCPM-o's LLM and TTS caches as declared state: in a demand-sized store (here the CPU emulation,
+"""MiniCPM-o's encoder, LLM and TTS caches as declared state: in a demand-sized store (here the CPU emulation,
 whose unbacked positions read as NaN) each backs the positions its clock has reached and the span a
 pass reads ahead of them, no more (the TTS's clock restarting with each turn); a conversation says
 the same, token for token and sample for sample, in either placement and when the placement changes
@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from engine.families.minicpmo.audio_encoder import ENCODER_CLOCK, ENCODER_KV
+from engine.families.minicpmo.audio_encoder import SPAN as ENCODER_SPAN
 from engine.families.minicpmo.conversation import MiniCPMOConversation
 from engine.families.minicpmo.model import load
 from engine.families.minicpmo.qwen3 import CLOCK, KV, SPAN
@@ -46,7 +48,8 @@ def _conversation(model, options: RuntimeOptions, change_at: int | None = None, 
             said.append((report.listen, report.text, tokens.tolist(), None if speech is None else speech.clone()))
             store = conversation.runner.store
             backed.append((store.ticks(KV), store.nbytes("llm"), conversation.llm.length,
-                           store.ticks(TTS_KV), store.nbytes("tts"), conversation.tts.length))
+                           store.ticks(TTS_KV), store.nbytes("tts"), conversation.tts.length,
+                           store.ticks(ENCODER_KV), store.nbytes("encoder"), conversation.encoder.past))
     return conversation, said, backed
 
 
@@ -60,10 +63,11 @@ def test_the_cache_backs_what_the_clock_has_reached(model):
     conversation, said, backed = _conversation(model, RuntimeOptions())
     store = conversation.runner.store
     assert isinstance(store, DemandStore)
-    region, tts = store.regions[KV], store.regions[TTS_KV]
-    assert region.clock == CLOCK and tts.clock == TTS_CLOCK
-    assert store.reserved_bytes() == region.bytes_full() + tts.bytes_full()
-    for ticks, nbytes, length, tts_ticks, tts_bytes, tts_length in backed:
+    region, tts, encoder = store.regions[KV], store.regions[TTS_KV], store.regions[ENCODER_KV]
+    assert region.clock == CLOCK and tts.clock == TTS_CLOCK and encoder.clock == ENCODER_CLOCK
+    assert store.reserved_bytes() == region.bytes_full() + tts.bytes_full() + encoder.bytes_full()
+    for ticks, nbytes, length, tts_ticks, tts_bytes, tts_length, enc_ticks, enc_bytes, past in backed:
+        assert enc_ticks == past and enc_bytes == min(past + ENCODER_SPAN - 1, encoder.retain) * encoder.entry_bytes()
         assert ticks == length  # no window drop yet: every position fed is held
         assert nbytes == min(ticks + SPAN - 1, region.retain) * region.entry_bytes()
         assert tts_ticks >= tts_length  # a unit's draws after an early EOS are not kept

@@ -1,15 +1,14 @@
 """MiniCPM-o 4.5's streaming audio encoder: a unit's samples to the rows the LLM receives for it, as the reference's
-DuplexCapability.streaming_prefill makes them (MiniCPM-o-Demo 28b60cf, MiniCPMO45/modeling_minicpmo_unified.py):
-the unit's log-mel frames (audio_features), then MiniCPMO.get_audio_embedding_streaming (:1451-1617): the Whisper
-encoder `apm` (MiniCPMWhisperEncoder, :5815-6039) over just this unit's frames, its convolutions' context frames cut
-after conv2, full attention over every earlier unit's keys and values (cached, positions continuing) and forgotten
-when the cache would reach the 1500 positions table; the final LayerNorm's output through the audio projection
-(MultiModalProjector, :6042) and then the average pool of 5: 10 rows a second at the LLM's width.
-`encode_reference` is prepare's other path, the system prompt's reference recording (no cache, 1 s blocks).
-The cache is preallocated at the table's size and attention runs over all of it, masked: fixed shapes per unit,
-the unit's first position a device tensor, so a unit's pass (keyed by its frame count and context frames) replays as
-a CUDA graph through a stage runner given here, and runs the same ops eagerly. Pure torch, any device and dtype (the
-features are fp32 as the reference's; the encoder runs in `dtype`).
+DuplexCapability.streaming_prefill makes them (MiniCPM-o-Demo 28b60cf, MiniCPMO45/modeling_minicpmo_unified.py): the
+unit's log-mel frames (audio_features), then MiniCPMO.get_audio_embedding_streaming (:1451-1617): the Whisper encoder
+`apm` (:5815-6039) over this unit's frames, its convolutions' context frames cut after conv2, full attention over
+every earlier unit's keys and values (cached, positions continuing, forgotten when the cache would reach the 1500
+positions table); the final LayerNorm's output through the audio projection (:6042), then the average pool of 5: 10
+rows a second at the LLM's width. `encode_reference` is prepare's other path (the reference recording: no cache, 1 s
+blocks). The cache is declared state (`regions`, on the clock ENCODER_CLOCK, restarted when it is forgotten);
+attention reads a `SPAN`-rounded span of it, masked, from a device-tensor position, so a unit's pass (keyed by its
+frames, context frames and span) replays as a CUDA graph through a stage runner given here, and runs the same ops
+eagerly. Pure torch, any device and dtype (the features fp32 as the reference's; the encoder in `dtype`).
 """
 from __future__ import annotations
 
@@ -23,9 +22,18 @@ from torch.nn import functional as F
 
 from ...errors import CheckpointError
 from ...runtime.stages import Stage
+from ...state import FullStore, Region
 from .audio_features import FeatureSizes, UnitFeatures, reference_mels
 
-__all__ = ["EncoderSizes", "StreamingAudioEncoder"]
+__all__ = ["ENCODER_CLOCK", "ENCODER_KV", "EncoderSizes", "StreamingAudioEncoder"]
+
+SPAN = 500
+"""Cache entries a unit's attention reads, in steps of (ten seconds): three spans cover the table."""
+ENCODER_KV = "encoder.kv"
+"""The cache's region: per position, every layer's key and value heads."""
+ENCODER_CLOCK = "encoder.position"
+"""Ticks once per position a unit appends; restarts when the cache is forgotten (a conversation's start, a full
+table)."""
 
 _LAYER_KEYS = ("self_attn_layer_norm.weight", "self_attn_layer_norm.bias", "self_attn.q_proj.weight",
                "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
@@ -106,16 +114,41 @@ class StreamingAudioEncoder:
                 raise CheckpointError(f"MiniCPM-o checkpoint: {key} is {tuple(weights[key].shape)}, expected {shape}")
             self.w[key] = weights[key].to(self.device, dtype)
         self.features = UnitFeatures(FeatureSizes.from_config(config), self.device)
-        # [layer, key/value, head, position, head_dim]: positions beyond `past` are stale and masked.
-        self._kv = torch.zeros(sizes.layers, 2, sizes.heads, sizes.positions, sizes.head_dim,
-                               device=self.device, dtype=dtype)
         self._slots = torch.arange(sizes.positions, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)  # a unit's first (a graph's input)
         self.runner = runner
+        # keys and values: views [layer, head, position, head_dim] into the store's region; positions beyond
+        # `past` are stale or zero, and masked.
+        self.place(runner.store if runner is not None else FullStore(self.regions(config, dtype), self.device))
         self._mels: dict[int, torch.Tensor] = {}  # static input frames by count, for replayed passes
         self.chunk_length = float(config.get("audio_chunk_length", 1.0))  # configuration_minicpmo.py:205
         self.past = 0
         self.resets = 0  # times the cache was forgotten mid-conversation (for tests and logs)
+
+    @staticmethod
+    def regions(config: dict, dtype: torch.dtype) -> list[Region]:
+        """The cache as declared state: the positions table's entries of [layers, key and value, heads, head
+        dim], backed `SPAN - 1` positions ahead of the clock."""
+        s = EncoderSizes.from_config(config)
+        return [Region(ENCODER_KV, (s.layers, 2, s.heads, s.head_dim), dtype, ENCODER_CLOCK, s.positions,
+                       ahead=SPAN - 1)]
+
+    def place(self, store) -> None:
+        """Read and write the cache in `store` (its state moved there by the caller) from now on."""
+        s, cache = self.sizes, store[ENCODER_KV]
+        if cache.shape != (s.positions, s.layers, 2, s.heads, s.head_dim):
+            raise ValueError(f"the store's {ENCODER_KV} {tuple(cache.shape)} is not this encoder's cache")
+        self.store = store
+        self.keys, self.values = (cache[:, :, kind].permute(1, 2, 0, 3) for kind in (0, 1))
+
+    def _forget(self) -> None:
+        """The cache emptied: positions from 0 again, and its clock restarted (nothing held)."""
+        self.past = 0
+        (self.runner or self.store).restart(ENCODER_CLOCK)
+
+    def span(self, end: int) -> int:
+        """Cache entries a unit whose positions end before `end` attends over."""
+        return min(self.sizes.positions, -(-end // SPAN) * SPAN)
 
     def reset(self, *, keep_encoder_cache: bool = False) -> None:
         """A new conversation: sample buffer, mel stream and (unless kept) the encoder cache emptied.
@@ -124,7 +157,7 @@ class StreamingAudioEncoder:
         modeling :210-212). keep_encoder_cache=True is prepare without that cleanup (the cache carries over)."""
         self.features.reset()
         if not keep_encoder_cache:
-            self.past = 0
+            self._forget()
         self.resets = 0
 
     def encode(self, samples: np.ndarray) -> torch.Tensor:
@@ -140,28 +173,32 @@ class StreamingAudioEncoder:
         conv_len, _, n = _unit_frames(frames, prefix_frames, suffix_frames)
         # :1489-1497: the cache is dropped (by its length before this unit) when it would reach the table.
         if self.past > 0 and self.past + conv_len >= s.positions:
-            self.past = 0
+            self._forget()
             self.resets += 1
         if self.past + n > s.positions:  # unreachable after the reset rule: conv_len >= n
             raise ValueError(f"audio encoder cache overflow: {self.past} + {n} > {s.positions}")
         self.position.fill_(self.past)
+        span = self.span(self.past + n)
         if self.runner is None:
-            rows = self._unit_pass(mel.to(self.device), prefix_frames, suffix_frames)
+            rows = self._unit_pass(mel.to(self.device), prefix_frames, suffix_frames, span)
         else:
-            stage = self.stage(frames, prefix_frames, suffix_frames)
+            stage = self.stage(frames, prefix_frames, suffix_frames, span)
             self._mels[frames].copy_(mel)
             rows = self.runner.run(stage).clone()  # the next graph's replay may reuse its output's memory
         self.past += n
         return rows
 
-    def stage(self, frames: int, prefix_frames: int, suffix_frames: int) -> Stage:
-        """A unit's pass over `frames` mel frames with its context frames (read from its static input frames)."""
+    def stage(self, frames: int, prefix_frames: int, suffix_frames: int, span: int) -> Stage:
+        """A unit's pass over `frames` mel frames with its context frames (read from its static input frames),
+        attending over `span` cache entries."""
         if frames not in self._mels:
             self._mels[frames] = torch.zeros(self.features.sizes.n_mels, frames, device=self.device)
-        return Stage(("encoder", frames, prefix_frames, suffix_frames),
-                     partial(self._unit_pass, self._mels[frames], prefix_frames, suffix_frames))
+        n = _unit_frames(frames, prefix_frames, suffix_frames)[2]
+        return Stage(("encoder", frames, prefix_frames, suffix_frames, span),
+                     partial(self._unit_pass, self._mels[frames], prefix_frames, suffix_frames, span),
+                     ((ENCODER_CLOCK, n),))
 
-    def _unit_pass(self, mel: torch.Tensor, prefix_frames: int, suffix_frames: int) -> torch.Tensor:
+    def _unit_pass(self, mel: torch.Tensor, prefix_frames: int, suffix_frames: int, span: int) -> torch.Tensor:
         """The device work of a unit from position self.position on (static shapes)."""
         s, w = self.sizes, self.w
         conv_len, cut_front, n = _unit_frames(mel.shape[-1], prefix_frames, suffix_frames)
@@ -169,7 +206,7 @@ class StreamingAudioEncoder:
         positions = self.position + self._slots[:n]
         h = x + w["apm.embed_positions.weight"].index_select(0, positions)
         # Every key so far, this unit's included (the reference's mask is all zeros: full attention).
-        visible = (self._slots < self.position + n)[None, None, None, :]
+        visible = (self._slots[:span] < self.position + n)[None, None, None, :]
         for i in range(s.layers):
             h = self._layer(h, i, visible, positions)
         return self._rows(h, conv_len)
@@ -234,10 +271,10 @@ class StreamingAudioEncoder:
         v = F.linear(y, w[p + "self_attn.v_proj.weight"], w[p + "self_attn.v_proj.bias"])
         v = v.view(n, s.heads, s.head_dim).transpose(0, 1)  # k_proj above has no bias in Whisper
         if positions is not None:
-            kv = self._kv[i]
-            kv[0].index_copy_(1, positions, k)
-            kv[1].index_copy_(1, positions, v)
-            k, v = kv[0], kv[1]
+            span = visible.shape[-1]
+            self.keys[i].index_copy_(1, positions, k)
+            self.values[i].index_copy_(1, positions, v)
+            k, v = self.keys[i, :, :span], self.values[i, :, :span]
         q = q.view(n, s.heads, s.head_dim).transpose(0, 1)
         a = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=visible,
                                            scale=1.0 / math.sqrt(s.head_dim))

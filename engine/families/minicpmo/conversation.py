@@ -23,7 +23,7 @@ from ...state import Region
 from ...state.placement import new_store, placement_for
 from ...token2wav.prompt import Prompt
 from ...token2wav.token2wav_stream import Token2wavStream
-from .audio_encoder import StreamingAudioEncoder
+from .audio_encoder import ENCODER_CLOCK, StreamingAudioEncoder
 from .audio_features import UnitFeatures
 from .protocol_settings import UnitSettings
 from .qwen3 import CLOCK, Qwen3Model
@@ -130,18 +130,19 @@ class MiniCPMOConversation:
 
     def _regions(self) -> list[Region]:
         config, dtype = self.model.config, self.model.dtype
-        return Qwen3Model.regions(config, dtype, self._capacity) + SpeechTokenGenerator.regions(config, dtype)
+        return (Qwen3Model.regions(config, dtype, self._capacity) + SpeechTokenGenerator.regions(config, dtype)
+                + StreamingAudioEncoder.regions(config, dtype))
 
     def change(self, old: RuntimeOptions, new: RuntimeOptions) -> Regeneration | None:
-        """Another placement of the state moves the LLM's and the TTS's caches now; the graphs that pointed at
-        the old one are captured again at their next use (the next unit runs a few captures). Graph replay and
-        sampling need nothing: the graphs in use serve them. The tail's stream takes the new placement at the
-        next turn."""
+        """Another placement of the state moves the encoder's, the LLM's and the TTS's caches now; the graphs
+        that pointed at the old ones are captured again at their next use (the next unit runs a few captures).
+        Graph replay and sampling need nothing: the graphs in use serve them. The tail's stream takes the new
+        placement at the next turn."""
         if placement_for(self.model.device, new) is not type(self.runner.store):
             store = new_store(self._regions(), self.model.device, new)
             self.runner.move_state(store)
-            self.llm.place(store)
-            self.tts.place(store)
+            for part in (self.encoder, self.llm, self.tts):
+                part.place(store)
         return None
 
     # --- a conversation ---------------------------------------------------------------------
@@ -178,9 +179,11 @@ class MiniCPMOConversation:
         tts_spans = sorted({self.tts.span(end) for end in range(1, self.tts.capacity + 1)})
         condition_rows = range(1, self.settings.max_new_speak_tokens_per_chunk + 1)
         stages += [self.tts.stage(rows, span) for span in tts_spans for rows in (None, *condition_rows)]
-        stages += [self.encoder.stage(*shape) for shape in self._encoder_shapes()]
+        encoder_spans = sorted({self.encoder.span(end) for end in range(1, self.encoder.sizes.positions + 1)})
+        stages += [self.encoder.stage(*shape, span) for shape in self._encoder_shapes() for span in encoder_spans]
         # Every span is read from the first position: the whole cache backed while they run.
-        self.runner.store.ensure({CLOCK: self._capacity, TTS_CLOCK: self.tts.capacity})
+        self.runner.store.ensure({CLOCK: self._capacity, TTS_CLOCK: self.tts.capacity,
+                                  ENCODER_CLOCK: self.encoder.sizes.positions})
         for stage in stages:
             self.encoder.position.zero_()
             self.llm.position.zero_()
