@@ -26,8 +26,11 @@ _counters: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 def counters(device: torch.device, slots: int) -> torch.Tensor:
     """The arrival counters for a launch queued now on `device`'s current stream (zero when no
-    kernel is running on it). Created zero on first use: during a graph's capture that is a
-    memset the graph replays, harmless as the counters are zero then anyway."""
+    kernel is running on it), created zero on first use. Created inside a graph's capture, the
+    zeroing would be a memset in that graph alone, and another graph captured on the stream and
+    replayed before it would count from whatever the memory held: so engine.runtime.graphs makes
+    a stream's counters (`ready`) before it captures on it. A lone graph captured by other code
+    (a benchmark's) zeroes them itself, first, as its replay begins."""
     if slots > COUNTERS:
         raise ValueError(f"split sums: {slots} output tiles, at most {COUNTERS}")
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
@@ -36,6 +39,11 @@ def counters(device: torch.device, slots: int) -> torch.Tensor:
     if block is None:
         block = _counters[key] = torch.zeros(COUNTERS, dtype=torch.int32, device=device)
     return block
+
+
+def ready(device: torch.device) -> None:
+    """The current stream's counters made now, outside any capture (see `counters`)."""
+    counters(device, 0)
 
 
 @triton.jit

@@ -43,6 +43,7 @@ class Graphs:
         # torch, collecting garbage) before each capture: a regeneration captures between frames.
         torch.cuda.synchronize(self.device)
         with torch.cuda.stream(self._stream):
+            _ready_for_capture(self.device)
             graph.capture_begin(self.pool)
             try:
                 outputs = stage()  # recorded, not run
@@ -75,3 +76,17 @@ def _copy_into(into: Any, outputs: Any) -> Any:
     elif into != outputs:
         raise ValueError(f"a stage's outputs changed: {outputs!r} where its first capture gave {into!r}")
     return into
+
+
+def _ready_for_capture(device: torch.device) -> None:
+    """State our kernels keep per stream and make on first use (split sums' arrival counters), made
+    on the capture stream now, for real: made inside a capture, it would be zeroed only when that one
+    graph replays, and the stream's other graphs replayed before it would count from garbage. (As
+    MiniCPM-o's prepare captured its LLM passes, the two-row pass made them and the ten-row pass,
+    replayed first in a unit, read them unzeroed: where its NaN rows on an H100 likely came from.)"""
+    from ..kernels import unavailable_reason
+
+    if unavailable_reason() is None:
+        from ..kernels import split_sums
+
+        split_sums.ready(device)
