@@ -158,12 +158,12 @@ class MiniCPMOConversation:
         return options, True
 
     def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
-        """Every pass and draw a unit can make runs once and, with graph replay, is captured: the encoder's
-        first unit and its steady one; the LLM's `<unit>`, a second's rows and the two-token finalize (a
-        decode step is a `<unit>`'s shape) at each span of its cache; the TTS's condition rows (one to a
-        unit's most) and its steps at each span of its own; the tail's chunks (its stream, made here). The
-        work runs on the state as it is and the state goes back to zero (positions; the generator is seeded
-        at the reset). Without graphs (the CPU) there is nothing to prepare."""
+        """Every pass and draw a unit can make runs once and, with graph replay, is captured: the encoder's first
+        unit and its steady one at each span of its cache; the LLM's `<unit>`, a second's rows and the two-token
+        finalize (a decode step is a `<unit>`'s shape) at each span of its cache; the TTS's condition rows (one
+        to a unit's most) and its steps at each span of its own; the tail's chunks (its stream, made here). The
+        work runs on the state as it is and the state goes back to zero (positions; the generator is seeded at
+        the reset). Without graphs (the CPU) there is nothing to prepare."""
         self.configure(options)
         if self.runner.replay:
             self.prepare_stages(lambda stage: self.runner.prepare([stage]))
