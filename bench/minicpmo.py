@@ -7,9 +7,9 @@ Per unit, synchronized at its end: its time (prefill + generate + finalize) and 
 (encoder, LLM prefill, LLM decode, TTS, tail, finalize); per side: speaking p50/p99/max, listening
 p50/p99, units over the one-second cadence, load-to-ready time, peak memory, and kernels and GPU
 busy time on a few profiled units, and the streaming state each side holds after 60 and 240 units
-(ours: its stores and fixed caches; the reference's: what its cache objects reach). The reference
-runs first and is freed before ours loads. Lines print as they come; the JSON is rewritten as the
-run goes. `--size tiny` runs the same on the CPU with tiny sizes (the full-size tail kept)."""
+(ours: what its stores hold; the reference's: what its cache objects reach). The reference runs
+first and is freed before ours loads. Lines print as they come; the JSON is rewritten as the run
+goes. `--size tiny` runs the same on the CPU with tiny sizes (the full-size tail kept)."""
 from __future__ import annotations
 
 import argparse
