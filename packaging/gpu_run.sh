@@ -7,7 +7,7 @@
 # On the device machine (torch 2.11, no network) the missing wheels travel in .whl
 # (packaging/gpu_wheels.sh fetches them):
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
-#   PYTHONPATH=/tmp/site:. OUT=... bash packaging/gpu_run.sh [moshiko personaplex]
+#   PYTHONPATH=/tmp/site:. OUT=... bash packaging/gpu_run.sh [moshiko personaplex minicpmo]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_run}
@@ -21,6 +21,15 @@ if [ "${GPU_CHECK:-1}" != 0 ]; then
     grep -E "passed|failed|error" "$OUT/gpu_check.log"
 fi
 for shape in "${@:-moshiko}"; do
+    if [ "$shape" = minicpmo ]; then
+        # MiniCPM-o 4.5 against OpenBMB's MiniCPM-o-Demo (its checkout at $MINICPMO_REFERENCE, carried:
+        # the device has no network), 120 units each side, within one call's 10 minutes.
+        "$PYTHON" -m bench.minicpmo --reference "${MINICPMO_REFERENCE:-out/ref}" --output "$OUT/bench_minicpmo.json" \
+            --units "${MINICPMO_UNITS:-120}" --deadline-s "${MINICPMO_DEADLINE_S:-480}" --scratch /tmp 2>&1 \
+            | tee "$OUT/bench_minicpmo.log" | grep --line-buffered -v -i warn
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        continue
+    fi
     "$PYTHON" -m bench --model "$shape" --output "$OUT/bench_$shape.json" 2>&1 | tee "$OUT/bench_$shape.log" | grep --line-buffered -v -i warn
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     if [ "$shape" = personaplex ]; then
