@@ -42,8 +42,10 @@ def counters(device: torch.device, slots: int) -> torch.Tensor:
 
 
 def ready(device: torch.device) -> None:
-    """The current stream's counters made now, outside any capture (see `counters`)."""
+    """The current stream's counters made now, outside any capture (see `counters`), and zero before
+    this returns: graphs captured on the stream replay on another."""
     counters(device, 0)
+    torch.cuda.current_stream(device).synchronize()
 
 
 @triton.jit
