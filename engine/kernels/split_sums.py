@@ -28,9 +28,9 @@ def counters(device: torch.device, slots: int) -> torch.Tensor:
     """The arrival counters for a launch queued now on `device`'s current stream (zero when no
     kernel is running on it), created zero on first use. Created inside a graph's capture, the
     zeroing would be a memset in that graph alone, and another graph captured on the stream and
-    replayed before it would count from whatever the memory held: so engine.runtime.graphs makes
-    a stream's counters (`ready`) before it captures on it. A lone graph captured by other code
-    (a benchmark's) zeroes them itself, first, as its replay begins."""
+    replayed before it would count from whatever the memory held: a family whose graphs replay in
+    another order than they were captured makes them first (`ready`, on the capture stream). A lone
+    graph captured by other code (a benchmark's) zeroes them itself, first, as its replay begins."""
     if slots > COUNTERS:
         raise ValueError(f"split sums: {slots} output tiles, at most {COUNTERS}")
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0

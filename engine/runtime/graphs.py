@@ -37,13 +37,11 @@ class Graphs:
             graph.register_generator_state(self.generator)
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        if self._stream is None:
-            self._stream = torch.cuda.Stream(self.device)
+        stream = self.capture_stream()
         # As torch.cuda.graph captures, without emptying the allocator's cache (and, in older
         # torch, collecting garbage) before each capture: a regeneration captures between frames.
         torch.cuda.synchronize(self.device)
-        with torch.cuda.stream(self._stream):
-            _ready_for_capture(self.device)
+        with torch.cuda.stream(stream):
             graph.capture_begin(self.pool)
             try:
                 outputs = stage()  # recorded, not run
@@ -53,6 +51,13 @@ class Graphs:
                 graph.capture_end()
         self.graphs[key] = graph, outputs
         return outputs
+
+    def capture_stream(self) -> torch.cuda.Stream:
+        """The stream captures run on (their own): where per-stream state a kernel makes on first use must
+        be made before the first capture (engine.kernels.split_sums.ready)."""
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        return self._stream
 
     def run(self, key: Any) -> Any:
         """Replay the graph of `key` (captured); returns the outputs its capture recorded
@@ -77,16 +82,3 @@ def _copy_into(into: Any, outputs: Any) -> Any:
         raise ValueError(f"a stage's outputs changed: {outputs!r} where its first capture gave {into!r}")
     return into
 
-
-def _ready_for_capture(device: torch.device) -> None:
-    """State our kernels keep per stream and make on first use (split sums' arrival counters), made
-    on the capture stream now, for real: made inside a capture, it would be zeroed only when that one
-    graph replays, and the stream's other graphs replayed before it would count from garbage. (As
-    MiniCPM-o's prepare captured its LLM passes, the two-row pass made them and the ten-row pass,
-    replayed first in a unit, read them unzeroed: where its NaN rows on an H100 likely came from.)"""
-    from ..kernels import unavailable_reason
-
-    if unavailable_reason() is None:
-        from ..kernels import split_sums
-
-        split_sums.ready(device)

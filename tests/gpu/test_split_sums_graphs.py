@@ -1,8 +1,8 @@
-"""Graphs captured one after another on one stream share its split sums' arrival counters. Each
-must find them at zero whatever order they replay in: the counters are made, zeroed, before the
-first capture (engine.runtime.graphs), not inside it, where only that graph's replay would zero
-them. The later graph replays first here, as MiniCPM-o's ten-row LLM pass did after the two-row
-pass had made them in its capture."""
+"""Graphs captured one after another on one stream share its split sums' arrival counters. Each must
+find them at zero whatever order they replay in: the counters are made, zeroed, on the capture
+stream before the first capture (`split_sums.ready`, as MiniCPM-o's prepare does), not inside it,
+where only that graph's replay would zero them. The later graph replays first here, as MiniCPM-o's
+ten-row LLM pass did after the two-row pass had made them in its capture."""
 import pytest
 import torch
 
@@ -20,9 +20,11 @@ def test_a_graph_replayed_before_the_one_captured_first_finds_the_counters_at_ze
     rows = {n: torch.randn(n, 4096, generator=g, device=device).to(torch.bfloat16) for n in (2, 10)}
     eager = {n: linear(x, weight).clone() for n, x in rows.items()}  # split in four: 32 tiles of 1024 outputs
     graphs = Graphs(device)
+    with torch.cuda.stream(graphs.capture_stream()):
+        split_sums.ready(device)
     outputs = {n: graphs.capture(n, lambda x=x: linear(x, weight)) for n, x in rows.items()}
     counters = split_sums.counters(device, 0)  # the default stream's; the capture stream's are checked below
-    stream_block = split_sums._counters[(device, graphs._stream.cuda_stream)]
+    stream_block = split_sums._counters[(device, graphs.capture_stream().cuda_stream)]
     assert counters.count_nonzero() == 0 and stream_block.count_nonzero() == 0
     for n in (10, 2, 10):
         graphs.run(n)

@@ -166,7 +166,20 @@ class MiniCPMOConversation:
         the reset). Without graphs (the CPU) there is nothing to prepare."""
         self.configure(options)
         if self.runner.replay:
+            self._ready_split_sums()
             self.prepare_stages(lambda stage: self.runner.prepare([stage]))
+
+    def _ready_split_sums(self) -> None:
+        """The split products' arrival counters made on the capture stream before any capture: made inside
+        the two-row LLM pass's capture, only that graph's replay would zero them, and the ten-row pass,
+        replayed first in a unit, would count from garbage (where an H100's NaN rows likely came from)."""
+        from ...kernels import unavailable_reason
+
+        if unavailable_reason() is None:
+            from ...kernels import split_sums
+
+            with torch.cuda.stream(self.runner.graphs.capture_stream()):
+                split_sums.ready(self.model.device)
 
     @torch.no_grad()  # as the session steps: a buffer made under inference_mode could not be written there
     def prepare_stages(self, run: Callable[[Stage], object]) -> None:
