@@ -269,6 +269,10 @@ class AudioLink(LinkDevices):
         """The model's queued speech fades out and stops (app/audio/speaker_queue.py, `cut`)."""
         self._speaker_queue.cut()
 
+    def speech_positions(self) -> tuple[int, int, tuple[int, int]] | None:
+        """Where the speaker is in the model's speech (SpeakerQueue.positions)."""
+        return self._speaker_queue.positions()
+
     def set_echo(self, settings: EchoSettings) -> None:
         """From any thread; the engine thread applies it at its next read (a new canceller,
         which converges again)."""

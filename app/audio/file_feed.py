@@ -52,6 +52,9 @@ class FileFeed:
     def cut_speaker(self) -> None:
         pass  # nothing is queued for a speaker (and nothing played is ever spoken over)
 
+    def speech_positions(self) -> None:
+        return None  # no speaker: the model's words count as said when it says them
+
     def set_speaker_gain(self, gain: float) -> None:
         pass
 

@@ -46,6 +46,12 @@ class SpeakerQueue:
         self.played_total = 0  # samples handed to the device so far (silence too)
         self.cut_at: int | None = None  # played_total where the last cut began (its fade's first sample)
         self.cut_dropped = 0   # samples of queued speech the cuts dropped
+        # The queue's own count of its samples (at `rate`), for telling which were heard: those that
+        # went in, those the device played (a cut's fade included), and the last cut's dropped span
+        # [from, to) in the same count (what had gone in before it, not played).
+        self.entered = 0
+        self.heard = 0
+        self.last_cut = (0, 0)
         self._ramp = np.linspace(1.0, 0.0, max(1, round(rate * CUT_FADE_S)), endpoint=False, dtype=np.float32)
         self._cuts_asked = self._cuts_done = 0
         self._fade = -1  # samples of the fade done, while fading; -1 when not
@@ -65,6 +71,7 @@ class SpeakerQueue:
         else:
             self._priming = False
             n = self.ring.read_into(out)
+            self.heard += n
             if n < len(out):
                 out[n:] = 0
                 self.underflows += 1
@@ -83,11 +90,15 @@ class SpeakerQueue:
         the queue is dropped and the speaker waits for a prebuffer of new speech."""
         k = min(len(out), len(self._ramp) - self._fade)
         n = self.ring.read_into(out[:k])
+        self.heard += n
         out[n:] = 0
         out[:k] *= self._ramp[self._fade:self._fade + k]
         self._fade += k
         if self._fade == len(self._ramp):
-            self.cut_dropped += self.ring.skip()
+            start = self.heard + self.cut_dropped
+            skipped = self.ring.skip()
+            self.last_cut = (start, start + skipped)  # before the count: `positions` reads them the other way
+            self.cut_dropped += skipped
             self._fade, self._priming = -1, True
 
     # --- the engine thread ------------------------------------------------------------
@@ -107,7 +118,16 @@ class SpeakerQueue:
         return self.ring.available() > self.limit
 
     def put(self, samples: np.ndarray) -> None:
-        self.dropped += len(samples) - self.ring.write(samples)  # none, unless `full` was not asked
+        written = self.ring.write(samples)
+        self.entered += written
+        self.dropped += len(samples) - written  # none, unless `full` was not asked
+
+    def positions(self) -> tuple[int, int, tuple[int, int]]:
+        """(samples gone in, samples gone out: played or dropped by a cut, the last cut's dropped
+        span), in the queue's own count: a sample at position p was heard once p < gone out and p is
+        not in a cut's span."""
+        gone = self.heard + self.cut_dropped
+        return self.entered, gone, self.last_cut
 
     def backlog_s(self) -> float:
         """How long the audio queued now will take to play."""

@@ -159,7 +159,9 @@ class ConversationController(QObject):
         return ConversationRecorder(self.settings.recordings_dir, loaded.name, dataclasses.asdict(options), processing)
 
     def _show_frame(self, report: FrameReport) -> None:
-        self._view.add_frame(report.index, report.output.text, report.output.pcm)
+        self._view.add_frame(report.index, "", report.output.pcm)
+        for index, piece in report.heard:  # the words whose speech began playing: what the person heard
+            self._view.add_words(index, piece)
         self._panel.add_frame(report)
         self._device_picker.set_level(report.level_dbfs)
         self._device_picker.set_output_level(report.output_dbfs)

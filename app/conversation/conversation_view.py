@@ -106,6 +106,15 @@ class ConversationView(QWidget):
 
     def add_frame(self, index: int, piece: str, pcm: np.ndarray) -> None:
         """Frame `index`'s text piece and the model's audio of it."""
+        self.add_words(index, piece)
+        if _dbfs(pcm) > SPEAKING_DBFS or piece.strip():
+            self._loud_frame = index
+        self._show_speaking(index - self._loud_frame <= HOLD_FRAMES)
+        seconds = int((index + 1) * FRAME_SECONDS)
+        self.clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
+
+    def add_words(self, index: int, piece: str) -> None:
+        """Frame `index`'s text piece, once its speech plays (it may come frames after the frame)."""
         before = self._words.words[-1]["end"] if self._words.words else None
         count = len(self._words.words)
         self._words.add(index, piece)
@@ -117,11 +126,6 @@ class ConversationView(QWidget):
                 piece = piece.lstrip()
         if piece:
             self._append(piece, self._words_format)
-        if _dbfs(pcm) > SPEAKING_DBFS or piece.strip():
-            self._loud_frame = index
-        self._show_speaking(index - self._loud_frame <= HOLD_FRAMES)
-        seconds = int((index + 1) * FRAME_SECONDS)
-        self.clock.setText(f"{seconds // 60}:{seconds % 60:02d}")
 
     def finish(self) -> None:
         """No conversation (any more): nothing speaks, nothing records."""

@@ -19,6 +19,7 @@ from ..audio.audio_io import AudioCounters
 from ..audio.echo_cancel import EchoSettings, EchoState
 from .barge_in import BargeIn
 from .recorder import ConversationRecorder
+from .spoken_words import SpokenWords
 
 if TYPE_CHECKING:
     from engine import DuplexSession, FrameOutput, RuntimeOptions
@@ -42,6 +43,7 @@ class FrameReport:
     counters: AudioCounters
     output_dbfs: float = -120.0  # of the model's frame as the speaker played it (after the volume)
     echo: EchoState | None = None  # what echo cancellation is doing
+    heard: tuple[tuple[int, str], ...] = ()  # (frame, text) of the model's words whose speech began playing now
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,9 @@ class ConversationWorker(threading.Thread):
         self._echo_changed: EchoSettings | None = None  # for the recording's notes
         self._stopping = threading.Event()
         # Frames waiting for what the speaker played meanwhile (the recording's model channel):
-        # (microphone frame, the model's text, notes to make before it).
+        # (microphone frame, the model's words that began playing then, notes to make before it).
         self._unrecorded: deque[tuple[np.ndarray, str, list]] = deque()
+        self._spoken = SpokenWords()  # the window's words wait for the speaker to play them
         self._skipped_s = self._skipped_told_s = 0.0
         self._skip_told_at = -SKIP_TOLD_EVERY
         self._barge_in: BargeIn | None = None  # set_barge_in: talking over the model stops it
@@ -162,7 +165,7 @@ class ConversationWorker(threading.Thread):
                     and self._barge_in.hears(_dbfs(frame), self.link.output_level_dbfs())):
                 self._interrupt(index)
             out = self.session.step(frame)
-            self._count_skipped(index, self.link.write_frame(out.pcm))
+            heard = self._write(index, out)
             if self.recorder is not None:
                 notes = []
                 if self.session.options is not options:  # applied with this frame
@@ -171,21 +174,33 @@ class ConversationWorker(threading.Thread):
                 echo, self._echo_changed = self._echo_changed, None
                 if echo is not None:
                     notes.append((self.recorder.note_audio_processing, dataclasses.asdict(echo)))
-                self._unrecorded.append((frame, out.text, notes))
+                self._unrecorded.append((frame, "".join(text for _, text in heard), notes))
             self._record_played()
             self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
-                                                self.link.output_level_dbfs(), echo_state))
+                                                self.link.output_level_dbfs(), echo_state, heard))
             index += 1
+
+    def _write(self, index: int, out) -> tuple[tuple[int, str], ...]:
+        """The frame's audio to the speaker; returns the words the speaker has begun to play since the
+        last frame (with a file for microphone, nothing plays: the frame's own words)."""
+        before = self.link.speech_positions()
+        skipped_s = self.link.write_frame(out.pcm)
+        self._count_skipped(index, skipped_s)
+        if before is None:
+            return ((index, out.text),) if out.text else ()
+        if not skipped_s:  # a skipped frame's words were never said
+            self._spoken.add(index, before[0], out.text)
+        _, gone, cut = self.link.speech_positions()
+        return tuple(self._spoken.heard(gone, cut))
 
     def _interrupt(self, index: int) -> None:
         """The person spoke over the model: its family stops it, its queued speech is dropped
         and what the speaker still has fades out."""
         dropped_s = self.session.interrupt()
+        # The session dropped the speech it held, and its words; the speaker drops what it queued,
+        # and with it the words waiting for that speech to play (SpokenWords): neither transcript
+        # keeps a word the person did not hear begin.
         self.link.cut_speaker()
-        # Frames the played track has not come back for: their speech is in the speaker's queue,
-        # cut with it, so the recording keeps no words of theirs (the session dropped the words of
-        # the speech it held; those of older frames still in the queue stay).
-        self._unrecorded = deque((frame, "", notes) for frame, _, notes in self._unrecorded)
         log.info("interrupted at frame %d (%.2f s of queued speech dropped)", index, dropped_s)
         if self.recorder is not None:
             self.recorder.note_interruption(index, dropped_s)
