@@ -3,7 +3,7 @@ without the check.
 
 `python3 -m bench.int4_copy_check --output OUT.json [--device cuda] [--shape moshiko]` writes a
 copy of the shape's LM in the int4 layout (the config's tensor names, shapes and dtypes, the
-float ones in bf16 as the official checkpoints hold them) through engine.weights.int4_kept.write_copy,
+float ones in bf16 as the official checkpoints hold them) through engine.weights.kept_files.write_copy,
 its checksums included, filled with random bytes: quantizing a 7B checkpoint takes far longer
 than the check, whose cost does not depend on the values. Then it reads it as a load does
 (engine.weights.int4_kept.read_kept), the file's pages dropped from the page cache before each load
@@ -31,7 +31,8 @@ from engine.loading.safetensors_files import read_safetensors
 from engine.weights.checksums import checksums
 from engine.weights.int4 import ROW_SCALE, SCALE, int4_layout, int4_metadata
 from engine.weights.int4_copies import COPY_FORMAT
-from engine.weights.int4_kept import read_kept, write_copy
+from engine.weights.int4_kept import read_kept
+from engine.weights.kept_files import write_copy
 
 SHAPES = ("moshiko", "personaplex")
 

@@ -1,8 +1,10 @@
-"""The int4 copies we keep of LM files (each quantized once, on its first int4 load; made by
-engine.weights.int4_kept): where they live, which source file each was made from, and removing them.
-Torch-free: the model list reads it.
+"""The quantized copies we keep of weight files (each quantized once, on its first load in that
+format: Moshi's int4 LMs, engine.weights.int4_kept; MiniCPM-o's int8 and int4 products,
+engine.families.minicpmo.kept_weights): where they live, which source file each was made from,
+and removing them. Torch-free: the model list reads it.
 
-One copy per source file and kind of device it was quantized on, in `user_cache_dir()/int4`, named
+One copy per source file, format and kind of device it was quantized on, in
+`user_cache_dir()/int4` (the folder's name is older than the int8 copies), named
 by the source's resolved path (a Hugging Face snapshot's file resolves to its blob, named by its
 sha256) and the device type: a GPU's sums may round otherwise than the CPU's, and a copy holds what
 quantizing on load there gives. The copy's own safetensors metadata records the source's path, size
@@ -25,6 +27,8 @@ from ..files.paths import user_cache_dir
 
 log = logging.getLogger(__name__)
 SUFFIX = ".int4.safetensors"
+SUFFIXES = {"int4": SUFFIX, "int8": ".int8.safetensors"}
+"""A copy's name ends in its format's (Moshi keeps int4 LMs, MiniCPM-o int8 and int4 products)."""
 PART_SUFFIX = ".part"
 LEFTOVER_S = 3600
 """A temporary file this old is a crashed write's leftover (a live write keeps touching its own)."""
@@ -65,17 +69,19 @@ class KeptCopy:
     """The source is there, unchanged since the copy was made."""
     device_type: str
     """Where it was quantized ("cpu", "cuda"): what loading on that kind of device reads."""
+    weights: str = "int4"
+    """Its format (SUFFIXES)."""
 
 
-def copy_path(source: SourceFile, device_type: str, folder: Path | None = None) -> Path:
-    """Where the copy of `source` quantized on `device_type` lives: a readable label (the
-    repository's cache folder, or the checkpoint's folder), a digest of the resolved path, the
-    device type."""
+def copy_path(source: SourceFile, device_type: str, folder: Path | None = None, weights: str = "int4") -> Path:
+    """Where the copy of `source` quantized to `weights` on `device_type` lives: a readable label
+    (the repository's cache folder, or the checkpoint's folder), a digest of the resolved path,
+    the device type, the format's suffix."""
     parent = source.path.parent
     label = parent.parent.name if parent.name == "blobs" else f"{parent.name}-{source.path.stem}"
     label = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:80] or "lm"
     digest = hashlib.sha256(str(source.path).encode()).hexdigest()[:16]
-    return (folder or copies_folder()) / f"{label}-{digest}.{re.sub(r'[^a-z0-9]+', '', device_type)}{SUFFIX}"
+    return (folder or copies_folder()) / f"{label}-{digest}.{re.sub(r'[^a-z0-9]+', '', device_type)}{SUFFIXES[weights]}"
 
 
 def part_path(copy: Path) -> Path:
@@ -118,14 +124,17 @@ def kept_copies(folder: Path | None = None) -> list[KeptCopy]:
     """Every copy in the folder; files that are no copy of ours are left out (and left alone)."""
     folder = folder or copies_folder()
     found = []
-    for path in sorted(folder.glob("*" + SUFFIX)) if folder.is_dir() else ():
+    paths = sorted(p for suffix in SUFFIXES.values() for p in folder.glob("*" + suffix)) if folder.is_dir() else ()
+    for path in paths:
+        weights = next(w for w, suffix in SUFFIXES.items() if path.name.endswith(suffix))
         try:
             meta, size = header_metadata(path), path.stat().st_size
         except (OSError, ValueError) as exc:
             log.info("%s: not a readable int4 copy (%s)", path, exc)
             continue
         if isinstance(meta.get("source"), str):
-            found.append(KeptCopy(path, Path(meta["source"]), size, is_current(meta), str(meta.get("quantized_on"))))
+            found.append(KeptCopy(path, Path(meta["source"]), size, is_current(meta), str(meta.get("quantized_on")),
+                                  weights))
     return found
 
 
@@ -136,7 +145,7 @@ def copies_of(lm_file: Path, folder: Path | None = None) -> list[KeptCopy]:
     except OSError:
         return []
     return [c for c in kept_copies(folder) if c.current and c.source == source.path
-            and c.path == copy_path(source, c.device_type, folder)]
+            and c.path == copy_path(source, c.device_type, folder, c.weights)]
 
 
 def copies_under(source_folder: Path, folder: Path | None = None) -> list[KeptCopy]:
@@ -164,7 +173,8 @@ def remove_leftovers(folder: Path | None = None, keep: Path | None = None) -> No
     if not folder.is_dir():
         return
     now = time.time()
-    for part in folder.glob(f".*{SUFFIX}.*{PART_SUFFIX}"):
+    parts = [p for suffix in SUFFIXES.values() for p in folder.glob(f".*{suffix}.*{PART_SUFFIX}")]
+    for part in parts:
         try:
             if now - part.stat().st_mtime > LEFTOVER_S:
                 part.unlink()

@@ -7,31 +7,25 @@ checksum written with it as it is read (engine.weights.checksums); a damaged cop
 again, and the load's notice says so."""
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import save_file
 
 from ..errors import CheckpointError
 from ..families.moshi.lm.lm_config import LMConfig
 from ..families.moshi.lm.lm_loading import build_lm, weights_choice
 from ..families.moshi.lm.moshi_lm import MoshiLM
 from ..loading import safetensors_files
-from ..loading.library.progress import size_text
 from ..loading.safetensors_files import check_layout, read_safetensors
-from .checksums import mismatch, recorded, to_metadata
+from .checksums import mismatch, recorded
 from .int4 import SCALE, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
-from .int4_copies import COPY_FORMAT, SourceFile, copy_path, is_current, part_path, read_header, remove_leftovers
+from .int4_copies import COPY_FORMAT, SourceFile, copy_path, is_current, read_header
+from .kept_files import cannot_keep, write_copy
 
 log = logging.getLogger(__name__)
-RESERVE_BYTES = 500 * 10**6
-"""Free space a copy leaves on its disk: a cache of ours never fills the user's disk."""
 _HEADER_BYTES = 1 << 20
 SUMMED_BESIDE_FROM = {"cpu": 256 << 20}
 """Device types whose copies of at least this size are summed from the file by a thread while
@@ -59,7 +53,7 @@ def load_kept_int4(cfg: LMConfig, tensors: dict, lm_path: Path, device: torch.de
     if lm is not None:
         return lm, ""
     damage = damage and f"{lm_path}: its int4 copy {copy} was damaged ({damage})"
-    problem = _cannot_keep(copy, _file_bytes(layout, tensors))
+    problem = cannot_keep(copy, _file_bytes(layout, tensors))
     if problem is None:
         quantized = _quantize(tensors, names, device, lm_path.name)
         check_layout(layout, quantized, lm_path)  # a checkpoint that does not fit is named, never kept
@@ -184,22 +178,6 @@ def _file_bytes(layout: MoshiLM, tensors: dict) -> int:
     return total
 
 
-def _cannot_keep(copy: Path, need: int) -> str | None:
-    """Why the copy cannot be written (the folder, the free space), or None."""
-    try:
-        copy.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"cannot make the folder {copy.parent} ({exc.strerror or exc})"
-    if not os.access(copy.parent, os.W_OK):
-        return f"cannot write in {copy.parent}"
-    remove_leftovers(copy.parent, keep=copy)
-    free = shutil.disk_usage(copy.parent).free
-    if free < need + RESERVE_BYTES:
-        return (f"it needs {size_text(need)} and {copy.parent} has {size_text(free)} free "
-                f"(a copy leaves {size_text(RESERVE_BYTES)})")
-    return None
-
-
 def _quantize(tensors: dict, names: list[str], device: torch.device, label: str) -> dict:
     """quantize_checkpoint4 a parameter at a time (it quantizes each one alone: the result is
     the same), reporting the checkpoint's bytes done through the load's progress
@@ -214,19 +192,3 @@ def _quantize(tensors: dict, names: list[str], device: torch.device, label: str)
         if report:
             report(label, done, sum(sizes))
     return tensors
-
-
-def write_copy(tensors: dict, copy: Path, metadata: dict[str, str]) -> None:
-    """All or nothing: a temporary name beside the copy, synced, renamed into place. The
-    metadata records each tensor's checksum."""
-    part = part_path(copy)
-    try:
-        tensors = {k: v.contiguous() for k, v in tensors.items()}
-        save_file(tensors, str(part), metadata={**metadata, **to_metadata(tensors)})
-        with open(part, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(part, copy)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            part.unlink()
-        raise

@@ -14,9 +14,10 @@ from ...errors import CheckpointError
 from ...loading.memory_plan import MemoryPlan
 from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
-from .layout import TAIL_FOLDER, layout, read_config, read_weights
+from .kept_weights import read_audio_weights
+from .layout import TAIL_FOLDER, layout, read_config
 from .protocol_settings import UnitSettings
-from .quantized import FORMATS, converter, stored_bytes
+from .quantized import FORMATS, stored_bytes
 from .qwen3_weights import Qwen3Sizes
 from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
@@ -84,7 +85,7 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
     expected = _checked(folder, config)
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     tokens = TextTokens(folder)
-    tensors = read_weights(folder, expected, torch.device(device), dtype, converter(weights))
+    tensors, kept = read_audio_weights(folder, expected, torch.device(device), dtype, weights)
     tail_folder = folder / TAIL_FOLDER
     tail = None
     if all((tail_folder / name).is_file() for name in TAIL_FILES):
@@ -99,6 +100,7 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
               f"; it has no prepared voice ({TAIL_FOLDER}/{VOICE_FILE})" if not voice else "")
     notice = (f"{name} answers on a one-second rhythm: once a second it decides to listen or to speak"
               + (f"{silent}, so it answers in text only." if silent else "."))
+    notice += f" {kept[0].upper()}{kept[1:]}." if kept else ""
     return MiniCPMOModel(name, folder, config, tokens, tensors, dtype, tail, notice, weights)
 
 

@@ -2,8 +2,9 @@
 layer of the LLM (its attention and MLP products and its head) and of the TTS's backbone in
 int8 with a scale per row, or in int4 with a scale per 64 inputs; the LLM's embedding table
 (1.2 GB in bf16) in int8 rows in both. The rest (the audio encoder, its projection, norms, the
-TTS's small tables, projector and head, the tail) stays in the model dtype. Quantized at load,
-one tensor at a time on the device, so the bf16 model is never held whole."""
+TTS's small tables, projector and head, the tail) stays in the model dtype. Quantized on the
+first load in a format, one tensor at a time on the device, so the bf16 model is never held
+whole, and kept (kept_weights.py)."""
 from __future__ import annotations
 
 import re
@@ -16,6 +17,9 @@ from ...weights.int4 import quantize_groups, quantize_table
 from ...weights.int8 import quantize_rows
 
 FORMATS = ("bf16", "int8", "int4")
+QUANTIZER = "1"
+"""Raised when the int8 quantization changes, so that a kept int8 copy (kept_weights.py) is
+made again; int4's is engine.weights.int4's."""
 _PRODUCT = re.compile(r"(llm|tts)\.model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight"
                       r"|llm\.lm_head\.weight")
 _TABLE = "llm.model.embed_tokens.weight"
@@ -24,6 +28,11 @@ _TABLE = "llm.model.embed_tokens.weight"
 def is_product(key: str) -> bool:
     """Whether a checkpoint key is a weight these formats quantize as a product's."""
     return _PRODUCT.fullmatch(key) is not None
+
+
+def is_quantized(key: str) -> bool:
+    """Whether int8 and int4 keep this key quantized (a product or the embedding table)."""
+    return is_product(key) or key == _TABLE
 
 
 def converter(weights: str) -> Callable[[str, torch.Tensor], object] | None:

@@ -155,9 +155,9 @@ def plan_download(client: HubClient, name: str, weights: str | None, device: str
     lm_is_q8 = any(f.endswith(".q8.safetensors") for f in remote.files)
     chosen = weights or ("int8" if lm_is_q8 else "bf16")
     planned = _planned_by_family(remote, chosen, device)
-    if planned is not None:  # a family that plans from its config (and quantizes each load)
-        note = f"{chosen}: downloads the bf16 files; they are quantized each time the model loads" \
-            if chosen != "bf16" else ""
+    if planned is not None:  # a family that plans from its config (and keeps what it quantizes)
+        note = (f"{chosen}: downloads the bf16 files; they are quantized to {chosen} once, on the first {chosen} "
+                f"load, and the copy kept in {copies_folder()}") if chosen != "bf16" else ""
         return DownloadPlan(remote, chosen, note, remote.size - client.cached_bytes(remote), planned[0])
     if chosen == "int8" and not lm_is_q8:
         note = "int8: downloads the bf16 files; they are quantized each time the model loads"
