@@ -113,7 +113,7 @@ def test_a_q8_source_is_kept_as_quantizing_it_on_load_gives(tmp_path):
     assert only_copy().source == (q8 / "model.q8.safetensors").resolve()
     assert_same(load_model(q8, weights="int4").lm.state_dict(), on_load(q8))
     entry = next(e for e in list_models(tmp_path / "hub", [str(q8)]) if e.name == str(q8))
-    assert entry.lm_weights == "int8" and entry.int4_copies == (only_copy(),)
+    assert entry.lm_weights == "int8" and entry.kept_copies == (only_copy(),)
     assert entry.int4_note.startswith("int4: quantized once from its int8 files and kept: ")
 
 
@@ -241,13 +241,13 @@ def test_the_library_says_what_int4_downloads_keeps_and_removes(hub, tmp_path, m
                          f"first int4 load, and the int4 copy kept in {copies_folder()}")
     client.download(plan_download(client, BF16, "bf16", "cpu").remote)
     entry = next(e for e in list_models(cache) if e.name == BF16)
-    assert entry.int4_copies == () and entry.lm_weights == "bf16"
+    assert entry.kept_copies == () and entry.lm_weights == "bf16"
     assert entry.int4_note == (f"int4: from its bf16 files, quantized once on the first int4 load and kept in "
                                f"{copies_folder()}")
     load_model(BF16, weights="int4")
     load_model("demo", weights="int4")  # another model's copy, which stays
     entry = next(e for e in list_models(cache) if e.name == BF16)
-    (copy,) = entry.int4_copies
+    (copy,) = entry.kept_copies
     assert copy.source.is_relative_to(cache) and copy.path.is_file()
     kept = f"kept: {size_text(copy.size_on_disk)} at {copy.path}"
     assert entry.int4_note == f"int4: quantized once from its bf16 files and {kept}"
@@ -291,7 +291,8 @@ def test_the_window_says_where_the_copy_is_and_removes_it(qtbot, tmp_path, monke
     picker.select("demo")
     load_selected(qtbot, window, picker)
     dialog = removal_dialog(window, picker, BF16)
-    assert f"and the int4 copy kept of them ({size_text(copy.size_on_disk)}, in {copy.path.parent})" in dialog.text()
+    kept = f"and the quantized copies kept of them ({size_text(copy.size_on_disk)}, in {copy.path.parent})"
+    assert kept in dialog.text()
     dialog.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: f"Removed {BF16}" in window.message_bar.text(), timeout=30_000)
     assert not copy.path.exists()

@@ -14,6 +14,7 @@ from engine import READY, REMOTE, HubClient, list_models, load_model, plan_downl
 from engine.families.minicpmo.layout import INDEX, TAIL_FOLDER
 from engine.families.minicpmo.text_tokens import TOKENIZER_FILES
 from engine.loading.library.catalogue import KNOWN, needed_files
+from engine.loading.library.removal import remove_model
 from engine.token2wav.token2wav_loading import FILES as TAIL_FILES
 from tests.fake_hub import FakeHub
 from tests.test_model_library import cache  # noqa: F401  (a fixture: the client's cache)
@@ -52,7 +53,8 @@ def test_only_the_audio_paths_files_are_planned_downloaded_and_loaded(cache):
                                      len(repository()[INDEX]) for name in plan.remote.files}
         assert plan.weights == "bf16" and plan.memory is not None and plan.memory.fits
         int8, int4 = (plan_download(client, REPO, w, "cpu") for w in ("int8", "int4"))
-        assert "quantized to int8 once, on the first int8 load, and the copy kept" in int8.note and int8.remote.files == plan.remote.files
+        assert "quantized to int8 once, on the first int8 load, and the copy kept" in int8.note
+        assert int8.remote.files == plan.remote.files
         assert int4.memory.weight_bytes < int8.memory.weight_bytes < plan.memory.weight_bytes
 
         folder = client.download(plan.remote)
@@ -60,6 +62,14 @@ def test_only_the_audio_paths_files_are_planned_downloaded_and_loaded(cache):
         assert entry.state == READY and entry.location == folder
         model = load_model(REPO, device="cpu")
         assert model.family == "minicpmo" and "text only" in model.notice
+
+        # int8 is quantized once and kept; the list shows the copy and Remove takes it along
+        load_model(REPO, device="cpu", weights="int8")
+        entry = next(e for e in list_models(cache) if e.name == REPO)
+        (copy,) = entry.kept_copies
+        assert copy.weights == "int8" and copy.path.is_file()
+        assert entry.weights_note("int8").startswith("int8: quantized once and kept: ") and not entry.weights_note("int4")
+        assert remove_model(REPO, cache) > 0 and not copy.path.exists()
 
 
 def test_the_tail_comes_with_it_where_the_repository_has_it():

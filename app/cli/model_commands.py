@@ -29,7 +29,7 @@ def add_model_commands(sub) -> None:
     download.add_argument("--device", default=None, help="check the fit on this device first")
     download.set_defaults(func=_download)
     remove = sub.add_parser("remove", help="delete a downloaded model's files from the Hugging Face cache, and "
-                                           "the int4 copy kept of them")
+                                           "the quantized copies kept of them")
     remove.add_argument("name", help="its repository name")
     remove.set_defaults(func=_remove)
     login = sub.add_parser("login", help="store a Hugging Face access token (for gated models: `models` marks "
@@ -53,8 +53,8 @@ def _models(args) -> None:
             print(f"    at {entry.location}")
         if entry.state == READY:
             print("    " + _local_fit(entry.name, device))
-            if entry.int4_note:
-                print("    " + entry.int4_note)
+            for note in filter(None, (entry.weights_note(w) for w in ("int8", "int4"))):
+                print("    " + note)
             continue
         if not reachable:
             continue

@@ -104,17 +104,18 @@ class LibraryController(QObject):
     def _on_refreshed(self, entries: list) -> None:
         """The entries' details updated in place: the list, the choice and what it needs stay."""
         self._picker.entries.update({e.name: e for e in entries if e.name in self._picker.entries})
-        self._show_int4_note()
+        self._show_weights_note()
 
-    def _show_int4_note(self) -> None:
-        """With int4 chosen for a model on this machine: what int4 does with its files, and the
-        copy kept of them, beside what the model is."""
+    def _show_weights_note(self) -> None:
+        """For a model on this machine: what the chosen weights do with its files, and the copy
+        kept of them, beside what the model is."""
         entry = self._picker.entry()
         if entry is None or entry.state != READY:
             return
         about = entry.about + (f" · {entry.location}" if entry.location is not None else "")
-        if self._picker.chosen_weights() == "int4" and entry.int4_note:
-            about += f". {entry.int4_note[0].upper()}{entry.int4_note[1:]}."
+        note = entry.weights_note(self._picker.chosen_weights() or "")
+        if note:
+            about += f". {note[0].upper()}{note[1:]}."
         self._picker.about.setText(about)
 
     # --- what the choice needs ----------------------------------------------------------
@@ -123,7 +124,7 @@ class LibraryController(QObject):
         Hub what it fetches, the disk it needs, and the memory it will need."""
         name, weights, entry = self._picker.source(), self._picker.chosen_weights(), self._picker.entry()
         if entry is not None and entry.state == READY or entry is None and not _looks_like_repo(name):
-            self._show_int4_note()
+            self._show_weights_note()
             self._models.check_memory()
             return
         self._picker.show_fit_checking()
@@ -231,9 +232,9 @@ class LibraryController(QObject):
             return
         entry = self._picker.entry()
         size = f" ({size_text(entry.size_on_disk)})" if entry is not None and entry.size_on_disk else ""
-        copies = entry.int4_copies if entry is not None else ()
+        copies = entry.kept_copies if entry is not None else ()
         if copies:
-            size += (f" and the int4 copy kept of them ({size_text(sum(c.size_on_disk for c in copies))}, in "
+            size += (f" and the quantized copies kept of them ({size_text(sum(c.size_on_disk for c in copies))}, in "
                      f"{copies[0].path.parent})")
         self.last_dialog = QMessageBox(QMessageBox.Icon.Question, "Remove the model",
                                        f"Delete the downloaded files of {name}{size}? Downloading it again "

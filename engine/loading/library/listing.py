@@ -44,9 +44,9 @@ class ModelEntry:
     lm_weights: str = ""
     """What its LM file holds (its header says): "bf16" (or another float dtype), "int8" (q8)
     or "int4"; "" when not on this machine."""
-    int4_copies: tuple[KeptCopy, ...] = ()
-    """The int4 copies kept of its LM file (engine.weights.int4_copies), once an int4 load made one (a
-    copy per kind of device it loaded on)."""
+    kept_copies: tuple[KeptCopy, ...] = ()
+    """The quantized copies kept of its weight files (engine.weights.int4_copies), once a load
+    made one (a copy per format and kind of device it loaded on)."""
 
     @property
     def int4_note(self) -> str:
@@ -55,11 +55,22 @@ class ModelEntry:
             return ""
         if self.lm_weights == "int4":
             return "int4: as its files hold them"
-        if self.int4_copies:
-            kept = "; ".join(f"{size_text(c.size_on_disk)} at {c.path}" for c in self.int4_copies)
+        if self.kept_copies:
+            kept = "; ".join(f"{size_text(c.size_on_disk)} at {c.path}" for c in self.kept_copies)
             return f"int4: quantized once from its {self.lm_weights} files and kept: {kept}"
         return (f"int4: from its {self.lm_weights} files, quantized once on the first int4 load and kept in "
                 f"{copies_folder()}")
+
+    def weights_note(self, weights: str) -> str:
+        """What loading it in `weights` does with its files on this machine ("" for nothing to
+        say): Moshi's int4 (int4_note), or the copy a sharded checkpoint's load kept."""
+        if weights == "int4" and self.lm_weights:
+            return self.int4_note
+        kept = [c for c in self.kept_copies if c.weights == weights]
+        if not kept:
+            return ""
+        return f"{weights}: quantized once and kept: " + "; ".join(f"{size_text(c.size_on_disk)} at {c.path}"
+                                                                   for c in kept)
 
 
 def list_models(cache_dir: str | Path, folders: list[str] = ()) -> list[ModelEntry]:
@@ -87,15 +98,19 @@ def _hub_entry(repo: str, about: str, cached, gated: bool) -> ModelEntry:
 
 
 def _weights_on_disk(folder: Path) -> dict:
-    """What a complete model's LM file holds and the int4 copy kept of it, as ModelEntry's fields."""
+    """What a complete model's LM file holds and the copies kept of it, as ModelEntry's fields (a
+    sharded checkpoint's copies are named after its index: engine.families.minicpmo.kept_weights)."""
     try:
         lm = locate.lm_file(folder, local_config(folder))
     except CheckpointError:  # a config.json naming a file out of the folder: no model, said on loading
         return {}
+    if not lm.exists() and (folder / SHARD_INDEX).is_file():
+        return {"kept_copies": tuple(copies_of(folder / SHARD_INDEX))}
     weights = _held(lm)
-    return {"lm_weights": weights, "int4_copies": tuple(copies_of(lm)) if weights not in ("", "int4") else ()}
+    return {"lm_weights": weights, "kept_copies": tuple(copies_of(lm)) if weights not in ("", "int4") else ()}
 
 
+SHARD_INDEX = "model.safetensors.index.json"
 _FLOATS = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
 
 
