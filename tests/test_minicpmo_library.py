@@ -68,7 +68,8 @@ def test_only_the_audio_paths_files_are_planned_downloaded_and_loaded(cache):
         entry = next(e for e in list_models(cache) if e.name == REPO)
         (copy,) = entry.kept_copies
         assert copy.weights == "int8" and copy.path.is_file()
-        assert entry.weights_note("int8").startswith("int8: quantized once and kept: ") and not entry.weights_note("int4")
+        assert entry.weights_note("int8").startswith("int8: quantized once and kept: ")
+        assert not entry.weights_note("int4")
         assert remove_model(REPO, cache) > 0 and not copy.path.exists()
 
 
