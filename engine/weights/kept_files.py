@@ -5,15 +5,20 @@ copies: Moshi's int4 LM (engine.weights.int4_kept), MiniCPM-o's int8 and int4 pr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
 
-from safetensors.torch import save_file
+import torch
 
 from ..loading.library.progress import size_text
 from .checksums import to_metadata
 from .int4_copies import part_path, remove_leftovers
+
+_NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.float64: "F64",
+          torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
+          torch.bool: "BOOL"}
 
 RESERVE_BYTES = 500 * 10**6
 """Free space a copy leaves on its disk: a cache of ours never fills the user's disk."""
@@ -36,14 +41,27 @@ def cannot_keep(copy: Path, need: int) -> str | None:
     return None
 
 
-def write_copy(tensors: dict, copy: Path, metadata: dict[str, str]) -> None:
+def write_copy(tensors: dict[str, torch.Tensor], copy: Path, metadata: dict[str, str]) -> None:
     """All or nothing: a temporary name beside the copy, synced, renamed into place. The
-    metadata records each tensor's checksum."""
+    metadata records each tensor's checksum. Written in the safetensors layout one tensor at a
+    time, each brought from its device alone: an 8B model's copy never sits whole in host memory
+    (safetensors' own writer holds every tensor's bytes at once)."""
     part = part_path(copy)
     try:
-        tensors = {k: v.contiguous() for k, v in tensors.items()}
-        save_file(tensors, str(part), metadata={**metadata, **to_metadata(tensors)})
-        with open(part, "rb+") as f:
+        tensors = {k: v.detach().contiguous() for k, v in tensors.items()}  # no copy of contiguous ones
+        header, offset = {"__metadata__": {**metadata, **to_metadata(tensors)}}, 0
+        for key, tensor in tensors.items():
+            size = tensor.numel() * tensor.element_size()
+            header[key] = {"dtype": _NAMES[tensor.dtype], "shape": list(tensor.shape),
+                           "data_offsets": [offset, offset + size]}
+            offset += size
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors' writer does
+        with open(part, "wb") as f:
+            f.write(len(text).to_bytes(8, "little") + text)
+            for tensor in tensors.values():
+                f.write(tensor.cpu().reshape(-1).view(torch.uint8).numpy())
+            f.flush()
             os.fsync(f.fileno())
         os.replace(part, copy)
     except BaseException:
