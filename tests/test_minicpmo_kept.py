@@ -41,7 +41,7 @@ def test_quantized_once_then_read_from_the_copy(folder, weights, caplog):
     assert [(c.weights, c.device_type, c.current) for c in copies] == [(weights, "cpu", True)]
     assert copies[0].path.name.endswith(f".{weights}.safetensors")
     assert "copy" not in first.notice
-    with caplog.at_level(logging.INFO, logger="engine.families.minicpmo.kept_weights"):
+    with caplog.at_level(logging.INFO):
         second = load(folder, None, torch.device("cpu"), torch.bfloat16, weights=weights)
     assert "read from the kept copy" in caplog.text
     _same(first.weights_by_name, second.weights_by_name)
@@ -69,7 +69,7 @@ def test_a_changed_shard_makes_the_copy_stale(folder, caplog):
     shard = folder / "model-00003-of-00003.safetensors"
     stat = shard.stat()
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    with caplog.at_level(logging.INFO, logger="engine.families.minicpmo.kept_weights"):
+    with caplog.at_level(logging.INFO):
         again = load(folder, None, torch.device("cpu"), torch.bfloat16, weights="int8")
     assert "made from other files" in caplog.text and "quantized to int8 once" in caplog.text
     assert "copy" not in again.notice

@@ -23,7 +23,7 @@ from ..loading.safetensors_files import check_layout, read_safetensors
 from .checksums import mismatch, recorded
 from .int4 import SCALE, int4_layout, int4_metadata, is_int4, quantize_checkpoint4
 from .int4_copies import COPY_FORMAT, SourceFile, copy_path, is_current, read_header
-from .kept_files import cannot_keep, write_copy
+from .kept_files import cannot_keep, discard, write_copy
 
 log = logging.getLogger(__name__)
 _HEADER_BYTES = 1 << 20
@@ -77,7 +77,7 @@ def load_kept_int4(cfg: LMConfig, tensors: dict, lm_path: Path, device: torch.de
         message = f"{exc} right after it was written"
     except CheckpointError as exc:  # the source's values (a NaN), found reading what was made of it
         message = str(exc).replace(f"{copy}: ", f"{lm_path}: ", 1)
-    _discard(copy, "its first load failed")
+    discard(copy, "its first load failed")
     raise CheckpointError(message)
 
 
@@ -99,13 +99,13 @@ def _read_copy(copy: Path, source: SourceFile, cfg: LMConfig, device, dtype) -> 
         meta = read_header(copy).get("__metadata__")
         meta = meta if isinstance(meta, dict) else {}
     except (OSError, ValueError) as exc:
-        return _discard(copy, f"not a readable safetensors file ({exc})")
+        return discard(copy, f"not a readable safetensors file ({exc})")
     if meta.get("copy_format") != COPY_FORMAT:
-        return _discard(copy, "made by an earlier version, without checksums", quiet=True)
+        return discard(copy, "made by an earlier version, without checksums", quiet=True)
     if not (is_current(meta) and meta.get("source") == str(source.path)):
-        return _discard(copy, "made from an earlier version of the source file", quiet=True)
+        return discard(copy, "made from an earlier version of the source file", quiet=True)
     if not {**int4_metadata(), "quantized_on": device.type}.items() <= meta.items():
-        return _discard(copy, "made in another int4 layout", quiet=True)
+        return discard(copy, "made in another int4 layout", quiet=True)
     try:
         lm = read_kept(copy, cfg, device, dtype)
     except CheckpointError as exc:
@@ -115,7 +115,7 @@ def _read_copy(copy: Path, source: SourceFile, cfg: LMConfig, device, dtype) -> 
         return lm, ""
     # Discarded once its mapped tensors are gone with the failed call (Windows deletes no
     # mapped file).
-    return _discard(copy, problem)
+    return discard(copy, problem)
 
 
 def read_kept(copy: Path, cfg: LMConfig, device: torch.device, dtype: torch.dtype, check: bool = True) -> MoshiLM:
@@ -156,15 +156,6 @@ def _damaged(copy: Path, problem: str | None) -> None:
     if problem:
         raise DamagedCopy(f"{copy}: {problem}")
 
-
-def _discard(copy: Path, why: str, quiet: bool = False) -> tuple[None, str]:
-    """None, and `why` where the user should hear of it (not `quiet`)."""
-    (log.info if quiet else log.warning)("%s: %s; discarded, it is made again", copy, why)
-    try:
-        copy.unlink(missing_ok=True)
-    except OSError as exc:  # the new copy's rename says it again, and the load goes on in memory
-        log.warning("%s: could not remove it (%s)", copy, exc.strerror or exc)
-    return None, "" if quiet else why
 
 
 def _file_bytes(layout: MoshiLM, tensors: dict) -> int:

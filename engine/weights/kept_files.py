@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -20,6 +21,7 @@ _NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", to
           torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
           torch.bool: "BOOL"}
 
+log = logging.getLogger(__name__)
 RESERVE_BYTES = 500 * 10**6
 """Free space a copy leaves on its disk: a cache of ours never fills the user's disk."""
 
@@ -68,3 +70,14 @@ def write_copy(tensors: dict[str, torch.Tensor], copy: Path, metadata: dict[str,
         with contextlib.suppress(OSError):
             part.unlink()
         raise
+
+
+def discard(copy: Path, why: str, quiet: bool = False) -> tuple[None, str]:
+    """Removes a copy that is not to be read; returns None, and `why` where the user should hear
+    of it (not `quiet`: a stale copy is replaced without a word)."""
+    (log.info if quiet else log.warning)("%s: %s; discarded, it is made again", copy, why)
+    try:
+        copy.unlink(missing_ok=True)
+    except OSError as exc:  # the new copy's rename says it again, and the load goes on in memory
+        log.warning("%s: could not remove it (%s)", copy, exc.strerror or exc)
+    return None, "" if quiet else why

@@ -21,7 +21,7 @@ from ...weights.checksums import mismatch, recorded
 from ...weights.int4 import int4_metadata
 from ...weights.int4_copies import COPY_FORMAT, SourceFile, copy_path, header_metadata, is_current
 from ...weights.int8 import SCB
-from ...weights.kept_files import cannot_keep, write_copy
+from ...weights.kept_files import cannot_keep, discard, write_copy
 from .layout import INDEX, audio_shards, read_weights
 from .quantized import QUANTIZER, converter, is_quantized
 
@@ -94,9 +94,9 @@ def _read_copy(copy: Path, record: dict[str, str], folder: Path, expected: dict,
     try:
         meta = header_metadata(copy)
     except (OSError, ValueError) as exc:
-        return _discard(copy, f"not a readable safetensors file ({exc})")
+        return discard(copy, f"not a readable safetensors file ({exc})")
     if not (is_current(meta) and record.items() <= meta.items()):
-        return _discard(copy, "made from other files, on another device or by another version", quiet=True)
+        return discard(copy, "made from other files, on another device or by another version", quiet=True)
     try:
         with safe_open(str(copy), framework="pt", device=str(device)) as f:
             flat = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (not iterable)
@@ -104,7 +104,7 @@ def _read_copy(copy: Path, record: dict[str, str], folder: Path, expected: dict,
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         problem = f"not a readable safetensors file ({exc})"
     if problem:
-        return _discard(copy, problem)
+        return discard(copy, problem)
     quantized = _unflat(flat)
     tensors = read_weights(folder, {k: s for k, s in expected.items() if k not in quantized}, device, dtype)
     log.info("%s: %s weights read from the kept copy %s", folder, record["weights"], copy)
@@ -143,13 +143,3 @@ def _shape_problem(flat: dict[str, torch.Tensor], expected: dict) -> str | None:
         if (value[0].dtype, value[1].dtype) != _KINDS[type(value)]:
             return f"key {key} is {value[0].dtype} with {value[1].dtype} scales"
     return None
-
-
-def _discard(copy: Path, why: str, quiet: bool = False) -> tuple[None, str]:
-    """None, and `why` where the user should hear of it (not `quiet`)."""
-    (log.info if quiet else log.warning)("%s: %s; discarded, it is made again", copy, why)
-    try:
-        copy.unlink(missing_ok=True)
-    except OSError as exc:  # the new copy's write replaces it, or the load goes on in memory
-        log.warning("%s: could not remove it (%s)", copy, exc.strerror or exc)
-    return None, "" if quiet else why
