@@ -1,17 +1,14 @@
-"""The quantized copies we keep of weight files (each quantized once, on its first load in that
-format: Moshi's int4 LMs, engine.weights.int4_kept; MiniCPM-o's int8 and int4 products,
-engine.families.minicpmo.kept_weights): where they live, which source file each was made from,
-and removing them. Torch-free: the model list reads it.
+"""The quantized copies we keep of weight files, each made on the first load in its format (Moshi's
+int4 LMs: engine.weights.int4_kept; MiniCPM-o's int8 and int4 products: its kept_weights): where
+they live, which source each was made from, and removing them. Torch-free: the model list reads it.
 
-One copy per source file, format and kind of device it was quantized on, in
-`user_cache_dir()/int4` (the folder's name is older than the int8 copies), named
-by the source's resolved path (a Hugging Face snapshot's file resolves to its blob, named by its
-sha256) and the device type: a GPU's sums may round otherwise than the CPU's, and a copy holds what
-quantizing on load there gives. The copy's own safetensors metadata records the source's path, size
-and modification time, the device type, the int4 layout's metadata, its own format's version and
-each tensor's checksum (engine.weights.checksums, compared as it is read); a copy whose record does
-not match is stale and never read. A copy is written under a temporary name in the same folder and
-renamed into place, so the name of a copy never holds a half-written file."""
+One copy per source, format and device type, in `user_cache_dir()/int4` (named before int8 copies
+existed), named by the source's resolved path (a Hub snapshot's file resolves to its sha256-named
+blob) and the device type: a GPU's sums may round otherwise than the CPU's. Its metadata records
+the source's path, size and modification time, the device type, the layout's metadata, the copy
+format's version and each tensor's checksum (engine.weights.checksums, compared as it is read); a
+copy whose record does not match is stale and never read. A copy is written under a temporary
+name in the same folder and renamed into place, so a copy's name never holds a half-written file."""
 from __future__ import annotations
 
 import dataclasses
