@@ -100,12 +100,12 @@ def _read_copy(copy: Path, record: dict[str, str], folder: Path, expected: dict,
     try:
         with safe_open(str(copy), framework="pt", device=str(device)) as f:
             flat = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (not iterable)
-        problem = mismatch(flat, recorded(meta)) or _shape_problem(flat, expected)
+        quantized = _unflat(flat)
+        problem = mismatch(flat, recorded(meta)) or _shape_problem(quantized, expected)
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         problem = f"not a readable safetensors file ({exc})"
     if problem:
         return discard(copy, problem)
-    quantized = _unflat(flat)
     tensors = read_weights(folder, {k: s for k, s in expected.items() if k not in quantized}, device, dtype)
     log.info("%s: %s weights read from the kept copy %s", folder, record["weights"], copy)
     return {key: quantized.get(key, tensors.get(key)) for key in expected}, ""
@@ -127,9 +127,9 @@ _KINDS = {Int8Weight: (torch.int8, torch.float32), Int4Weight: (torch.uint8, tor
           Int8Rows: (torch.int8, torch.float32)}
 
 
-def _shape_problem(flat: dict[str, torch.Tensor], expected: dict) -> str | None:
-    """What in the copy is not what quantizing the configuration's tensors gives, or None."""
-    quantized = _unflat(flat)
+def _shape_problem(quantized: dict, expected: dict) -> str | None:
+    """What in the copy's quantized weights is not what quantizing the configuration's tensors
+    gives, or None."""
     wanted = {key for key in expected if is_quantized(key)}
     if set(quantized) != wanted:
         odd = sorted(set(quantized) ^ wanted)[0]
