@@ -16,6 +16,7 @@ from engine.families.minicpmo.text_tokens import TOKENIZER_FILES
 from engine.loading.library.catalogue import KNOWN, needed_files
 from engine.loading.library.removal import remove_model
 from engine.token2wav.token2wav_loading import FILES as TAIL_FILES
+from engine.token2wav.voice_prompt import FILES as VOICE_FILES
 from tests.fake_hub import FakeHub
 from tests.test_model_library import cache  # noqa: F401  (a fixture: the client's cache)
 
@@ -24,7 +25,7 @@ TINY = Path(__file__).parent / "golden" / "minicpmo_tiny"
 VISION_ONLY = "model-00004-of-00004.safetensors"
 
 
-def repository(tail: bool = False) -> dict[str, bytes | Path]:
+def repository(tail: bool = False, voice: bool = True) -> dict[str, bytes | Path]:
     """The tiny golden checkpoint as the Hub would hold it, with vision weights in the index: a
     vision-only shard of its own, and a vision tensor in the first (mixed) shard."""
     files: dict[str, bytes | Path] = {p.name: p for p in TINY.iterdir() if p.is_file()}
@@ -35,7 +36,7 @@ def repository(tail: bool = False) -> dict[str, bytes | Path]:
     files[VISION_ONLY] = b"V" * 50_000
     files["README.md"] = b"# MiniCPM-o 4.5\n"
     if tail:
-        files |= {f"{TAIL_FOLDER}/{name}": name.encode() * 100 for name in TAIL_FILES}
+        files |= {f"{TAIL_FOLDER}/{name}": name.encode() * 100 for name in TAIL_FILES + (VOICE_FILES if voice else ())}
     return files
 
 
@@ -78,7 +79,12 @@ def test_the_tail_comes_with_it_where_the_repository_has_it():
     index = json.loads(files[INDEX])
     needed = needed_files(set(files), {"model_type": "minicpmo"}, None, REPO,
                           lambda name: index if name == INDEX else None)
-    assert [name for name in needed if name.startswith(TAIL_FOLDER)] == [f"{TAIL_FOLDER}/{n}" for n in TAIL_FILES]
+    tail = [f"{TAIL_FOLDER}/{n}" for n in TAIL_FILES + VOICE_FILES]  # the voice's front end with it
+    assert [name for name in needed if name.startswith(TAIL_FOLDER)] == tail
+    without_voice = repository(tail=True, voice=False)
+    assert [name for name in needed_files(set(without_voice), {"model_type": "minicpmo"}, None, REPO,
+                                          lambda name: index if name == INDEX else None)
+            if name.startswith(TAIL_FOLDER)] == tail[:len(TAIL_FILES)]
     partial = {name for name in files if not name.endswith("hift.pt")}
     assert not any(name.startswith(TAIL_FOLDER) for name in needed_files(
         partial, {"model_type": "minicpmo"}, None, REPO, lambda name: index if name == INDEX else None))

@@ -29,6 +29,7 @@ from .protocol_settings import UnitSettings
 from .qwen3 import CLOCK, Qwen3Model
 from .speech_tokens import TTS_CLOCK, SpeechTokenGenerator
 from .units import UnitProtocol, UnitResult
+from .voices import Voice
 
 STAGES = ("encode", "prefill", "decide", "speech tokens", "audio", "finalize")
 DEFAULT_ROLE = "Streaming Omni Conversation."  # core/processors/unified.py prepare()'s default
@@ -63,7 +64,6 @@ class MiniCPMOConversation:
     predictor = None
     interruptible = True  # the reference's break: talking over it ends its turn
     prompt_s = 0.0
-    voices: list[str] = []
     default_role = DEFAULT_ROLE
 
     def __init__(self, model, generator: torch.Generator | None, options: RuntimeOptions, persona,
@@ -80,9 +80,12 @@ class MiniCPMOConversation:
         self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self._capacity, runner=self.runner)
         self.units = UnitProtocol(self.llm, model.tokens, self.settings)
         self.tts = SpeechTokenGenerator(model.config, w, device, dtype, runner=self.runner)
+        self.voices = list(model.voices)
         self._persona = Persona()
         self.set_persona(persona)
-        self.voice = Prompt.read(model.voice_file, device) if model.tail is not None and model.voice_file else None
+        self.prepared = Prompt.read(model.voice_file, device) if model.tail is not None and model.voice_file else None
+        self._voice_rows: dict[str, torch.Tensor] = {}
+        self.prompt = self._voice_prompt(None)
         self.stream: Token2wavStream | None = None
         self.tail_buffer: list[int] = []
         self.unit = 0
@@ -109,8 +112,20 @@ class MiniCPMOConversation:
         self._persona = persona or Persona()
 
     def check_persona(self, persona) -> None:
-        if persona.voice:
-            raise ValueError(f"{self.model.name} speaks with its own voice here; it takes no voice choice yet")
+        if persona.voice and persona.voice not in self.model.voices:
+            have = ", ".join(self.model.voices) or "none: it speaks with its prepared voice or in text"
+            raise ValueError(f"{self.model.name} has no voice {persona.voice!r} (have: {have})")
+
+    def _voice(self, name: str | None) -> Voice | None:
+        """The voice a conversation speaks with: the one chosen, else the model's own (a prepared
+        prompt beside the tail, else its first voice made from a recording)."""
+        if name:
+            return self.model.voices[name]
+        return None if self.prepared is not None else next(iter(self.model.voices.values()), None)
+
+    def _voice_prompt(self, name: str | None) -> Prompt | None:
+        voice = self._voice(name)
+        return voice.prompt if voice is not None else self.prepared
 
     def configure(self, options: RuntimeOptions) -> None:
         self.options = options
@@ -151,11 +166,22 @@ class MiniCPMOConversation:
         self.runner.reset()  # the cache back to no position backed
         self.encoder.reset()
         self.tts.reset()
-        self.units.prepare(*system_prompt(self._persona.role.strip()))
+        voice = self._voice(self._persona.voice)
+        self.units.prepare(*system_prompt(self._persona.role.strip()),
+                           reference_rows=None if voice is None else self._reference_rows(voice))
+        prompt = self._voice_prompt(self._persona.voice)
+        if prompt is not self.prompt:  # another voice: a stream of its own (captured as it is made)
+            self.prompt, self.stream = prompt, None
         self._new_turn_audio()
         self.unit = 0
         self._interrupt = False
         return options, True
+
+    def _reference_rows(self, voice: Voice) -> torch.Tensor:
+        """The voice's rows in the system prompt, made once (the encoder's reference pass, eager)."""
+        if voice.name not in self._voice_rows:
+            self._voice_rows[voice.name] = self.encoder.encode_reference(voice.samples16k)
+        return self._voice_rows[voice.name]
 
     def prepare(self, pcm: torch.Tensor, options: RuntimeOptions) -> None:
         """Every pass and draw a unit can make runs once and, with graph replay, is captured: the encoder's first
@@ -263,8 +289,8 @@ class MiniCPMOConversation:
         """The reference's _reset_token2wav_for_new_turn: a new tail stream (ours restarted in place)."""
         if self.stream is not None:
             self.stream.restart()
-        elif self.voice is not None:
-            self.stream = Token2wavStream(self.model.tail, self.voice, steps=TAIL_STEPS, options=self.options)
+        elif self.prompt is not None:
+            self.stream = Token2wavStream(self.model.tail, self.prompt, steps=TAIL_STEPS, options=self.options)
         self.tail_buffer = [SILENCE_TOKEN] * 3
 
     def _audio(self, tokens: list[int], last: bool) -> torch.Tensor | None:

@@ -17,6 +17,7 @@ from ...errors import CheckpointError
 from ...files.paths import file_in
 from ...loading.safetensors_files import read_safetensors_layout
 from ...token2wav.token2wav_loading import FILES as TAIL_FILES
+from ...token2wav.voice_prompt import FILES as VOICE_FILES
 from .text_tokens import TOKENIZER_FILES
 
 MODEL_TYPE = "minicpmo"
@@ -73,7 +74,8 @@ def audio_shards(folder: Path) -> dict[str, list[str]]:
 def files(listing: Iterable[str], config: dict, read: Callable[[str], object] | None, name: str) -> list[str]:
     """What the loader reads, for the model library: config, index, the tokenizer, the shards
     holding audio weights (from the index, which `read(file name)` gives: the listing alone
-    cannot say) and the token2wav tail where the listing has all of it."""
+    cannot say) and the token2wav tail where the listing has all of it, with the ONNX front end
+    that makes its voice (engine.token2wav.voice_prompt) where it has that too."""
     names = set(listing)
     needed = ["config.json", INDEX, *TOKENIZER_FILES]
     missing = [file for file in needed if file not in names]
@@ -84,6 +86,8 @@ def files(listing: Iterable[str], config: dict, read: Callable[[str], object] | 
         raise ValueError(f"{name}/{INDEX} could not be read")
     shards = sorted(shards_of(index, Path(name), f"{name}/{INDEX}"))
     tail = [f"{TAIL_FOLDER}/{file}" for file in TAIL_FILES]
+    voice = [f"{TAIL_FOLDER}/{file}" for file in VOICE_FILES]
+    tail += voice if names.issuperset(voice) else []
     return needed + shards + (tail if names.issuperset(tail) else [])
 
 

@@ -1,7 +1,8 @@
 """A loaded MiniCPM-o 4.5 (engine.families.protocol.DuplexModel): its configuration, tokenizer,
 the audio path's weights (checked against the configuration from the headers, then read), and
 the Step-Audio2 token2wav tail where the folder holds one (`assets/token2wav`, as the Hub
-repository does) with its voice prompt prepared. It hears 16 kHz a second at a time and speaks
+repository does) with its voices: a prepared prompt beside it, or made from recordings by its
+ONNX front end (voices.py). It hears 16 kHz a second at a time and speaks
 24 kHz."""
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .quantized import FORMATS, stored_bytes
 from .qwen3_weights import Qwen3Sizes
 from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
+from .voices import Voice, prepare_voices
 from .weight_shapes import audio_path_shapes
 
 INPUT_RATE = 16000  # DuplexCapability SAMPLE_RATE
@@ -43,6 +45,8 @@ class MiniCPMOModel:
     notice: str = ""
     weight_format: str = "bf16"
     """"bf16" (the model dtype), "int8" or "int4" (quantized.py)."""
+    voices: dict[str, Voice] = dataclasses.field(default_factory=dict)
+    """Voices made from recordings (voices.py), by name."""
     family = FAMILY
     predictor_file = None
     input_rate = INPUT_RATE
@@ -95,13 +99,15 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
             raise CheckpointError(f"{tail_folder / 'flow.yaml'}: its vocabulary of {tail.flow_cfg.vocab_size} "
                                   f"tokens does not cover the TTS's {speech_tokens} speech tokens")
     name = repo or folder.name
-    voice = (folder / TAIL_FOLDER / VOICE_FILE).is_file()
+    voices, why_not = prepare_voices(tail_folder) if tail is not None else ({}, "")
+    prepared = (folder / TAIL_FOLDER / VOICE_FILE).is_file()
     silent = (f"; {folder.name} has no {TAIL_FOLDER}" if tail is None else
-              f"; it has no prepared voice ({TAIL_FOLDER}/{VOICE_FILE})" if not voice else "")
+              f"; it has no prepared voice ({TAIL_FOLDER}/{VOICE_FILE}) and {why_not}" if not (voices or prepared)
+              else "")
     notice = (f"{name} answers on a one-second rhythm: once a second it decides to listen or to speak"
               + (f"{silent}, so it answers in text only." if silent else "."))
     notice += f" {kept[0].upper()}{kept[1:]}." if kept else ""
-    return MiniCPMOModel(name, folder, config, tokens, tensors, dtype, tail, notice, weights)
+    return MiniCPMOModel(name, folder, config, tokens, tensors, dtype, tail, notice, weights, voices)
 
 
 def plan_memory(folder: Path, repo: str | None, weights: str | None, device) -> MemoryPlan:
