@@ -49,6 +49,34 @@ def test_a_conversation_with_minicpmo(qtbot, window, virtual_audio, tmp_path):
     assert rate == ENGINE_RATE and audio.shape == (end.frames * 1920, 2)
 
 
+def test_its_voice_is_chosen_in_the_model_box_and_heard(qtbot, window, virtual_audio, tmp_path):
+    """A folder with the tail and its voice front end: the Voice box lists the voice made at load,
+    first (the default); the conversation speaks with it, aloud, into the recording."""
+    pytest.importorskip("onnxruntime")
+    from engine.families.minicpmo.voices import VOICES
+    from tests.test_minicpmo_voices import with_voice
+
+    folder = with_voice(tmp_path / "MiniCPM-o-4_5")
+    window.model_picker.folder_chosen.emit(str(folder))
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
+        window.models.load()
+    picker, voice = window.model_picker, next(iter(VOICES))
+    assert picker.voice.isVisibleTo(window)
+    assert [picker.voice.itemText(i) for i in range(picker.voice.count())] == [voice, "No voice prompt"]
+    assert picker.persona()[0] == voice
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=120_000):
+        window.conversation.start()
+    conversation = window.models.loaded.session.conversation
+    assert conversation.persona.voice == voice and conversation.prompt is conversation.model.voices[voice].prompt
+    player = virtual_audio.play_into_microphone(SPEECH)
+    qtbot.waitUntil(lambda: conversation.unit >= 5, timeout=180_000)  # three forced listens, then it may speak
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=30_000):
+        window.conversation.stop()
+    player.terminate()
+    audio, _ = sf.read(window.conversation.last_end.recording, dtype="float32")
+    assert abs(audio[:, 1]).max() > 0.01  # the model's channel: it spoke aloud
+
+
 def test_chinese_in_the_transcript_has_glyphs(qtbot):
     from PyQt6.QtGui import QTextLayout
 

@@ -33,17 +33,22 @@ ONNX = GOLDEN / "voice_onnx"
 VOICE = next(iter(VOICES))
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """The tiny checkpoint with a small random tail and the tiny front end in assets/token2wav."""
-    folder = Path(shutil.copytree(GOLDEN / "minicpmo_tiny", tmp_path_factory.mktemp("voices") / "MiniCPM-o-4_5"))
+def with_voice(folder: Path) -> Path:
+    """The tiny checkpoint copied to `folder`, with a small random tail and the tiny front end in its
+    assets/token2wav."""
+    folder = Path(shutil.copytree(GOLDEN / "minicpmo_tiny", folder))
     tail = folder / TAIL_FOLDER
     tail.mkdir(parents=True)
     encoder = {k: v for k, v in SMALL_ENCODER.items() if not k.startswith("vocab_size")}  # the TTS's 6561 tokens
     write_model_dir(tail, 0, _small(FLOW_YAML, encoder), _small(VOCODER_YAML, SMALL_VOCODER))
-    for onnx in ONNX.iterdir():
+    for onnx in ONNX.glob("*.onnx"):
         shutil.copy(onnx, tail / onnx.name)
     return folder
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return with_voice(tmp_path_factory.mktemp("voices") / "MiniCPM-o-4_5")
 
 
 def test_the_front_end_feeds_each_onnx_model_the_recordings_features():
