@@ -6,6 +6,8 @@ compute is stated so a test can compute it again with numpy:
   [1, T // 4] int64: a stride-4 convolution to 64 channels, the argmax over them (25 a second).
 - campplus.onnx: input [1, T, 80] float -> embedding [1, 192]: the frames' mean square times a
   matrix (their mean is zero: the front end takes it out).
+- escaping.onnx: a hostile campplus.onnx whose matrix is "external data" in ../outside.bin,
+  outside the model's folder: onnxruntime must refuse to read it.
 Needs the `onnx` package: PYTHONPATH=/tmp/onnx python3 packaging/make_voice_onnx.py"""
 from __future__ import annotations
 
@@ -48,15 +50,28 @@ def speaker(w: np.ndarray) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
 
 
+def escaping(w: np.ndarray) -> onnx.ModelProto:
+    model = speaker(w)
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "../outside.bin"), ("offset", "0"), ("length", str(w.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return model
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     w = weights()
     np.savez(OUT / "weights.npz", **w)
     models = {"speech_tokenizer_v2_25hz.onnx": tokenizer(w["conv"]), "campplus.onnx": speaker(w["speaker"])}
+    models["escaping.onnx"] = escaping(w["speaker"])
     for name, model in models.items():
         model.ir_version = 8  # readable by onnxruntime releases since 1.10
-        onnx.checker.check_model(model)
-        onnx.save(model, OUT / name)
+        if name != "escaping.onnx":  # the checker refuses that one, as it should
+            onnx.checker.check_model(model)
+        (OUT / name).write_bytes(model.SerializeToString())  # as it is: onnx.save would read the external data
         print(f"wrote {OUT / name} ({(OUT / name).stat().st_size} bytes)")
 
 

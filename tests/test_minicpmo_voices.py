@@ -24,7 +24,7 @@ from engine.files.paths import SPEECH_SAMPLE
 from engine.options import RuntimeOptions
 from engine.persona import Persona
 from engine.token2wav.voice_features import resample, slaney_mel_filters, speaker_fbank, tokenizer_mel
-from engine.token2wav.voice_prompt import Recording, VoiceFrontEnd
+from engine.token2wav.voice_prompt import FILES, Recording, VoiceFrontEnd
 from tests.test_token2wav_parity import SMALL_ENCODER, SMALL_VOCODER, _small
 
 pytest.importorskip("onnxruntime")
@@ -41,8 +41,8 @@ def with_voice(folder: Path) -> Path:
     tail.mkdir(parents=True)
     encoder = {k: v for k, v in SMALL_ENCODER.items() if not k.startswith("vocab_size")}  # the TTS's 6561 tokens
     write_model_dir(tail, 0, _small(FLOW_YAML, encoder), _small(VOCODER_YAML, SMALL_VOCODER))
-    for onnx in ONNX.glob("*.onnx"):
-        shutil.copy(onnx, tail / onnx.name)
+    for name in FILES:
+        shutil.copy(ONNX / name, tail / name)
     return folder
 
 
@@ -101,6 +101,9 @@ def test_a_voice_is_chosen_by_name_and_an_unknown_one_refused(folder):
     (lambda tail: (tail / "campplus.onnx").unlink(), "has no campplus.onnx to make a voice with"),
     (lambda tail: (tail / "speech_tokenizer_v2_25hz.onnx").write_bytes(b"not a graph"),
      "speech_tokenizer_v2_25hz.onnx: not an ONNX model onnxruntime can run"),
+    # A graph whose weights are "external data" outside the model's folder: never read.
+    (lambda tail: (shutil.copy(ONNX / "escaping.onnx", tail / "campplus.onnx"),
+                   (tail.parent / "outside.bin").write_bytes(bytes(80 * 192 * 4))), "escapes"),
 ])
 def test_without_a_working_front_end_it_answers_in_text_and_says_why(folder, tmp_path, damage, reason):
     copy = Path(shutil.copytree(folder, tmp_path / "copy"))

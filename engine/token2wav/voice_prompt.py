@@ -69,7 +69,8 @@ class VoiceFrontEnd:
                 self.sessions[name] = onnxruntime.InferenceSession(str(path), sess_options=options,
                                                                    providers=["CPUExecutionProvider"])
             except Exception as error:  # onnxruntime raises its own exception types for a bad file
-                raise CheckpointError(f"{path}: not an ONNX model onnxruntime can run ({error})") from None
+                why = " ".join(str(error).split())
+                raise CheckpointError(f"{path}: not an ONNX model onnxruntime can run ({why})") from None
         self.tokenizer_filters = slaney_mel_filters(16000, 400, 128)
         self.flow_filters = slaney_mel_filters(24000, 1920, 80, 0.0, 8000.0)
 
@@ -95,4 +96,5 @@ class VoiceFrontEnd:
         try:
             return session.run(None, feeds)[0]
         except Exception as error:
-            raise CheckpointError(f"{name}: failed on the voice recording's features ({error})") from None
+            why = " ".join(str(error).split())
+            raise CheckpointError(f"{name}: failed on the voice recording's features ({why})") from None
