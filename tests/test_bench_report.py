@@ -74,6 +74,20 @@ def test_the_diffuplex_table_shows_prepare_prompts_and_first_frames():
     assert "prepare() at load (the plain frame and the wakes of K = 1): 7.50 s" in table
     assert "| 1.00 | 1.00 | 3.25 | 9.50 |" in table  # AR's row: ratios over itself, prompts, first frame
     assert table.count("| 3.25 | 11.50 |") == 2
+    assert "ratios over AR, whose frame takes 9.00 ms p50, 9.00 ms mean" in table
+
+
+def test_the_diffuplex_bound_follows_from_c_b_and_r():
+    """The issue's arithmetic: at a = 0.61 a wake of c = 1 gives the Core LM (1 + a) / c = 1.61x; with
+    B = 4.00 and R = 1.92 ms the wall clock is bounded at 5.92 / (4.00 / 1.61 + 1.92) = 1.34x."""
+    from bench.diffuplex import wake_bound
+
+    ar = {"core_ms": 4.0, "total_mean_ms": 5.92}
+    bound = wake_bound(ar, core_ratio=1.61, accepted=0.61)
+    assert abs(bound["c"] - 1.0) < 1e-9 and abs(bound["rest_ms"] - 1.92) < 1e-9
+    assert abs(bound["wall_bound"] - 5.92 / (4.0 / 1.61 + 1.92)) < 1e-9
+    slower = wake_bound(ar, core_ratio=1.36, accepted=0.61)  # the measured LISTEN figure: c = 1.18
+    assert abs(slower["c"] - 1.61 / 1.36) < 1e-9 and slower["wall_bound"] < bound["wall_bound"]
 
 
 def test_the_profile_names_where_each_stage_spends_its_time():

@@ -2,8 +2,7 @@
 the audio path's weights (checked against the configuration from the headers, then read), and
 the Step-Audio2 token2wav tail where the folder holds one (`assets/token2wav`, as the Hub
 repository does) with its voices: a prepared prompt beside it, or made from recordings by its
-ONNX front end (voices.py). It hears 16 kHz a second at a time and speaks
-24 kHz."""
+ONNX front end (voices.py). It hears 16 kHz a second at a time and speaks 24 kHz."""
 from __future__ import annotations
 
 import dataclasses
