@@ -122,3 +122,15 @@ def test_a_recording_that_cannot_be_a_voice_is_refused_in_one_line(tmp_path, sam
     with pytest.raises(ValueError) as error:
         Recording.read(path)
     assert str(path) in str(error.value) and message in str(error.value)
+
+
+def test_a_stereo_recording_is_heard_as_the_reference_hears_it(tmp_path):
+    """The tokenizer and speaker model take the first channel (s3tokenizer.load_audio); the flow's
+    mel and the LLM's rows the channels' mean (torchaudio's mean, librosa's mono)."""
+    rng = np.random.default_rng(1)
+    stereo = rng.normal(0, 0.1, (22050 * 2, 2)).astype(np.float32)
+    sf.write(tmp_path / "stereo.wav", stereo, 22050, subtype="FLOAT")
+    recording = Recording.read(tmp_path / "stereo.wav", 1.5)
+    assert recording.rate == 22050 and len(recording.first) == round(1.5 * 22050)
+    assert torch.equal(recording.first, torch.from_numpy(stereo[: len(recording.first), 0]))
+    torch.testing.assert_close(recording.mean, torch.from_numpy(stereo[: len(recording.first)].mean(axis=1)))
