@@ -2,7 +2,8 @@
 its speech tokens from the ONNX speech tokenizer, its speaker embedding from the ONNX CAM++ model
 (both in the model's token2wav folder, run by onnxruntime on the CPU, as CosyVoice's front end
 runs them) and its mel for the flow (engine.token2wav.voice_features). The ONNX files are graphs
-of standard operators: onnxruntime runs no code from them."""
+of standard operators: onnxruntime runs no code from them, and (since 1.25) reads no "external
+data" file outside the model's folder."""
 from __future__ import annotations
 
 import dataclasses
