@@ -69,7 +69,11 @@ def test_its_voice_is_chosen_in_the_model_box_and_heard(qtbot, window, virtual_a
     conversation = window.models.loaded.session.conversation
     assert conversation.persona.voice == voice and conversation.prompt is conversation.model.voices[voice].prompt
     player = virtual_audio.play_into_microphone(SPEECH)
-    qtbot.waitUntil(lambda: conversation.unit >= 5, timeout=180_000)  # three forced listens, then it may speak
+    # Its words are shown once the speaker plays their unit (a second, its speech at the end): then
+    # more units, and time for the speaker to play them.
+    qtbot.waitUntil(lambda: "\n[" in window.transcript.toPlainText(), timeout=180_000)
+    qtbot.waitUntil(lambda: conversation.unit >= 8, timeout=180_000)
+    qtbot.wait(3000)
     with qtbot.waitSignal(window.conversation.signals.finished, timeout=30_000):
         window.conversation.stop()
     player.terminate()
