@@ -80,12 +80,11 @@ class MiniCPMOConversation:
         self.llm = Qwen3Model(model.config, w, device, dtype, capacity=self._capacity, runner=self.runner)
         self.units = UnitProtocol(self.llm, model.tokens, self.settings)
         self.tts = SpeechTokenGenerator(model.config, w, device, dtype, runner=self.runner)
-        self.voices = list(model.voices)
         self._persona = Persona()
         self.set_persona(persona)
         self.prepared = Prompt.read(model.voice_file, device) if model.tail is not None and model.voice_file else None
         self._voice_rows: dict[str, torch.Tensor] = {}
-        self.prompt = self._voice_prompt(None)
+        self.prompt = self._prompt_of(self._voice(None))
         self.stream: Token2wavStream | None = None
         self.tail_buffer: list[int] = []
         self.unit = 0
@@ -123,9 +122,12 @@ class MiniCPMOConversation:
             return self.model.voices[name]
         return None if self.prepared is not None else next(iter(self.model.voices.values()), None)
 
-    def _voice_prompt(self, name: str | None) -> Prompt | None:
-        voice = self._voice(name)
+    def _prompt_of(self, voice: Voice | None) -> Prompt | None:
         return voice.prompt if voice is not None else self.prepared
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.model.voices)
 
     def configure(self, options: RuntimeOptions) -> None:
         self.options = options
@@ -169,7 +171,7 @@ class MiniCPMOConversation:
         voice = self._voice(self._persona.voice)
         self.units.prepare(*system_prompt(self._persona.role.strip()),
                            reference_rows=None if voice is None else self._reference_rows(voice))
-        prompt = self._voice_prompt(self._persona.voice)
+        prompt = self._prompt_of(voice)
         if prompt is not self.prompt:  # another voice: a stream of its own (captured as it is made)
             self.prompt, self.stream = prompt, None
         self._new_turn_audio()
