@@ -82,3 +82,14 @@ def qkv_into_ring(x: torch.Tensor, w: Weight, norm: Norm | None, pos: torch.Tens
     from ..kernels.fused_linear import qkv_into_ring as fused
 
     return fused(x, w, norm, pos, kv, heads, rope_coef)
+
+
+def heads_into_cache(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
+                     cos: torch.Tensor, sin: torch.Tensor, position: torch.Tensor, keys: torch.Tensor,
+                     values: torch.Tensor, heads: int) -> torch.Tensor:
+    """A grouped-query layer's heads after its QKV product (engine.kernels.head_norm_rope): q and k
+    RMS-normalised per head (None: not at all) and rotated (half-split RoPE, tables by position), k and v
+    written into the layer's cache [KV, capacity, D] at rows position[0] + m: the queries [KV, rep * M, D]."""
+    from ..kernels.head_norm_rope import heads_into_cache as kernel
+
+    return kernel(qkv, q_norm, k_norm, eps, cos, sin, position, keys, values, heads)

@@ -12,7 +12,8 @@ from ..kernels.operands import LEVELS, Int4Weight, Int8Rows, Int8Weight
 from . import dispatch
 
 __all__ = ["LEVELS", "ZERO_TOKEN", "Int4Weight", "Int8Rows", "Int8Weight", "Table", "Weight", "chained_sum",
-           "dequantized", "embedding", "embedding_rows", "linear", "linear_embed", "matmul", "summed_embeddings"]
+           "dequantized", "embedding", "embedding_rows", "linear", "linear_embed", "matmul", "stacked",
+           "summed_embeddings"]
 Weight = torch.Tensor | Int8Weight | Int4Weight
 Table = torch.Tensor | Int8Rows
 ZERO_TOKEN = -1
@@ -57,6 +58,24 @@ def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
     from ..kernels.fused_linear import linear as fused_linear
 
     return fused_linear(flat, w).view(*x.shape[:-1], -1)
+
+
+def stacked(weights: list[Weight]) -> tuple[Weight, list[Weight]]:
+    """One weight holding the rows of `weights` (one format, one input width) in order, and each of them
+    as a view of its rows: products of one input then read their weights in one launch."""
+    if isinstance(weights[0], Int8Weight):
+        whole = Int8Weight(torch.cat([w.q for w in weights]), torch.cat([w.scb for w in weights]))
+    elif isinstance(weights[0], Int4Weight):
+        whole = Int4Weight(torch.cat([w.q for w in weights]), torch.cat([w.scale for w in weights]), weights[0].group)
+    else:
+        whole = torch.cat(weights)
+    views, first = [], 0
+    for w in weights:
+        rows = w.shape[0]
+        views.append(whole[first:first + rows] if isinstance(whole, torch.Tensor)
+                     else type(whole)(*(t[first:first + rows] for t in whole[:2]), *whole[2:]))
+        first += rows
+    return whole, views
 
 
 def embedding(table: Table, tokens: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -12,13 +12,14 @@ import torch
 
 from ...errors import CheckpointError
 from ...loading.memory_plan import MemoryPlan
+from ...ops import dispatch
 from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
 from .kept_weights import read_audio_weights
 from .layout import TAIL_FOLDER, layout, read_config
 from .protocol_settings import UnitSettings
 from .quantized import FORMATS, stored_bytes
-from .qwen3_weights import Qwen3Sizes
+from .qwen3_weights import Qwen3Sizes, stack_products
 from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
 from .voices import Voice, prepare_voices
@@ -89,6 +90,9 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     tokens = TextTokens(folder)
     tensors, kept = read_audio_weights(folder, expected, torch.device(device), dtype, weights)
+    if dispatch.use_triton(tensors["llm.model.norm.weight"]):  # the fused layers' stacked products
+        stack_products(tensors, "llm.model.layers.", Qwen3Sizes.from_config(config).layers)
+        stack_products(tensors, "tts.model.layers.", SpeechTokensConfig.from_config(config).num_hidden_layers)
     tail_folder = folder / TAIL_FOLDER
     tail = None
     if all((tail_folder / name).is_file() for name in TAIL_FILES):

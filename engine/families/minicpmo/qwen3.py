@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
+from . import fused_layers
 from .qwen3_weights import Qwen3Sizes, Qwen3Weights, llm_weights, placed, rope_inv_freq
 
 __all__ = ["CLOCK", "KV", "SPAN", "Qwen3Model"]
@@ -80,6 +81,7 @@ class Qwen3Model:
         self.layers = [{k: put(v) for k, v in layer.items()} for layer in w.layers]
         self.norm_weight = put(w.norm)
         self.lm_head_weight = self.embed_weight if w.lm_head is w.embed else put(w.lm_head)
+        self.fuses = fused_layers.fuses(self.layers, self.norm_weight, sizes.head_dim)
         inv_freq, self.rope_scale = rope_inv_freq(sizes, self.device)
         # The demo loads the model in fp32 and calls .bfloat16() (core/processors/unified.py:1374), which casts the
         # rotary embedding's inv_freq buffer too; forward then upcasts it (.float()). round_inv_freq keeps that.
@@ -167,9 +169,17 @@ class Qwen3Model:
         """The device work of one pass over rows x [T, H] at positions self.position.. (static shapes)."""
         s, count = self.sizes, x.shape[0]
         positions = self.position + self.key_positions[:count]
-        rope = self.cos_table.index_select(0, positions), self.sin_table.index_select(0, positions)
         mask = self._mask(positions, span).repeat(s.heads // s.kv_heads, 1)
+        fused = self.fuses and fused_layers.fits(count)
+        if fused:
+            x = x.contiguous()  # the products read rows of unit stride
+        else:
+            rope = self.cos_table.index_select(0, positions), self.sin_table.index_select(0, positions)
         for i, layer in enumerate(self.layers):
+            if fused:
+                x = fused_layers.layer(x, layer, self.keys[i], self.values[i], self.cos_table, self.sin_table,
+                                       self.position, mask, s.heads, s.eps)
+                continue
             h = head_rms_norm(x, layer["input_layernorm.weight"], s.eps)
             x = x + self._attention(i, layer, h, rope, positions, mask)
             h = head_rms_norm(x, layer["post_attention_layernorm.weight"], s.eps)

@@ -9,13 +9,20 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import CheckpointError
+from ...ops.linear import stacked
 
-__all__ = ["Qwen3Sizes", "Qwen3Weights", "llm_weights", "placed", "rope_inv_freq"]
+__all__ = ["GATE_UP", "QKV", "Qwen3Sizes", "Qwen3Weights", "llm_weights", "placed", "rope_inv_freq", "stack_products"]
 
 _LAYER_KEYS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
                "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
                "input_layernorm.weight", "post_attention_layernorm.weight")
+QKV = "self_attn.qkv_proj.weight"
+"""A layer's q, k and v products stacked (stack_products): not a checkpoint key."""
+GATE_UP = "mlp.gate_up_proj.weight"
+"""A layer's gate and up products stacked: not a checkpoint key."""
+_STACKS = {QKV: ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+           GATE_UP: ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
 _BIAS_KEYS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias", "self_attn.o_proj.bias")
 
 
@@ -81,12 +88,25 @@ def llm_weights(weights: dict, sizes: Qwen3Sizes | None = None) -> Qwen3Weights:
     for i in range(count):
         prefix = f"llm.model.layers.{i}."
         layer = {key: get(prefix + key) for key in _LAYER_KEYS}
-        layer.update({key: weights[prefix + key] for key in _BIAS_KEYS if prefix + key in weights})
+        layer.update({key: weights[prefix + key] for key in _BIAS_KEYS + tuple(_STACKS) if prefix + key in weights})
         layers.append(layer)
     embed = get("llm.model.embed_tokens.weight")
     tied = sizes.tied if sizes is not None else "llm.lm_head.weight" not in weights
     return Qwen3Weights(embed=embed, layers=layers, norm=get("llm.model.norm.weight"),
                         lm_head=embed if tied else get("llm.lm_head.weight"))
+
+
+def stack_products(weights: dict, prefix: str, layers: int) -> None:
+    """In `weights` (keyed as on disk), each layer's q, k, v and its gate, up weights stacked under QKV and
+    GATE_UP, the checkpoint's keys left naming views of them: the fused layers (qwen3.py) read a stack in
+    one product. One layer at a time, so the dict's own tensors are freed as they go: the peak grows by
+    one layer's products, not the model's. `prefix` is the layers' ("llm.model.layers.")."""
+    for i in range(layers):
+        for stack, keys in _STACKS.items():
+            names = [f"{prefix}{i}.{key}" for key in keys]
+            whole, views = stacked([weights.pop(name) for name in names])
+            weights[f"{prefix}{i}.{stack}"] = whole
+            weights.update(zip(names, views, strict=True))
 
 
 def placed(t, device: torch.device, dtype: torch.dtype):

@@ -23,6 +23,8 @@ from torch.nn import functional as F
 from ...ops.linear import linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
+from . import fused_layers
+from .qwen3 import head_rms_norm, rotate_half  # LlamaRMSNorm and Llama's rotate_half are Qwen3's
 from .qwen3_weights import placed
 
 SPAN = 512
@@ -100,18 +102,6 @@ def _under(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Ten
     return {name[len(prefix):]: t for name, t in weights.items() if name.startswith(prefix)}
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm: normalised in fp32, cast back, then scaled (that order, as the reference)."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """torch.multinomial(probs, 1, generator=generator) for a [1, V] row, the same draw from the same
     random numbers (its one-sample path: argmax of p / q, q ~ Exp(1) drawn as empty_like(p).exponential_),
@@ -138,6 +128,7 @@ class SpeechTokenGenerator:
         self.final_norm = w["model.norm.weight"]
         self.projector = _under(w, "projector_semantic.")
         self.layers = [_under(w, f"model.layers.{i}.") for i in range(c.num_hidden_layers)]
+        self.fuses = fused_layers.fuses(self.layers, self.final_norm, c.head_dim)
         self.capacity = capacity or c.max_position_embeddings
         # The store's rows are zero where first backed: masked keys get probability 0, and 0 * a stale finite
         # value is 0. keys and values are views [layers, KV heads, capacity, head dim] into its region.
@@ -320,16 +311,22 @@ class SpeechTokenGenerator:
         T = x.shape[0]
         heads, kv_heads, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         positions = self.position + self.key_positions[:T]
+        hidden_keys = self.key_positions[None, :span] > positions[:, None]  # [T, span]
+        if self.fuses and fused_layers.fits(T):  # SDPA's softmax for the reference's fp32 one: within noise
+            mask, h = ~hidden_keys.repeat(heads // kv_heads, 1), x.contiguous()
+            for i, layer in enumerate(self.layers):
+                h = fused_layers.layer(h, layer, self.keys[i], self.values[i], self.cos, self.sin, self.position,
+                                       mask, heads, c.rms_norm_eps)
+            return head_rms_norm(h[-1:], self.final_norm, c.rms_norm_eps)
         cos = self.cos.index_select(0, positions).to(self.dtype)
         sin = self.sin.index_select(0, positions).to(self.dtype)
-        hidden_keys = self.key_positions[None, :span] > positions[:, None]  # [T, span]
         h = x
         for i, layer in enumerate(self.layers):
-            r = _rms(h, layer["input_layernorm.weight"], c.rms_norm_eps)
+            r = head_rms_norm(h, layer["input_layernorm.weight"], c.rms_norm_eps)
             q = linear(r, layer["self_attn.q_proj.weight"]).view(T, heads, d).transpose(0, 1)
             k = linear(r, layer["self_attn.k_proj.weight"]).view(T, kv_heads, d).transpose(0, 1)
             v = linear(r, layer["self_attn.v_proj.weight"]).view(T, kv_heads, d).transpose(0, 1)
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             self.keys[i].index_copy_(1, positions, k)
             self.values[i].index_copy_(1, positions, v)
             keys, values = self.keys[i, :, :span], self.values[i, :, :span]
@@ -341,7 +338,7 @@ class SpeechTokenGenerator:
             probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
             attended = torch.matmul(probs, values).transpose(0, 1).reshape(T, heads * d)
             h = h + linear(attended, layer["self_attn.o_proj.weight"])
-            r = _rms(h, layer["post_attention_layernorm.weight"], c.rms_norm_eps)
+            r = head_rms_norm(h, layer["post_attention_layernorm.weight"], c.rms_norm_eps)
             gate = F.silu(linear(r, layer["mlp.gate_proj.weight"]))
             h = h + linear(gate * linear(r, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
-        return _rms(h[-1:], self.final_norm, c.rms_norm_eps)
+        return head_rms_norm(h[-1:], self.final_norm, c.rms_norm_eps)
