@@ -95,6 +95,26 @@ def test_keys_settle_and_the_warm_up_runs_them_first(model):
 
 
 @torch.inference_mode()
+def test_the_warm_up_also_runs_the_end_after_whole_chunks(model):
+    """A stream of whole one-second chunks ends with a push of its lookahead alone (a turn whose speech
+    filled its units): the warm-up ran that last push after each of its chunks too, so no push of such a
+    stream builds constants from host data, however many chunks it had, and the audio is the same."""
+    prompt = _prompt()
+    warmed = Token2wavStream(model, prompt, steps=STEPS, warm_up=True)
+    for chunks in (1, 2, 5):
+        plain = Token2wavStream(model, prompt, steps=STEPS)
+        warmed.restart()
+        tokens = _tokens(25 * chunks + 3)
+        for start, stop, last in chunk_bounds(tokens.shape[1], 3, 25):
+            audio = plain.push(tokens[:, start:stop], last)
+            with _HostReads() as reads:
+                got = warmed.push(tokens[:, start:stop], last)
+            assert reads.seen == [], (chunks, start, last, reads.seen)
+            assert torch.equal(got, audio)
+        assert last and stop - start == 3
+
+
+@torch.inference_mode()
 def test_a_restarted_stream_is_a_new_stream(model):
     """restart() (a conversation's next turn) leaves the state and the counters as a new stream's,
     in the same buffers, and streams the same audio bit for bit, whether the turn before it ended

@@ -13,6 +13,8 @@ nothing back to the host and makes no tensor from host data, so it can be captur
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -94,14 +96,14 @@ class FlowStream:
         kept = None if plan.est_kept is None else torch.tensor(plan.est_kept, device=device)
         return FlowInputs(torch.tensor(plan.enc_tokens, device=device), kept)
 
-    def start(self, prompt: Prompt) -> None:
-        """Fill the caches from the voice prompt (eagerly: it runs once per stream). The store's
-        `mel` clock was at zero and the runner has ticked it by the prompt plan's frames."""
+    def prompt_work(self, prompt: Prompt) -> tuple[Callable[[], torch.Tensor], FlowPlan, FlowCounters]:
+        """The voice prompt's call as work on fixed tensors (its inputs made here, once), its plan and
+        the counters after it: the caches filled from empty, the store's `mel` clock ticked by the
+        plan's frames first. A stream runs it at its start and again at each restart (a replay)."""
         plan, after = self.prompt_plan()
         lookahead = prompt.tokens[:, :self.flow.pre_lookahead_len]
-        self.work(plan, torch.cat([prompt.tokens, lookahead], dim=1), self.inputs(plan),
-                  cond=prompt.mel.transpose(1, 2))
-        self.counters = after
+        tokens, cond = torch.cat([prompt.tokens, lookahead], dim=1), prompt.mel.transpose(1, 2)
+        return partial(self.work, plan, tokens, self.inputs(plan), cond), plan, after
 
     def work(self, plan: FlowPlan, tokens: torch.Tensor, inputs: FlowInputs,
              cond: torch.Tensor | None = None) -> torch.Tensor:

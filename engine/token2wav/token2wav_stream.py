@@ -82,13 +82,19 @@ class Token2wavStream:
         self._inputs: dict[FlowPlan, FlowInputs] = {}
         if self.runner.replay if warm_up is None else warm_up:
             self.warm_up()
-        self._prompt = prompt
+        work, plan, self._prompt_after = self.flow.prompt_work(prompt)
+        self._prompt = Stage("prompt", work, (("mel", plan.frames),))
         self._start()
 
     def _start(self) -> None:
-        prompt_plan, _ = self.flow.prompt_plan()
-        self.runner.run(Stage("prompt", partial(self.flow.start, self._prompt), (("mel", prompt_plan.frames),)),
-                        replay=False)  # once per stream: eagerly
+        """The voice prompt through the flow: eagerly at the stream's first start and, where graphs are
+        replayed, captured then, so that each restart (a conversation's turn end) replays it: run eagerly,
+        it took a few hundred milliseconds of the unit that ended the turn."""
+        if self.runner.replay and not self.runner.prepared((self._prompt.key,)):
+            self.runner.prepare([self._prompt])
+            self.runner.reset()
+        self.runner.run(self._prompt, replay=self.runner.prepared((self._prompt.key,)))
+        self.flow.counters = self._prompt_after
 
     @torch.inference_mode()
     def restart(self) -> None:
@@ -174,19 +180,37 @@ class Token2wavStream:
     def warm_up(self) -> None:
         """Before the prompt runs: each key of the first chunks of `max_chunk` tokens, up to the
         steady one, runs once eagerly (lazy initialisation: cuBLAS and cuFFT plans) and, with
-        graphs, is captured, so the stream's first chunk is already a replay. The keys come from
-        the counters the prompt leaves (host arithmetic, `schedule`); the work runs on the
-        store as it is (empty: values do not matter, only shapes and addresses do), then the
-        store is reset, so the state afterwards is the state before: zeros, no row backed."""
+        graphs, is captured, so the stream's first chunk is already a replay; so does the last
+        push that ends a stream after each of them (its `lookahead` tokens and the vocoder's
+        flush: how a conversation's turn ends when its speech filled whole chunks), which would
+        otherwise run eagerly, ten times a replay's time, as the turn ends. The keys come from
+        the counters the prompt leaves (host arithmetic, `plan`); the work runs on the store as
+        it is (empty: values do not matter, only shapes and addresses do), each last push with
+        the `mel` clock where its chunks leave it; then the store is reset, so the state
+        afterwards is the state before: zeros, no row backed."""
         if self.store.ticks("t2w.estimator.att"):
             raise RuntimeError("warm_up runs on a fresh stream, before its prompt")
-        prompt, flow_after = self.flow.prompt_plan()
-        stages = [self._stage(key) for key in self.schedule(self.max_chunk, Counters(flow_after, 0, False, False),
-                                                             WARM_UP_CHUNKS)]
+        prompt, counters = self.flow.prompt_plan()
+        counters = Counters(counters, 0, False, False)
+        keys, lasts = [], []
+        while len(keys) < WARM_UP_CHUNKS:
+            key, counters = self.plan(self.max_chunk, False, counters)
+            if key in keys:
+                break
+            keys.append(key)
+            lasts.append(self.plan(self.lookahead, True, counters)[0])
+        stages = [self._stage(key) for key in keys]
         # The rows the prompt fills, backed first as they would be.
         stages[0] = stages[0]._replace(ticks=(("mel", prompt.frames), *stages[0].ticks))
         self.runner.prepare(stages)
         self.store.reset()
+        ticks = prompt.frames
+        for key, last in zip(keys, lasts, strict=True):
+            ticks += key.flow.frames
+            if not self.runner.prepared((last,)):
+                self.store.ensure({"mel": ticks})
+                self.runner.prepare([self._stage(last)])
+                self.store.reset()
 
     def close(self) -> None:
         self.runner.close()
