@@ -157,6 +157,9 @@ def main() -> None:
     with torch.no_grad():
         parts, result["fused_agreement"] = passes(args.layers, args.context)
         result.update(profile_parts(parts, REPLAYS, args.top, args.launches))
+    if not args.launches:  # every launch of six passes: most of a megabyte of JSON
+        for part in parts:
+            del result[part]["launches"]
     result["command"] = (f"python3 -m bench.qwen3_passes OUT.json --context {args.context} --layers {args.layers}"
                          + (" --products" if args.products else ""))
     args.out.write_text(json.dumps(result, indent=1) + "\n")
