@@ -123,6 +123,7 @@ class ConversationWorker(threading.Thread):
             self.signals.failed.emit(f"The conversation stopped: {type(exc).__name__}: {exc}")
         finally:
             self.link.close()
+            self._tell_skipped(-1)  # stopped while skipping: the window's figure is the recording's
             self._close_recording()
             self.signals.finished.emit(ConversationEnd(
                 frames=self.recorder.frames if self.recorder else 0,
@@ -221,8 +222,12 @@ class ConversationWorker(threading.Thread):
             self._skipped_s += skipped_s
             if self.recorder is not None:
                 self.recorder.note_speaker_skip(index, skipped_s, self.link.counters().output_backlog_s)
-        due = index - self._skip_told_at >= SKIP_TOLD_EVERY
-        if self._skipped_s > self._skipped_told_s and (due or not skipped_s):
+        if index - self._skip_told_at >= SKIP_TOLD_EVERY or not skipped_s:
+            self._tell_skipped(index)
+
+    def _tell_skipped(self, index: int) -> None:
+        """The window's warning, with the whole figure so far (what the recording notes)."""
+        if self._skipped_s > self._skipped_told_s:
             self._skipped_told_s, self._skip_told_at = self._skipped_s, index
             marked = " The recording marks where." if self.recorder is not None else ""
             self.signals.warning.emit(
