@@ -244,7 +244,7 @@ class Ours:
         """Its streaming state: what its stores hold (the encoder's, the LLM's and the TTS's caches; the
         tail's)."""
         c = self.conversation
-        return c.runner.store.nbytes() + (c.stream.store.nbytes() if c.stream is not None else 0)
+        return c.runner.store.nbytes() + (c.stream.nbytes() if c.stream is not None else 0)
 
     def close(self) -> None:
         if self.conversation is not None and self.conversation.stream is not None:

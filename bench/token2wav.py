@@ -120,7 +120,7 @@ class _Ours(_Driver):
         return self.stream.push(tokens, last).cpu().numpy()
 
     def state_bytes(self) -> int:
-        return self.stream.store.nbytes()
+        return self.stream.nbytes()
 
     def peak_bytes(self) -> int:
         # Demand-sized rings are mapped outside torch's allocator and only grow within a stream.

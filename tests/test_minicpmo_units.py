@@ -67,6 +67,9 @@ def test_a_run_replays_the_reference_token_for_token(run, trace, model):
         units.prepare()
     prompt = trace[f"{run}.prompt_ids"]
     assert llm.length == len(prompt)
+    rng = torch.get_rng_state()
+    units.decoder.warm_up(llm.sizes.vocab, torch.device("cpu"))  # as a replayed conversation's prepare: no trace
+    assert torch.equal(torch.get_rng_state(), rng)
 
     bias = {(int(u), int(s), int(t)): float(v) for (u, s, t), v in zip(trace[f"{run}.bias_at"].tolist(),
                                                                          trace[f"{run}.bias_value"].tolist())}

@@ -1,9 +1,10 @@
 """Demand-sized placement (CPU emulation): interface, accounting, poisoning, reset."""
 import inspect
 
+import pytest
 import torch
 
-from engine.state import FullStore, Region, Store
+from engine.state import FullStore, Region, Store, restore_state, save_state
 from engine.state.demand import DemandStore
 
 FRAME_KV = Region("lm.kv", (2, 2, 2, 4), torch.float32, "frame", retain=3000)  # 3000 frames = 240 s
@@ -107,3 +108,31 @@ def test_memory_outside_the_allocator_is_reported_only_for_device_rings():
     store = DemandStore(regions)
     store.advance("frame", 3)
     assert store.mapped_bytes() == 0 and store.nbytes() == 3 * 16
+
+
+@pytest.mark.parametrize("placement", [FullStore, DemandStore])
+def test_a_saved_state_comes_back_at_the_same_addresses(placement):
+    """save_state then more ticks and writes, then restore_state: the clocks, the entries and what lies
+    past them (zeros in a full store, nothing backed in a demand-sized one) are as when saved."""
+    store = placement(REGIONS)
+    store.advance("frame", 6)
+    store["lm.kv"][:6] = torch.arange(6.0).view(6, 1, 1, 1, 1)
+    store["dep.kv"].fill_(2.0)
+    saved, before = save_state(store), {name: store[name].clone() for name in store.regions}
+    addresses = {name: store[name].data_ptr() for name in store.regions}
+    assert saved.nbytes() == 6 * FRAME_KV.entry_bytes() + 2 * DELAY.entry_bytes() + WHOLE_BYTES
+    for _ in range(3):
+        store.advance("frame", 20)
+        store.advance("mimi_step", 9)
+        store["lm.kv"][:26].fill_(7.0)
+        store["dep.kv"].zero_()
+        store["mimi.kv"][:9].fill_(3.0)
+        restore_state(store, saved)
+        assert {name: store[name].data_ptr() for name in store.regions} == addresses
+        assert store.ticks("lm.kv") == 6 and store.ticks("mimi.kv") == 0
+        if placement is DemandStore:  # what the clocks require again, no more
+            assert store.nbytes() == saved.nbytes()
+        for name in store.regions:
+            torch.testing.assert_close(store[name], before[name], rtol=0, atol=0, equal_nan=True, msg=name)
+    store.advance("frame")  # growing again backs zeros after the kept entries
+    assert (store["lm.kv"][6] == 0).all() and (store["lm.kv"][:6] == before["lm.kv"][:6]).all()

@@ -114,20 +114,21 @@ def test_the_warm_up_also_runs_the_end_after_whole_chunks(model):
         assert last and stop - start == 3
 
 
+@pytest.mark.parametrize("demand", [True, False], ids=["demand-sized", "full"])
 @torch.inference_mode()
-def test_a_restarted_stream_is_a_new_stream(model):
+def test_a_restarted_stream_is_a_new_stream(model, demand):
     """restart() (a conversation's next turn) leaves the state and the counters as a new stream's,
     in the same buffers, and streams the same audio bit for bit, whether the turn before it ended
-    (its last chunk pushed) or was cut off mid-way (an interrupt)."""
-    prompt = _prompt()
-    stream, tokens = Token2wavStream(model, prompt, steps=STEPS), _tokens(25 * 3 + 7)
+    (its last chunk pushed) or was cut off mid-way (an interrupt), in either placement of its state."""
+    prompt, options = _prompt(), RuntimeOptions(demand_sized_state=demand)
+    stream, tokens = Token2wavStream(model, prompt, steps=STEPS, options=options), _tokens(25 * 3 + 7)
     buffers = {name: stream.store[name].data_ptr() for name in stream.store.regions}
     for cut in (None, 2):
         bounds = list(chunk_bounds(tokens.shape[1], 3, 25))
         for start, stop, last in bounds[:cut]:
             stream.push(tokens[:, start:stop], last)
         stream.restart()
-        fresh = Token2wavStream(model, prompt, steps=STEPS)
+        fresh = Token2wavStream(model, prompt, steps=STEPS, options=options)
         _assert_same_state(stream, fresh)
         assert {name: stream.store[name].data_ptr() for name in stream.store.regions} == buffers
         for start, stop, last in bounds[:3]:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..options import RuntimeOptions
-from ..state import Store, copy_state
+from ..state import SavedState, Store, copy_state, restore_state
 from .graphs import Graphs
 
 
@@ -125,6 +125,10 @@ class StageRunner:
         """One clock's state to zero at the same addresses (a cache whose positions start again, a
         turn's), outside capture as every tick: graphs stay valid."""
         self.store.restart(clock)
+
+    def restore(self, saved: SavedState) -> None:
+        """The state as `saved` (engine.state.save_state), at the same addresses: graphs stay valid."""
+        restore_state(self.store, saved)
 
     def close(self) -> None:
         """Graphs first: they may point into state mapped outside torch's allocator."""

@@ -5,6 +5,7 @@ ceiling for torch and the mapped state (`memory_budget`).
 
 The names most modules need are here; the placements are imported from their modules."""
 from .full import FullStore
-from .regions import FIXED, Region, Store, copy_state, declare
+from .regions import FIXED, Region, SavedState, Store, copy_state, declare, restore_state, save_state
 
-__all__ = ["FIXED", "FullStore", "Region", "Store", "copy_state", "declare"]
+__all__ = ["FIXED", "FullStore", "Region", "SavedState", "Store", "copy_state", "declare", "restore_state",
+           "save_state"]

@@ -43,6 +43,12 @@ class _HostRing:
         _poison(self.tensor)
         self.backed = 0
 
+    def rewind(self, entries: int) -> None:
+        if entries < self.backed:
+            _poison(self.tensor[entries:])
+            self.backed = entries
+        self.back(entries)
+
     def nbytes(self) -> int:
         return self.backed * self.entry_bytes
 
@@ -68,6 +74,13 @@ class _DeviceRing:
     def release(self) -> None:
         self.buffer.shrink(0)
         self.backed = 0
+
+    def rewind(self, entries: int) -> None:
+        """Back exactly `entries`: those past them unmapped (a kept granule's rest is zeroed when backed again)."""
+        if entries < self.backed:
+            self.buffer.shrink(entries * self.entry_bytes)
+            self.backed = entries
+        self.back(entries)
 
     def nbytes(self) -> int:
         return self.buffer.mapped_bytes
@@ -123,6 +136,12 @@ class DemandStore:
             if self.regions[name].clock == clock:
                 ring.release()
         self._ticks[clock] = 0
+
+    def rewind(self, ticks_by_clock: dict[str, int]) -> None:
+        self._ticks = {**clocks_of(self.regions.values()), **ticks_by_clock}
+        for name, ring in self._rings.items():
+            region = self.regions[name]
+            ring.rewind(region.backed_at(self._ticks[region.clock]))
 
     def nbytes(self, prefix: str = "") -> int:
         """CUDA rings count their mapped granules, CPU rings their backed entries."""

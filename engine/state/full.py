@@ -47,6 +47,12 @@ class FullStore:
                 self._buffers[name].zero_()
         self._ticks[clock] = 0
 
+    def rewind(self, ticks_by_clock: dict[str, int]) -> None:
+        self._ticks = {**clocks_of(self.regions.values()), **ticks_by_clock}
+        for name, region in self.regions.items():
+            if region.is_ring:
+                self._buffers[name][region.entries_at(self._ticks[region.clock]):].zero_()
+
     def nbytes(self, prefix: str = "") -> int:
         if not prefix:  # asked every frame: full retention never changes its size
             return self._total

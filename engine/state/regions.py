@@ -109,6 +109,11 @@ class Store(Protocol):
         """The regions of `clock` back to zeros and no entry held, the clock to zero: a cache whose
         positions start again within a conversation (a turn's); the other clocks go on."""
 
+    def rewind(self, ticks_by_clock: dict[str, int]) -> None:
+        """Every clock to the given count (zero where none is given), the entries written before it kept:
+        no ring holds an entry past it (a demand-sized store unmaps them, a full one zeroes them). Fixed
+        regions are left as they are: whoever rewinds writes them."""
+
     def nbytes(self, prefix: str = "") -> int:
         """Bytes held now by the regions whose names start with `prefix`."""
 
@@ -146,3 +151,28 @@ def copy_state(src: Store, dst: Store) -> None:
     for name, r in src.regions.items():
         live = r.entries_at(src.ticks(name)) if r.is_ring else None
         dst[name][:live].copy_(src[name][:live])
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedState:
+    """A store's live entries and clocks at one moment (`save_state`), to go back to (`restore_state`)."""
+    ticks: dict[str, int]
+    entries: dict[str, torch.Tensor]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.entries.values())
+
+
+def save_state(store: Store) -> SavedState:
+    """A copy of every live entry and the clocks: a state many conversations (or turns) start from."""
+    ticks = {r.clock: store.ticks(name) for name, r in store.regions.items()}
+    return SavedState(ticks, {name: store[name][:r.entries_at(store.ticks(name)) if r.is_ring else None].clone()
+                              for name, r in store.regions.items()})
+
+
+def restore_state(store: Store, saved: SavedState) -> None:
+    """The store as it was saved, at the same addresses (captured graphs stay valid): clocks rewound, then
+    the saved entries copied in. A device-to-device copy, where computing the state again would take a pass."""
+    store.rewind(saved.ticks)
+    for name, entries in saved.entries.items():
+        store[name][:entries.shape[0] if store.regions[name].is_ring else None].copy_(entries)

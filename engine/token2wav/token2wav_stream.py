@@ -20,6 +20,7 @@ import torch
 
 from ..options import RuntimeOptions
 from ..runtime.stages import Stage, StageRunner
+from ..state import save_state
 from ..state.placement import new_store
 from .chunk_plan import RETAINED_FRAMES, FlowCounters, FlowPlan, chunk_bounds
 from .flow_stream import FlowInputs, FlowStream
@@ -87,25 +88,26 @@ class Token2wavStream:
         self._start()
 
     def _start(self) -> None:
-        """The voice prompt through the flow: eagerly at the stream's first start and, where graphs are
-        replayed, captured then, so that each restart (a conversation's turn end) replays it: run eagerly,
-        it took a few hundred milliseconds of the unit that ended the turn."""
-        if self.runner.replay and not self.runner.prepared((self._prompt.key,)):
-            self.runner.prepare([self._prompt])
-            self.runner.reset()
-        self.runner.run(self._prompt, replay=self.runner.prepared((self._prompt.key,)))
+        """The voice prompt through the flow, once and eagerly, and the state it leaves saved: each restart
+        (a conversation's turn end) copies it back, as the stock copies its `flow_cache_base`. Computed again
+        (even replayed), it took a pass of the flow in the unit that ended the turn."""
+        self.runner.run(self._prompt, replay=False)
         self.flow.counters = self._prompt_after
+        self._after_prompt = save_state(self.store)
 
     @torch.inference_mode()
     def restart(self) -> None:
         """A new stream in this one's state and graphs (a conversation's next turn): the state back to
         zero at the same addresses (no row backed), the counters to the start, the prompt run again.
         What follows is what a new stream would give, without capturing its graphs anew."""
-        self.runner.reset()
         self.vocoder.reset()
-        self.flow.counters = FlowCounters()
+        self.runner.restore(self._after_prompt)
+        self.flow.counters = self._prompt_after
         self.started = False
-        self._start()
+
+    def nbytes(self) -> int:
+        """The stream's state and the prompt's saved copy of it."""
+        return self.store.nbytes() + self._after_prompt.nbytes()
 
     @property
     def store(self):

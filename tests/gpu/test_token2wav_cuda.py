@@ -49,11 +49,10 @@ def count_replays(stream: Token2wavStream) -> list[int]:
 
 
 def _captured_at_creation(stream: Token2wavStream) -> set:
-    """What a stream captures as it is made: the first three chunks' keys and the steady one, the prompt's
-    pass (replayed at each restart) and the last push of the lookahead alone after each chunk key."""
-    captured = set(stream.captured)
-    pushes = captured - {"prompt"}
-    assert "prompt" in captured and len({k for k in pushes if not k.flow.last}) == 4
+    """What a stream captures as it is made: the first three chunks' keys and the steady one, and the last
+    push of the lookahead alone after each chunk key. Not the prompt's pass: it runs once, then is copied."""
+    captured = pushes = set(stream.captured)
+    assert "prompt" not in captured and len({k for k in pushes if not k.flow.last}) == 4
     ends = {k for k in pushes if k.flow.last}
     assert 1 <= len(ends) <= 4 and all(k.flow.tokens == stream.lookahead for k in ends)
     return captured

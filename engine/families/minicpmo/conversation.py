@@ -191,11 +191,12 @@ class MiniCPMOConversation:
         finalize (a decode step is a `<unit>`'s shape) at each span of its cache; the TTS's condition rows (one
         to a unit's most) and its steps at each span of its own; the tail's chunks (its stream, made here). The
         work runs on the state as it is and the state goes back to zero (positions; the generator is seeded at
-        the reset). Without graphs (the CPU) there is nothing to prepare."""
+        the reset); the text draws' kernels load. Without graphs (the CPU) there is nothing to prepare."""
         self.configure(options)
         if self.runner.replay:
             self._ready_split_sums()
             self.prepare_stages(lambda stage: self.runner.prepare([stage]))
+            self.units.decoder.warm_up(self.llm.sizes.vocab, self.model.device)
 
     def _ready_split_sums(self) -> None:
         """The split products' arrival counters made on the capture stream before any capture: made inside

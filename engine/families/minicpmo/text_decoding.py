@@ -105,6 +105,19 @@ class TextDecoder:
         self.generated.append(token)
         return token
 
+    def warm_up(self, vocab: int, device: torch.device) -> None:
+        """Both draws' kernels run once, before the first unit: CUDA loads a kernel at its first launch, which
+        made the first spoken unit 0.1 s slower than the rest. Neither the state nor the conversation's
+        generator moves: the draws come from a generator of their own."""
+        saved = self.generated, self._recent
+        generator = torch.Generator(device).manual_seed(0)
+        logits = torch.randn(1, vocab, generator=generator, device=device)
+        logits[0, [self.chunk_eos, self.eos]] = -1e9  # neither the unit's end nor a listen (finite): both draws
+        self.reset()
+        for _ in range(2):  # the second with a window of recent ids: the repetition penalty too
+            self.decode(logits, generator)
+        self.generated, self._recent = saved
+
     def _remember(self, chosen: torch.Tensor) -> None:
         """The chosen id [1] (on the device) into the window's ring, before it is read back."""
         window = self.settings.text_repetition_window_size
