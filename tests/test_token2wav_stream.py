@@ -182,3 +182,19 @@ def test_bench_pieces():
     base = torch.zeros(10)
     assert storage_bytes([base, base[2:5], torch.zeros(3, dtype=torch.float64)]) == 40 + 24
     assert np.isclose(bench.bench_prompt(300, seed=1).mel.shape[1], 2 * bench.PROMPT_TOKENS)
+
+
+def test_once_the_caches_settle_a_push_depends_on_its_length_alone(model):
+    """Pushes of any length, after histories that differ (a turn whose first unit had few speech tokens,
+    or a whole second), have the same keys once the caches hold the prompt and the retained frames; before
+    that the history shows in them. So a conversation's settled pushes take a few dozen shapes."""
+    stream = Token2wavStream(model, _prompt(tokens=20), steps=STEPS)
+    firsts, settled = set(), []
+    for first in (5, 13, 25):
+        key, counters = stream.plan(first + 3, False)
+        firsts.add(key)
+        for _ in range(3):
+            _, counters = stream.plan(28, False, counters)
+        settled.append({(tokens, last): stream.plan(tokens, last, counters)[0] for tokens in range(3, 29)
+                        for last in (False, True) if last or tokens > 3})
+    assert len(firsts) == 3 and settled[0] == settled[1] == settled[2]
