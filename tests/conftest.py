@@ -1,5 +1,6 @@
 import os
 import tempfile
+import threading
 
 import pytest
 import torch
@@ -23,3 +24,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+WORKER_END_S = 120.0  # a hung worker fails its test instead of the whole run
+
+
+@pytest.fixture(autouse=True)
+def _workers_end_with_their_test():
+    """A window closed at a test's end may leave a worker running (the library scan and the memory
+    check start as it opens); it must not run on into the next test, where its torch work and its
+    signals meet objects that test never made (CI once died of a segfault in the test after one)."""
+    from PyQt6.QtWidgets import QApplication
+
+    from app.worker_threads import running_workers, wait_for_workers
+    before = set(threading.enumerate())
+    yield
+    # A worker's result is a queued signal whose slot may start another worker (the scan's list
+    # starts the memory check): deliver them, and wait again, until none is left.
+    while True:
+        if QApplication.instance() is not None:
+            QApplication.processEvents()
+        if not running_workers(before):
+            return
+        stuck = wait_for_workers(WORKER_END_S, before)
+        if stuck:
+            pytest.fail(f"worker threads still running {WORKER_END_S:.0f} s after the test: {[t.name for t in stuck]}")

@@ -42,6 +42,7 @@ from ..models.library_controller import LibraryController
 from ..models.model_controller import ModelController
 from ..models.model_picker import ModelPicker
 from ..project_info import project_info
+from ..worker_threads import exit_past_workers
 from . import shortcuts
 from .cadence_panel import CadencePanel
 from .message_bar import MessageBar
@@ -327,6 +328,8 @@ def run_app(model: str | None = None, device: str = "auto") -> int:
     try:
         status = app.exec()
         log.info("exiting (status %d)", status)
-        return status
     finally:
         reporter.uninstall()
+    settings.q.sync()
+    exit_past_workers(status)
+    return status
