@@ -3,9 +3,11 @@ official layout) chosen in the model library, loaded, and a conversation through
 the private PulseAudio server: the panel names the family's own stages, its per-second decisions reach the
 report, and the recording keeps the conversation. Text only: the tiny folder has no token2wav tail. The
 model is bilingual: Chinese in the transcript renders with real glyphs (a CJK font, no empty boxes)."""
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -95,3 +97,43 @@ def test_chinese_in_the_transcript_has_glyphs(qtbot):
     layout.endLayout()
     glyphs = [index for run in layout.glyphRuns() for index in run.glyphIndexes()]
     assert len(glyphs) == len(text) and 0 not in glyphs  # glyph 0 is the empty box a missing font draws
+
+
+def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path, monkeypatch):
+    """Barge-in with MiniCPM-o itself (the tiny checkpoint with its tail), headphones: the person talks
+    all along, so once the speaker has played the model's speech for 200 ms over them it is
+    interrupted (its break override set for the next unit), the speaker's queued speech stops within
+    1,920 samples of the interrupt in the played stream, and what was queued after that is dropped.
+    The recording marks the cut where the person had talked over the speech played. Sample
+    positions, not a clock."""
+    pytest.importorskip("onnxruntime")
+    from tests.test_minicpmo_voices import with_voice
+
+    folder = with_voice(tmp_path / "MiniCPM-o-4_5")
+    window.model_picker.folder_chosen.emit(str(folder))
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
+        window.models.load()
+    window.device_picker.echo_cancellation.setChecked(False)  # headphones: it may interrupt from the first word
+    speech, rate = sf.read(SPEECH, dtype="float32")
+    talking = tmp_path / "talking.wav"
+    sf.write(talking, np.tile(speech, 6), rate)  # a minute of the person talking
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=120_000):
+        window.conversation.start()
+    session, cuts = window.models.loaded.session, []
+    interrupt = session.interrupt
+    monkeypatch.setattr(session, "interrupt", lambda: cuts.append(interrupt()) or cuts[-1])  # counted, as it is
+    queue = window.conversation.worker.link._speaker_queue
+    player = virtual_audio.play_into_microphone(talking)
+    qtbot.waitUntil(lambda: len(cuts) > 0, timeout=180_000)
+    qtbot.wait(2000)  # the frames past the cut reach the recording
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=30_000):
+        window.conversation.stop()
+    player.terminate()
+    # The played stream: the fade began at the next block the device took and silence followed it.
+    device_samples = round(1920 * queue.rate / ENGINE_RATE)
+    assert queue.cut_at is not None and queue.cut_at + len(queue._ramp) - queue.cut_asked_at <= device_samples
+    assert cuts[0] + queue.cut_dropped / queue.rate > 0, "queued speech was dropped, never played"
+    end = window.conversation.last_end
+    model = sf.read(end.recording, dtype="float32")[0][:, 1]  # what the speaker played, lined up with the microphone
+    at = json.loads(end.transcript.read_text())["interruptions"][0]["sample"]
+    assert np.abs(model[at - 2 * 1920:at + 1920]).max() > 1e-3, "the person talked over speech the speaker played"

@@ -42,7 +42,7 @@ def test_a_cut_fades_the_queued_speech_out_and_drops_the_rest():
     queue.cut()
     after = _play(queue, 16 * BLOCK)
     fade = round(RATE * CUT_FADE_S)
-    assert queue.cut_at == 8 * BLOCK
+    assert queue.cut_asked_at == queue.cut_at == 8 * BLOCK  # asked between blocks: the next one fades
     envelope = np.abs(after[:fade]) / np.maximum(np.abs(tone[8 * BLOCK:8 * BLOCK + fade]), 1e-9)
     assert np.all(np.diff(envelope[np.abs(tone[8 * BLOCK:8 * BLOCK + fade]) > 0.05]) <= 1e-6)  # only falls
     assert fade >= RATE * 0.005 and np.abs(after[fade // 2]) < 0.5 * 0.5 + 1e-6

@@ -81,6 +81,8 @@ class AudioLink(LinkDevices):
     `use_device()` (another device, mid-conversation: app/audio/device_switch.py) from anywhere.
     `notify(text, kind)` hears, on the engine thread, what changed or failed meanwhile."""
 
+    plays = True  # the model's speech reaches a speaker: talking over it can interrupt it
+
     def __init__(self, microphone: AudioDevice, speaker: AudioDevice,
                  config: AudioConfig = AudioConfig(), echo: EchoSettings | None = None,
                  notify: Notify | None = None):

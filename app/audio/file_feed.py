@@ -15,6 +15,8 @@ from .echo_cancel import EchoSettings, EchoState
 
 
 class FileFeed:
+    plays = False  # nothing is played: nobody can talk over the model
+
     def __init__(self, path: str | Path):
         self._audio = read_audio(path)
         self.description = f"{Path(path).name} → engine (reply not played)"

@@ -45,6 +45,7 @@ class SpeakerQueue:
         self._priming = True
         self.played_total = 0  # samples handed to the device so far (silence too)
         self.cut_at: int | None = None  # played_total where the last cut began (its fade's first sample)
+        self.cut_asked_at: int | None = None  # played_total when the last cut was asked for
         self.cut_dropped = 0   # samples of queued speech the cuts dropped
         # The queue's own count of its samples (at `rate`), for telling which were heard: those that
         # went in, those the device played (a cut's fade included), and the last cut's dropped span
@@ -106,6 +107,7 @@ class SpeakerQueue:
         """Stop the model's queued speech (the user spoke over it): it fades out over
         CUT_FADE_S from the next sample the device takes, and what is queued after that is
         dropped. Speech put afterwards plays as usual."""
+        self.cut_asked_at = self.played_total
         self._cuts_asked += 1
 
     def late(self) -> bool:

@@ -1,5 +1,5 @@
 """Barge-in: the person talks over the model, and the model stops. Decided on the engine thread
-from each period's echo-cancelled microphone level while the speaker plays the model's speech:
+from each period's echo-cancelled microphone level against what the speaker played as it was captured:
 speech above a level for long enough (a cough or a door is shorter) interrupts the model. The
 echo canceller leaves the model's own voice far below the level, so it does not interrupt itself."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ SPEECH_DBFS = -40.0
 """A period of the (echo-cancelled) microphone this loud or louder is the person speaking: normal
 speech at a desk microphone is -35 to -20 dBFS; the model's echo after cancellation is under -55."""
 MODEL_DBFS = -50.0
-"""The model is speaking while the speaker's period is this loud or louder (its pauses are not)."""
+"""The model is speaking while what the speaker played in the period is this loud or louder (its pauses are not)."""
 HOLD_S = 0.2
 """Speech over the model this long interrupts it."""
 

@@ -79,6 +79,8 @@ class ConversationWorker(threading.Thread):
         # Frames waiting for what the speaker played meanwhile (the recording's model channel):
         # (microphone frame, the model's words that began playing then, notes to make before it).
         self._unrecorded: deque[tuple[np.ndarray, str, list]] = deque()
+        # The same frames, for barge-in: (index, the person's level in dBFS, whether it may interrupt).
+        self._heard: deque[tuple[int, float, bool]] = deque()
         self._spoken = SpokenWords()  # the window's words wait for the speaker to play them
         self._skipped_s = self._skipped_told_s = 0.0
         self._skip_told_at = -SKIP_TOLD_EVERY
@@ -162,9 +164,7 @@ class ConversationWorker(threading.Thread):
                 frame = np.zeros_like(frame)
             echo_state = self.link.echo_state()
             # Until the canceller has learned the room, the model's own voice could interrupt it.
-            if (self._barge_in is not None and echo_state.state != "converging"
-                    and self._barge_in.hears(_dbfs(frame), self.link.output_level_dbfs())):
-                self._interrupt(index)
+            self._heard.append((index, _dbfs(frame), echo_state.state != "converging"))
             out = self.session.step(frame)
             heard = self._write(index, out)
             if self.recorder is not None:
@@ -207,10 +207,18 @@ class ConversationWorker(threading.Thread):
             self.recorder.note_interruption(index, dropped_s)
 
     def _record_played(self, final: bool = False) -> None:
-        """Each frame is recorded once the speaker has played what goes beside it."""
+        """Each frame is recorded once the speaker has played what goes beside it. Barge-in is decided
+        on the same pairs: the person's level in a microphone frame against what the speaker played
+        as it was captured. Not against the frames queued for the speaker: after a once-a-second
+        model's step the engine catches up on the microphone's waiting frames faster than they
+        play, and would count a fifth of a second of overlap before a sample of the reply was heard."""
         for played in self.link.played_frames(final):  # taken without a recorder too: not kept
+            index, person_dbfs, may_interrupt = self._heard.popleft()
+            if (self._barge_in is not None and may_interrupt and self.link.plays and not final
+                    and self._barge_in.hears(person_dbfs, _dbfs(played))):
+                self._interrupt(index)
             if not self._unrecorded:
-                break
+                continue
             frame, text, notes = self._unrecorded.popleft()
             for note, value in notes:
                 note(value)
