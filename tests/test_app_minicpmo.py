@@ -137,3 +137,32 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path, m
     model = sf.read(end.recording, dtype="float32")[0][:, 1]  # what the speaker played, lined up with the microphone
     at = json.loads(end.transcript.read_text())["interruptions"][0]["sample"]
     assert np.abs(model[at - 2 * 1920:at + 1920]).max() > 1e-3, "the person talked over speech the speaker played"
+
+
+def test_its_own_voice_through_the_room_never_interrupts_it(qtbot, window, virtual_audio, tmp_path, monkeypatch):
+    """Loudspeakers (echo cancellation on, the speaker heard by the microphone 60 ms later at about
+    -13 dB) and nobody talking: MiniCPM-o's speech (the tiny checkpoint with its tail) coming back
+    through the room never interrupts it."""
+    pytest.importorskip("onnxruntime")
+    from tests.test_minicpmo_voices import with_voice
+
+    folder = with_voice(tmp_path / "MiniCPM-o-4_5")
+    window.model_picker.folder_chosen.emit(str(folder))
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
+        window.models.load()
+    assert window.device_picker.echo_cancellation.isChecked() and window.device_picker.barge_in.isChecked()
+    session, cuts = window.models.loaded.session, []
+    interrupt = session.interrupt
+    monkeypatch.setattr(session, "interrupt", lambda: cuts.append(interrupt()) or cuts[-1])  # counted, as it is
+    loop = virtual_audio.loop_speaker_into_microphone(60, "60%")
+    try:
+        with qtbot.waitSignal(window.conversation.signals.started, timeout=120_000):
+            window.conversation.start()
+        qtbot.waitUntil(lambda: window.panel.stats.frames >= 375, timeout=180_000)  # 30 s
+        with qtbot.waitSignal(window.conversation.signals.finished, timeout=30_000):
+            window.conversation.stop()
+    finally:
+        virtual_audio.unload(loop)
+    model = sf.read(window.conversation.last_end.recording, dtype="float32")[0][:, 1]
+    assert np.count_nonzero(np.abs(model) > 1e-3) > 5 * ENGINE_RATE, "the model spoke, aloud, for seconds"
+    assert cuts == []
