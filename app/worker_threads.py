@@ -11,10 +11,12 @@ import time
 log = logging.getLogger("duplexcadence")
 
 WORKER_NAMES = frozenset({
-    "engine-loader", "predictor-loader", "memory-check",                          # app/models/model_loader.py
-    "library-scan", "download-check", "model-download", "model-removal", "token-check",  # model_library.py
-    "gpu-support-download",                                                      # app/gpu/gpu_support_dialog.py
-    "engine-conversation",                                                       # app/conversation/engine_thread.py
+    # app/models/model_loader.py
+    "engine-loader", "predictor-loader", "memory-check",
+    # app/models/model_library.py
+    "library-scan", "download-check", "model-download", "model-removal", "token-check",
+    # app/gpu/gpu_support_dialog.py and app/conversation/engine_thread.py
+    "gpu-support-download", "engine-conversation",
 })
 # What a closed window waits for at exit: a memory check or a scan ends well within it; a model
 # still loading is abandoned (its weights are only read).

@@ -41,3 +41,17 @@ def test_a_worker_inside_torch_does_not_abort_the_exit():
 def test_with_no_worker_left_the_exit_is_the_usual_one():
     done = _exit(worker=False)
     assert done.returncode == 0 and "returned" in done.stdout, done.stderr
+
+
+def test_every_thread_the_app_starts_is_a_known_worker_or_watch():
+    """The workers are known by the names their classes give them: a thread named anew in app/
+    must be listed (or be one of the long-lived watches, which end with their owners)."""
+    import re
+
+    from app.worker_threads import WORKER_NAMES
+
+    watches = {"sound-server-watch", "recording fsync"}
+    named = set()
+    for path in (REPO / "app").rglob("*.py"):
+        named |= set(re.findall(r'(?:name=|super\(\).__init__\()"([a-z][a-z -]*)"', path.read_text()))
+    assert named == WORKER_NAMES | watches
