@@ -173,6 +173,7 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
     finally:
         if out["units"] and "eager_runs" in out["units"][-1]:
             out["eager_stage_runs"] = out["units"][-1]["eager_runs"]  # cumulative since ready
+            out["eager_stage_keys"] = [(i, key) for i, unit in enumerate(out["units"]) for key in unit["eager_keys"]]
         if cuda:
             out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(device), device_used_max_bytes=used_max)
         out["summary"] = summarize(out["units"])
@@ -194,6 +195,7 @@ def _show(name: str, result: dict) -> None:
         line += "; state " + ", ".join(f"{v / 2**20:.1f} MiB after {k} s" for k, v in result["state_bytes"].items())
     if "eager_stage_runs" in result:
         line += f"; eager stage runs {result['eager_stage_runs']}"
+        line += "".join(f" (unit {i}: {key})" for i, key in result.get("eager_stage_keys", []))
     if "peak_allocated_bytes" in result:
         line += (f"; peak allocated {result['peak_allocated_bytes'] / 2**30:.2f} GiB, "
                  f"device used at most {result['device_used_max_bytes'] / 2**30:.2f} GiB")

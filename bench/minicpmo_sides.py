@@ -216,6 +216,8 @@ class Ours:
         self.ready_s = time.perf_counter() - began
         self.model, self.conversation, self.clock = model, conversation, clock
         self.eager_at_ready = conversation.eager_runs  # the system prompt's pass is the reset's, not a unit's
+        self._eager_seen: dict[int, int] = {}
+        self._new_eager_keys()  # the reset's, left out
         units = conversation.units
         units.decoder.decode = forcing.wrap(units.decoder.decode)
         clock.wrap(conversation, "_new_turn_audio", "tail")  # the reference's turn reset is its tail's too
@@ -238,7 +240,17 @@ class Ours:
         _, speech, report = self.conversation.step(torch.from_numpy(samples), self.options, mark)
         return {"listen": report.listen, "end_of_turn": report.end_of_turn, **self.made,
                 "audio_samples": 0 if speech is None else int(speech.numel()), "context": self.conversation.llm.length,
-                "eager_runs": self.conversation.eager_runs - self.eager_at_ready}
+                "eager_runs": self.conversation.eager_runs - self.eager_at_ready, "eager_keys": self._new_eager_keys()}
+
+    def _new_eager_keys(self) -> list[str]:
+        """The keys of the stages run eagerly since the last unit (or ready): the LLM's, TTS's and tail's runners."""
+        conversation, new = self.conversation, []
+        for runner in (conversation.runner, conversation.stream and conversation.stream.runner):
+            if runner is not None:
+                seen = self._eager_seen.get(id(runner), 0)
+                new += [str(key) for key in runner.eager_keys[seen:]]
+                self._eager_seen[id(runner)] = len(runner.eager_keys)
+        return new
 
     def state_bytes(self) -> int:
         """Its streaming state: what its stores hold (the encoder's, the LLM's and the TTS's caches; the

@@ -57,6 +57,8 @@ class StageRunner:
         self.replay = False
         self.eager_runs = 0
         """Stages run eagerly while replay was on (a key's first use, not prepared ahead): each a stall."""
+        self.eager_keys: list[Any] = []
+        """Their keys, in order: what was not prepared ahead."""
         self.configure(options or RuntimeOptions())
 
     # --- between runs ------------------------------------------------------------------------
@@ -148,7 +150,9 @@ class StageRunner:
             if stage.key not in self.graphs.graphs:
                 self._capture(self.graphs, stage.key, stage.work)
             return self.graphs.run(stage.key)
-        self.eager_runs += replay and self.replay
+        if replay and self.replay:
+            self.eager_runs += 1
+            self.eager_keys.append(stage.key)
         self._ran.add(stage.key)
         return stage.work()
 
