@@ -54,14 +54,9 @@ def test_a_conversation_with_minicpmo(qtbot, window, virtual_audio, tmp_path):
 def test_its_voice_is_chosen_in_the_model_box_and_heard(qtbot, window, virtual_audio, tmp_path):
     """A folder with the tail and its voice front end: the Voice box lists the voice made at load,
     first (the default); the conversation speaks with it, aloud, into the recording."""
-    pytest.importorskip("onnxruntime")
     from engine.families.minicpmo.voices import VOICES
-    from tests.test_minicpmo_voices import with_voice
 
-    folder = with_voice(tmp_path / "MiniCPM-o-4_5")
-    window.model_picker.folder_chosen.emit(str(folder))
-    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
-        window.models.load()
+    _load_with_its_tail(qtbot, window, tmp_path)
     picker, voice = window.model_picker, next(iter(VOICES))
     assert picker.voice.isVisibleTo(window)
     assert [picker.voice.itemText(i) for i in range(picker.voice.count())] == [voice, "No voice prompt"]
@@ -99,13 +94,8 @@ def test_chinese_in_the_transcript_has_glyphs(qtbot):
     assert len(glyphs) == len(text) and 0 not in glyphs  # glyph 0 is the empty box a missing font draws
 
 
-def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path, monkeypatch):
-    """Barge-in with MiniCPM-o itself (the tiny checkpoint with its tail), headphones: the person talks
-    all along, so once the speaker has played the model's speech for 200 ms over them it is
-    interrupted (its break override set for the next unit), the speaker's queued speech stops within
-    1,920 samples of the interrupt in the played stream, and what was queued after that is dropped.
-    The recording marks the cut where the person had talked over the speech played. Sample
-    positions, not a clock."""
+def _load_with_its_tail(qtbot, window, tmp_path) -> None:
+    """The tiny checkpoint with a tail and its voice front end, chosen and loaded in the window."""
     pytest.importorskip("onnxruntime")
     from tests.test_minicpmo_voices import with_voice
 
@@ -113,15 +103,30 @@ def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path, m
     window.model_picker.folder_chosen.emit(str(folder))
     with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
         window.models.load()
+
+
+def _counted_interrupts(session, monkeypatch) -> list[float]:
+    """The session's interrupts, as they happen (each the seconds it dropped): the real call, counted."""
+    cuts, interrupt = [], session.interrupt
+    monkeypatch.setattr(session, "interrupt", lambda: cuts.append(interrupt()) or cuts[-1])
+    return cuts
+
+
+def test_talking_over_it_interrupts_it(qtbot, window, virtual_audio, tmp_path, monkeypatch):
+    """Barge-in with MiniCPM-o itself (the tiny checkpoint with its tail), headphones: the person talks
+    all along, so once the speaker has played the model's speech for 200 ms over them it is
+    interrupted (its break override set for the next unit), the speaker's queued speech stops within
+    1,920 samples of the interrupt in the played stream, and what was queued after that is dropped.
+    The recording marks the cut where the person had talked over the speech played. Sample
+    positions, not a clock."""
+    _load_with_its_tail(qtbot, window, tmp_path)
     window.device_picker.echo_cancellation.setChecked(False)  # headphones: it may interrupt from the first word
     speech, rate = sf.read(SPEECH, dtype="float32")
     talking = tmp_path / "talking.wav"
     sf.write(talking, np.tile(speech, 6), rate)  # a minute of the person talking
     with qtbot.waitSignal(window.conversation.signals.started, timeout=120_000):
         window.conversation.start()
-    session, cuts = window.models.loaded.session, []
-    interrupt = session.interrupt
-    monkeypatch.setattr(session, "interrupt", lambda: cuts.append(interrupt()) or cuts[-1])  # counted, as it is
+    cuts = _counted_interrupts(window.models.loaded.session, monkeypatch)
     queue = window.conversation.worker.link._speaker_queue
     player = virtual_audio.play_into_microphone(talking)
     qtbot.waitUntil(lambda: len(cuts) > 0, timeout=180_000)
@@ -143,17 +148,9 @@ def test_its_own_voice_through_the_room_never_interrupts_it(qtbot, window, virtu
     """Loudspeakers (echo cancellation on, the speaker heard by the microphone 60 ms later at about
     -13 dB) and nobody talking: MiniCPM-o's speech (the tiny checkpoint with its tail) coming back
     through the room never interrupts it."""
-    pytest.importorskip("onnxruntime")
-    from tests.test_minicpmo_voices import with_voice
-
-    folder = with_voice(tmp_path / "MiniCPM-o-4_5")
-    window.model_picker.folder_chosen.emit(str(folder))
-    with qtbot.waitSignal(window.models.signals.loaded, timeout=120_000):
-        window.models.load()
+    _load_with_its_tail(qtbot, window, tmp_path)
     assert window.device_picker.echo_cancellation.isChecked() and window.device_picker.barge_in.isChecked()
-    session, cuts = window.models.loaded.session, []
-    interrupt = session.interrupt
-    monkeypatch.setattr(session, "interrupt", lambda: cuts.append(interrupt()) or cuts[-1])  # counted, as it is
+    cuts = _counted_interrupts(window.models.loaded.session, monkeypatch)
     loop = virtual_audio.loop_speaker_into_microphone(60, "60%")
     try:
         with qtbot.waitSignal(window.conversation.signals.started, timeout=120_000):

@@ -55,10 +55,9 @@ class StageRunner:
         self._capture_s: dict[Any, float] = {}
         """How long each key's last capture took (host time): how a regeneration budgets."""
         self.replay = False
-        self.eager_runs = 0
-        """Stages run eagerly while replay was on (a key's first use, not prepared ahead): each a stall."""
         self.eager_keys: list[Any] = []
-        """Their keys, in order: what was not prepared ahead."""
+        """The keys of stages run eagerly while replay was on (a key's first use, not prepared ahead),
+        in order: each a stall."""
         self.configure(options or RuntimeOptions())
 
     # --- between runs ------------------------------------------------------------------------
@@ -66,6 +65,10 @@ class StageRunner:
     @property
     def can_replay(self) -> bool:
         return self.graphs is not None
+
+    @property
+    def eager_runs(self) -> int:
+        return len(self.eager_keys)
 
     @property
     def captured(self) -> set[Any]:
@@ -151,7 +154,6 @@ class StageRunner:
                 self._capture(self.graphs, stage.key, stage.work)
             return self.graphs.run(stage.key)
         if replay and self.replay:
-            self.eager_runs += 1
             self.eager_keys.append(stage.key)
         self._ran.add(stage.key)
         return stage.work()
