@@ -144,6 +144,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
         for i, (unit, samples) in enumerate(zip(plan, audio)):
             if stop_at is not None and time.perf_counter() > stop_at:
                 out["cut_at_unit"] = i
+                if i and str(i) not in out.get("state_bytes", {}):
+                    _state(side, i, out)
                 print(f"{side.name}: stopped at unit {i} to keep within the deadline", flush=True)
                 break
             forcing.begin(i)
@@ -159,7 +161,7 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             record["as_planned"] = made["listen"] == (unit.kind != "speak") and made["end_of_turn"] == unit.end_of_turn
             out["units"].append(record)
             if i + 1 in STATE_AT or i + 1 == len(plan):
-                out.setdefault("state_bytes", {})[str(i + 1)] = side.state_bytes()
+                _state(side, i + 1, out)
             if cuda:
                 used_max = max(used_max, _device_used(device))
             print(f"{side.name} unit {i:3d} {unit.kind:6s} {record['ms']:8.1f} ms | "
@@ -181,6 +183,13 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
     return out
 
 
+def _state(side, units: int, out: dict) -> None:
+    """The side's streaming state after `units` units (and ours' regions against their clocks)."""
+    out.setdefault("state_bytes", {})[str(units)] = side.state_bytes()
+    if hasattr(side, "state_against_clocks"):
+        out.setdefault("state_against_clocks", {})[str(units)] = side.state_against_clocks()
+
+
 def _show(name: str, result: dict) -> None:
     s = result["summary"]
     sp, li = s["speaking"], s["listening"]
@@ -193,6 +202,10 @@ def _show(name: str, result: dict) -> None:
     line += f"; over 1 s: {s['over_cadence']}"
     if result.get("state_bytes"):
         line += "; state " + ", ".join(f"{v / 2**20:.1f} MiB after {k} s" for k, v in result["state_bytes"].items())
+    for units, check in result.get("state_against_clocks", {}).items():
+        (region, most), over = check["largest"], len(check["over_a_granule"])
+        line += (f"; after {units} s {check['excess_bytes'] / 2**20:.2f} MiB past the clocks (most: {region} "
+                 f"{most / 2**20:.2f} MiB; over a granule: {over})")
     if "eager_stage_runs" in result:
         line += f"; eager stage runs {result['eager_stage_runs']}"
         line += "".join(f" (unit {i}: {key})" for i, key in result.get("eager_stage_keys", []))

@@ -188,6 +188,10 @@ class Reference:
         self.model = self.duplex = None
 
 
+GRANULE = 2 << 20
+"""The device's mapping granule (engine.state.vmm)."""
+
+
 class Ours:
     name = "ours"
     STAGE_OF = {"encode": "encoder", "prefill": "llm_prefill", "decide": "llm_decode", "speech tokens": "tts",
@@ -257,6 +261,21 @@ class Ours:
         tail's)."""
         c = self.conversation
         return c.runner.store.nbytes() + (c.stream.nbytes() if c.stream is not None else 0)
+
+    def state_against_clocks(self) -> dict:
+        """Each region's bytes held against what its clock requires now (its live entries): the bytes
+        past them summed, the largest region's excess, and the regions more than one 2 MiB granule
+        over (the tail's saved prompt state is a copy of live entries: not counted)."""
+        c = self.conversation
+        stores = [c.runner.store] + ([c.stream.store] if c.stream is not None else [])
+        held, excess = {}, {}
+        for store in stores:
+            for name, size in store.region_bytes().items():
+                held[name], excess[name] = size, size - store.regions[name].bytes_at(store.ticks(name))
+        largest = max(excess, key=excess.get)
+        return {"excess_bytes": sum(excess.values()), "largest": [largest, excess[largest]],
+                "over_a_granule": sorted(n for n, e in excess.items() if e > GRANULE),
+                "held_bytes": held, "excess_by_region": excess}
 
     def close(self) -> None:
         if self.conversation is not None and self.conversation.stream is not None:

@@ -25,7 +25,7 @@ def _poisoned(t: torch.Tensor) -> bool:
 def test_both_placements_implement_the_store_protocol():
     members = [name for name in vars(Store) if not name.startswith("_") or name in ("__getitem__", "__contains__")]
     members = [m for m in members if callable(getattr(Store, m))]
-    assert {"advance", "ensure", "ticks", "reset", "nbytes", "mapped_bytes", "close"} <= set(members)
+    assert {"advance", "ensure", "ticks", "reset", "nbytes", "region_bytes", "mapped_bytes", "close"} <= set(members)
     for placement in (FullStore, DemandStore):
         for name in members:
             ours, declared = inspect.signature(getattr(placement, name)), inspect.signature(getattr(Store, name))
@@ -57,6 +57,11 @@ def test_memory_tracks_the_conversation_not_the_retention():
     assert store.nbytes() == expected
     assert store.nbytes("mimi.") == 250 * MIMI_KV.entry_bytes()
     assert store.nbytes() < store.reserved_bytes() / 4  # 30 s must not hold 240 s of KV
+    held = store.region_bytes()
+    assert sum(held.values()) == store.nbytes() and held["mimi.kv"] == 250 * MIMI_KV.entry_bytes()
+    assert held["lm.kv"] == FRAME_KV.bytes_at(store.ticks("lm.kv")) and held["dep.kv"] == DEP_KV.bytes_full()
+    full = FullStore(REGIONS).region_bytes()
+    assert full == {r.name: r.bytes_full() for r in REGIONS}
 
 
 def test_backs_exactly_the_entries_the_clock_has_written():

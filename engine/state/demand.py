@@ -148,6 +148,10 @@ class DemandStore:
         whole = sum(b.numel() * b.element_size() for n, b in self._whole.items() if n.startswith(prefix))
         return whole + sum(ring.nbytes() for n, ring in self._rings.items() if n.startswith(prefix))
 
+    def region_bytes(self) -> dict[str, int]:
+        held = {name: buf.numel() * buf.element_size() for name, buf in self._whole.items()}
+        return held | {name: ring.nbytes() for name, ring in self._rings.items()}
+
     def mapped_bytes(self) -> int:
         return sum(ring.nbytes() for ring in self._rings.values() if isinstance(ring, _DeviceRing))
 

@@ -58,6 +58,9 @@ class FullStore:
             return self._total
         return sum(b.numel() * b.element_size() for n, b in self._buffers.items() if n.startswith(prefix))
 
+    def region_bytes(self) -> dict[str, int]:
+        return {name: b.numel() * b.element_size() for name, b in self._buffers.items()}
+
     def mapped_bytes(self) -> int:
         return 0  # every buffer is a torch tensor
 

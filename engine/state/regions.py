@@ -117,6 +117,9 @@ class Store(Protocol):
     def nbytes(self, prefix: str = "") -> int:
         """Bytes held now by the regions whose names start with `prefix`."""
 
+    def region_bytes(self) -> dict[str, int]:
+        """Bytes each region holds now (what `nbytes` sums), by name."""
+
     def mapped_bytes(self) -> int:
         """Device bytes held outside torch's allocator (torch.cuda.memory_allocated misses them)."""
 
