@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from engine.families.minicpmo.audio_encoder import ENCODER_CLOCK, ENCODER_KV
-from engine.families.minicpmo.audio_encoder import SPAN as ENCODER_SPAN
 from engine.families.minicpmo.conversation import MiniCPMOConversation
 from engine.families.minicpmo.model import load
 from engine.families.minicpmo.qwen3 import CLOCK, KV, SPAN
@@ -67,11 +66,14 @@ def test_the_cache_backs_what_the_clock_has_reached(model):
     assert region.clock == CLOCK and tts.clock == TTS_CLOCK and encoder.clock == ENCODER_CLOCK
     assert store.reserved_bytes() == region.bytes_full() + tts.bytes_full() + encoder.bytes_full()
     for ticks, nbytes, length, tts_ticks, tts_bytes, tts_length, enc_ticks, enc_bytes, past in backed:
-        assert enc_ticks == past and enc_bytes == min(past + ENCODER_SPAN - 1, encoder.retain) * encoder.entry_bytes()
+        # What each clock has reached is held; the masked span read past it costs nothing.
+        assert enc_ticks == past and enc_bytes == past * encoder.entry_bytes()
         assert ticks == length  # no window drop yet: every position fed is held
-        assert nbytes == min(ticks + SPAN - 1, region.retain) * region.entry_bytes()
+        assert nbytes == ticks * region.entry_bytes()
         assert tts_ticks >= tts_length  # a unit's draws after an early EOS are not kept
-        assert tts_bytes == (min(tts_ticks + SPAN - 1, tts.retain) * tts.entry_bytes() if tts_ticks else 0)
+        assert tts_bytes == tts_ticks * tts.entry_bytes()
+    ticks = store.ticks(KV)  # the span read ahead reads zeros (as the device's shared granule), past it nothing
+    assert (store[KV][ticks:ticks + SPAN - 1] == 0).all() and torch.isnan(store[KV][ticks + SPAN - 1:]).all()
     assert backed[-1][1] < region.bytes_full() / 2
     assert any(not listen for listen, *_ in said)  # it spoke too: the TTS read the LLM's states
     assert max(b[3] for b in backed) > 0

@@ -1,11 +1,12 @@
 """Demand-sized placement of declared state: memory follows the regions' clocks.
 
 In `DemandStore` (an `engine.state.Store`) a ring region is backed for `region.backed_at(ticks)`
-entries only (the live ones and those a wake writes ahead), `ticks` being how far its clock has
-advanced; the stage runner calls `advance` before the stage that writes the new entries, outside
-graph capture. Fixed regions (conv tails, counters, delay lines, the depformer's one-frame KV) are
-allocated whole, once. Other rings on CUDA reserve the address range of the full retention once and
-map physical memory into it on demand (vmm.VmmBuffer, 2 MiB granules): the tensor never moves, so
+entries only (the live ones and those a wake writes ahead; those a pass only reads ahead read zeros
+that hold no memory), `ticks` being how far its clock has advanced; the stage runner calls `advance`
+before the stage that writes the new entries, outside graph capture. Fixed regions (conv tails,
+counters, delay lines, the depformer's one-frame KV) are allocated whole, once. Other rings on CUDA
+reserve the address range of the full retention once and map physical memory into it on demand
+(vmm.VmmBuffer, 2 MiB granules): the tensor never moves, so
 captured CUDA graphs stay valid as the region grows. On CPU (no graphs, so no stable addresses) a
 test emulation allocates full size, `nbytes()` counts backed entries only, and unbacked ones are
 poisoned (NaN, or an integer dtype's minimum) so reading what a CUDA store would not have mapped
@@ -32,22 +33,25 @@ class _HostRing:
         self.entry_bytes = region.entry_bytes()
         self.tensor = torch.empty(region.full_shape(), dtype=region.dtype, device=device)
         _poison(self.tensor)
-        self.backed = 0
+        self.backed = self.readable = 0
 
-    def back(self, entries: int) -> None:
+    def back(self, entries: int, readable: int = 0) -> None:
         if entries > self.backed:
             self.tensor[self.backed:entries].zero_()
             self.backed = entries
+        if readable > max(self.readable, self.backed):  # read ahead: zeros, as the device's shared granule
+            self.tensor[max(self.readable, self.backed):readable].zero_()
+        self.readable = max(self.readable, readable, self.backed)
 
     def release(self) -> None:
         _poison(self.tensor)
-        self.backed = 0
+        self.backed = self.readable = 0
 
-    def rewind(self, entries: int) -> None:
+    def rewind(self, entries: int, readable: int = 0) -> None:
         if entries < self.backed:
             _poison(self.tensor[entries:])
-            self.backed = entries
-        self.back(entries)
+            self.backed = self.readable = entries
+        self.back(entries, readable)
 
     def nbytes(self) -> int:
         return self.backed * self.entry_bytes
@@ -65,22 +69,23 @@ class _DeviceRing:
         self.tensor = self.buffer.as_tensor(region.dtype, region.full_shape())
         self.backed = 0
 
-    def back(self, entries: int) -> None:
+    def back(self, entries: int, readable: int = 0) -> None:
+        if entries > self.backed or readable * self.entry_bytes > self.buffer.readable_bytes:
+            self.buffer.ensure(entries * self.entry_bytes, readable * self.entry_bytes)
         if entries > self.backed:
-            self.buffer.ensure(entries * self.entry_bytes)
-            self.tensor[self.backed:entries].zero_()  # fresh physical memory holds garbage
+            self.tensor[self.backed:entries].zero_()  # a kept granule's rest holds what was there before
             self.backed = entries
 
     def release(self) -> None:
         self.buffer.shrink(0)
         self.backed = 0
 
-    def rewind(self, entries: int) -> None:
+    def rewind(self, entries: int, readable: int = 0) -> None:
         """Back exactly `entries`: those past them unmapped (a kept granule's rest is zeroed when backed again)."""
         if entries < self.backed:
             self.buffer.shrink(entries * self.entry_bytes)
             self.backed = entries
-        self.back(entries)
+        self.back(entries, readable)
 
     def nbytes(self) -> int:
         return self.buffer.mapped_bytes
@@ -99,7 +104,7 @@ class DemandStore:
         for name, r in self.regions.items():
             if r.is_ring:
                 self._rings[name] = ring_kind(r, self.device)
-                self._rings[name].back(r.backed_at(0))
+                self._rings[name].back(r.backed_at(0), r.readable_at(0))
             else:
                 self._whole[name] = torch.zeros(r.full_shape(), dtype=r.dtype, device=self.device)
         self._ticks = clocks_of(self.regions.values())
@@ -141,7 +146,8 @@ class DemandStore:
         self._ticks = {**clocks_of(self.regions.values()), **ticks_by_clock}
         for name, ring in self._rings.items():
             region = self.regions[name]
-            ring.rewind(region.backed_at(self._ticks[region.clock]))
+            ticks = self._ticks[region.clock]
+            ring.rewind(region.backed_at(ticks), region.readable_at(ticks))
 
     def nbytes(self, prefix: str = "") -> int:
         """CUDA rings count their mapped granules, CPU rings their backed entries."""
@@ -169,4 +175,4 @@ class DemandStore:
         for name, ring in self._rings.items():
             region = self.regions[name]
             if region.clock == clock:
-                ring.back(region.backed_at(self._ticks[clock]))
+                ring.back(region.backed_at(self._ticks[clock]), region.readable_at(self._ticks[clock]))

@@ -38,6 +38,10 @@ class Region:
     ahead: int = 0
     """Entries written ahead of the clock and not kept (a wake's predicted positions): backed,
     never counted as live."""
+    reads_ahead: int = 0
+    """Entries past the backed ones that a pass reads but never uses or writes (the masked keys of
+    an attention span rounded up): a demand-sized store maps them to one shared granule of zeros
+    on a device (engine.state.vmm) and keeps them zero on the host; they hold no memory."""
 
     def __post_init__(self):
         if not self.clock or not isinstance(self.clock, str):
@@ -60,6 +64,10 @@ class Region:
     def backed_at(self, ticks: int) -> int:
         """Entries a demand-sized store backs after `ticks` ticks: the live ones and those ahead."""
         return min(self.entries_at(ticks) + self.ahead, self.retain)
+
+    def readable_at(self, ticks: int) -> int:
+        """Entries a pass may read after `ticks` ticks: the backed ones and the zeros read ahead."""
+        return min(self.backed_at(ticks) + self.reads_ahead, self.retain)
 
     def full_shape(self, entries: int | None = None) -> tuple[int, ...]:
         if not self.is_ring:

@@ -4,7 +4,10 @@ The address range is reserved once at its full size; physical memory is mapped i
 it one allocation granule at a time as the buffer grows, and unmapped when it shrinks.
 The tensor over the range never moves, so CUDA graphs captured against it stay valid
 while its backing changes (docs/architecture.md, "State and clocks"). Kernels must touch only the
-mapped prefix: reading past it is an illegal address, not garbage.
+mapped prefix: reading past it is an illegal address, not garbage. Past its own memory a buffer
+may also map, for reading only, one granule of zeros that every buffer on the device shares
+(attention that reads a rounded-up span of keys, masked past the live ones): those reads cost
+no memory. Nothing may write there: it would change what every such read sees.
 
 `cuda.bindings` (package cuda-bindings) is imported on first use, so CPU-only
 machines never need it.
@@ -55,6 +58,26 @@ def allocation_granularity(ordinal: int = 0) -> int:
         "cuMemGetAllocationGranularity"))
 
 
+_ZEROS: dict[int, object] = {}
+"""Per device ordinal: the physical granule of zeros that read-ahead ranges map (made once, kept
+for the process: 2 MiB a device, outside any memory budget)."""
+
+
+def _zero_granule(ordinal: int, prop, access, granularity: int):
+    if ordinal not in _ZEROS:
+        cu = _driver()
+        handle = _check(cu.cuMemCreate(granularity, prop, 0), "cuMemCreate")
+        at = int(_check(cu.cuMemAddressReserve(granularity, granularity, 0, 0), "cuMemAddressReserve"))
+        _check(cu.cuMemMap(at, granularity, 0, handle, 0), "cuMemMap")
+        _check(cu.cuMemSetAccess(at, granularity, [access], 1), "cuMemSetAccess")
+        _check(cu.cuMemsetD8(at, 0, granularity), "cuMemsetD8")
+        _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        _check(cu.cuMemUnmap(at, granularity), "cuMemUnmap")  # the memory lives as long as its handle
+        _check(cu.cuMemAddressFree(at, granularity), "cuMemAddressFree")
+        _ZEROS[ordinal] = handle
+    return _ZEROS[ordinal]
+
+
 class _Bytes:
     """Hands torch the reserved range through __cuda_array_interface__ (no copy)."""
 
@@ -99,6 +122,8 @@ class VmmBuffer:
         reserved = cu.cuMemAddressReserve(self.reserved_bytes, self.granularity, 0, 0)
         self.base = int(_check(reserved, "cuMemAddressReserve"))
         self._handles: list = []  # one physical allocation per mapped granule, in address order
+        self._readable_end = 0  # granules from mapped_bytes to here map the shared zeros
+        self._bytes = None
         self.ensure(1)
         self._bytes = torch.as_tensor(_Bytes(self.base, self.requested_bytes), device=self.device)
         if self._bytes.data_ptr() != self.base:
@@ -112,10 +137,43 @@ class VmmBuffer:
         """A view of the reserved range from its base; only the mapped prefix may be touched."""
         return self._bytes.view(dtype).view(shape)
 
-    def ensure(self, nbytes: int) -> None:
-        """Back at least the first `nbytes` bytes (never moves anything)."""
+    @property
+    def readable_bytes(self) -> int:
+        """Bytes from the base that may be read: the mapped ones, then the shared zeros."""
+        return max(self._readable_end, self.mapped_bytes)
+
+    def ensure(self, nbytes: int, readable: int = 0) -> None:
+        """Back at least the first `nbytes` bytes with memory of its own, and up to `readable` bytes
+        map the shared granule of zeros past them (never moves anything)."""
         cu = _driver()
         target = _round_up(min(max(nbytes, 1), self.reserved_bytes), self.granularity)
+        if target > self.mapped_bytes:
+            self._grow(target)
+        reads = min(_round_up(readable, self.granularity), self.reserved_bytes)
+        if reads > self.readable_bytes:
+            zeros = _zero_granule(self.ordinal, self._prop, self._access, self.granularity)
+            for offset in range(self.readable_bytes, reads, self.granularity):
+                _check(cu.cuMemMap(self.base + offset, self.granularity, 0, zeros, 0), "cuMemMap")
+                self._readable_end = offset + self.granularity
+                _check(cu.cuMemSetAccess(self.base + offset, self.granularity, [self._access], 1), "cuMemSetAccess")
+
+    def _grow(self, target: int) -> None:
+        cu = _driver()
+        replaced = min(target, self._readable_end)
+        if replaced > self.mapped_bytes:
+            torch.cuda.synchronize(self.device)  # queued kernels may still read the zeros mapped there
+            for offset in range(self.mapped_bytes, replaced, self.granularity):
+                _check(cu.cuMemUnmap(self.base + offset, self.granularity), "cuMemUnmap")
+        try:
+            self._map_own(target)
+        except Exception:
+            for offset in range(replaced, self._readable_end, self.granularity):  # no hole before the zeros
+                cu.cuMemUnmap(self.base + offset, self.granularity)
+            self._readable_end = 0
+            raise
+
+    def _map_own(self, target: int) -> None:
+        cu = _driver()
         while self.mapped_bytes < target:
             at = self.base + self.mapped_bytes
             charge(self.ordinal, self.granularity)  # refused here if it would exceed a memory budget
@@ -132,6 +190,8 @@ class VmmBuffer:
                 raise
             self._handles.append(handle)
             _check(cu.cuMemSetAccess(at, self.granularity, [self._access], 1), "cuMemSetAccess")
+            if self._bytes is not None:  # what lies past the live entries may be read (masked): never NaN
+                self._bytes[at - self.base:at - self.base + self.granularity].zero_()
 
     def shrink(self, nbytes: int) -> None:
         """Unmap every granule wholly past the first `nbytes` bytes (one granule always stays)."""
@@ -139,6 +199,7 @@ class VmmBuffer:
         if self.mapped_bytes <= keep:
             return
         torch.cuda.synchronize(self.device)  # queued kernels may still read what goes away
+        self._unmap_zeros()
         self._unmap_down_to(keep)
 
     def close(self) -> None:
@@ -148,10 +209,17 @@ class VmmBuffer:
         cu = _driver()
         torch.cuda.synchronize(self.device)
         self._bytes = None
+        self._unmap_zeros()
         self._unmap_down_to(0)
         _check(cu.cuMemAddressFree(self.base, self.reserved_bytes), "cuMemAddressFree")
         _check(cu.cuDevicePrimaryCtxRelease(self._cu_device), "cuDevicePrimaryCtxRelease")
         self.base = None
+
+    def _unmap_zeros(self) -> None:
+        cu = _driver()
+        for offset in range(self.mapped_bytes, self.readable_bytes, self.granularity):
+            _check(cu.cuMemUnmap(self.base + offset, self.granularity), "cuMemUnmap")
+        self._readable_end = 0
 
     def _unmap_down_to(self, keep: int) -> None:
         cu = _driver()

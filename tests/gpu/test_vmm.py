@@ -78,3 +78,40 @@ def test_memory_budget_counts_mappings_and_torch_together():
         torch.empty(48 * MiB, dtype=torch.uint8, device="cuda")  # unmapped state gives room back
     assert budget.mapped == 0
     torch.empty(128 * MiB, dtype=torch.uint8, device="cuda")  # the cap is gone with the block
+
+
+def test_reads_ahead_map_shared_zeros_that_hold_no_memory():
+    """Past its own memory a buffer reads one shared granule of zeros: no memory per buffer, the
+    reads zero; growing over them gives own memory (zeroed) at the same address, and a graph
+    captured over the whole span replays the same after growth."""
+    torch.cuda.synchronize()
+    with VmmBuffer(64 * MiB, "cuda") as a, VmmBuffer(64 * MiB, "cuda") as b:
+        gran = a.granularity
+        free0, _ = torch.cuda.mem_get_info()
+        a.ensure(gran, 40 * MiB)
+        b.ensure(gran, 64 * MiB)
+        torch.cuda.synchronize()
+        free1, _ = torch.cuda.mem_get_info()
+        assert a.mapped_bytes == b.mapped_bytes == gran and a.readable_bytes == 40 * MiB
+        assert free0 - free1 < 8 * MiB  # 100 MiB readable, at most the one shared granule made
+        ta, tb = a.as_tensor(torch.float32, (16 * MiB,)), b.as_tensor(torch.float32, (16 * MiB,))
+        ta[: gran // 4] = 1.0
+        assert ta[: 40 * MiB // 4].sum().item() == gran // 4  # reading past its own memory: zeros
+        assert tb.abs().sum().item() == 0
+        out = torch.zeros((), device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out.copy_(ta[: 40 * MiB // 4].sum())
+        graph.replay()
+        assert out.item() == gran // 4
+        a.ensure(5 * gran - 3, 40 * MiB)  # own memory over the zeros: zeroed, then written
+        assert a.mapped_bytes == 5 * gran and a.readable_bytes == 40 * MiB and ta.data_ptr() == a.base
+        assert (ta[gran // 4: 5 * gran // 4] == 0).all() and (ta[: gran // 4] == 1).all()
+        ta[: 5 * gran // 4] = 2.0
+        assert tb.abs().sum().item() == 0  # the shared zeros were not written
+        graph.replay()
+        assert out.item() == 2.0 * 5 * gran // 4
+        a.shrink(gran)
+        assert a.mapped_bytes == gran and a.readable_bytes == gran
+        a.ensure(gran, 8 * MiB)
+        assert ta[gran // 4: 8 * MiB // 4].abs().sum().item() == 0

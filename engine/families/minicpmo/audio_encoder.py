@@ -128,10 +128,10 @@ class StreamingAudioEncoder:
     @staticmethod
     def regions(config: dict, dtype: torch.dtype) -> list[Region]:
         """The cache as declared state: the positions table's entries of [layers, key and value, heads, head
-        dim], backed `SPAN - 1` positions ahead of the clock."""
+        dim], read `SPAN - 1` positions ahead of the clock (zeros, no memory)."""
         s = EncoderSizes.from_config(config)
         return [Region(ENCODER_KV, (s.layers, 2, s.heads, s.head_dim), dtype, ENCODER_CLOCK, s.positions,
-                       ahead=SPAN - 1)]
+                       reads_ahead=SPAN - 1)]
 
     def place(self, store) -> None:
         """Read and write the cache in `store` (its state moved there by the caller) from now on."""

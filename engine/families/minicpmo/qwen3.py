@@ -64,9 +64,10 @@ class Qwen3Model:
     @staticmethod
     def regions(config: dict, dtype: torch.dtype, capacity: int) -> list[Region]:
         """The cache as declared state: `capacity` positions of [layers, key and value, KV heads, head dim],
-        backed `SPAN - 1` positions ahead of the clock, as far as a pass's span may read (masked)."""
+        read `SPAN - 1` positions ahead of the clock, as far as a pass's span goes (masked: zeros, no memory)."""
         s = Qwen3Sizes.from_config(config)
-        return [Region(KV, (s.layers, 2, s.kv_heads, s.head_dim), dtype, CLOCK, int(capacity), ahead=SPAN - 1)]
+        return [Region(KV, (s.layers, 2, s.kv_heads, s.head_dim), dtype, CLOCK, int(capacity),
+                       reads_ahead=SPAN - 1)]
 
     def __init__(self, config: dict, weights: dict | Qwen3Weights, device, dtype: torch.dtype,
                  capacity: int = 8192, round_inv_freq: bool = True, runner=None):

@@ -154,10 +154,11 @@ class SpeechTokenGenerator:
     @staticmethod
     def regions(config: dict, dtype: torch.dtype, capacity: int | None = None) -> list[Region]:
         """The cache as declared state: `capacity` positions (the config's max_position_embeddings by default)
-        of [layers, key and value, KV heads, head dim], backed `SPAN - 1` positions ahead of the clock."""
+        of [layers, key and value, KV heads, head dim], read `SPAN - 1` positions ahead of the clock (zeros, no
+        memory)."""
         c = SpeechTokensConfig.from_config(config)
         return [Region(TTS_KV, (c.num_hidden_layers, 2, c.num_key_value_heads, c.head_dim), dtype, TTS_CLOCK,
-                       int(capacity or c.max_position_embeddings), ahead=SPAN - 1)]
+                       int(capacity or c.max_position_embeddings), reads_ahead=SPAN - 1)]
 
     def place(self, store) -> None:
         """Read and write the cache in `store` (its state moved there by the caller) from now on."""
