@@ -66,7 +66,9 @@ def test_the_front_end_feeds_each_onnx_model_the_recordings_features():
     assert np.array_equal(prompt.tokens[0].numpy()[clear], codes.argmax(axis=0)[clear])
     fbank = speaker_fbank(speech).double()
     expected = ((fbank - fbank.mean(dim=0)) ** 2).mean(dim=0).numpy() @ w["speaker"]
-    np.testing.assert_allclose(prompt.speaker[0].numpy(), expected, rtol=1e-4)
+    # float32 sums of terms near the result's largest: their error scales with that, not with each element
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(prompt.speaker[0].numpy(), expected, rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_a_model_with_the_front_end_speaks_with_its_voice(folder, tmp_path, capsys):
