@@ -128,6 +128,7 @@ class VmmBuffer:
         self._bytes = torch.as_tensor(_Bytes(self.base, self.requested_bytes), device=self.device)
         if self._bytes.data_ptr() != self.base:
             raise RuntimeError("torch did not wrap the reserved range in place")
+        self._bytes[:self.granularity].zero_()  # as every granule mapped later
 
     @property
     def mapped_bytes(self) -> int:
