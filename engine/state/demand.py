@@ -6,11 +6,11 @@ that hold no memory), `ticks` being how far its clock has advanced; the stage ru
 before the stage that writes the new entries, outside graph capture. Fixed regions (conv tails,
 counters, delay lines, the depformer's one-frame KV) are allocated whole, once. Other rings on CUDA
 reserve the address range of the full retention once and map physical memory into it on demand
-(vmm.VmmBuffer, 2 MiB granules): the tensor never moves, so
-captured CUDA graphs stay valid as the region grows. On CPU (no graphs, so no stable addresses) a
-test emulation allocates full size, `nbytes()` counts backed entries only, and unbacked ones are
-poisoned (NaN, or an integer dtype's minimum) so reading what a CUDA store would not have mapped
-goes visibly wrong; newly backed ones read as zeros, as in a `FullStore`.
+(vmm.VmmBuffer, 2 MiB granules): the tensor never moves, so captured CUDA graphs stay valid as the
+region grows. On CPU (no graphs, so no stable addresses) a test emulation allocates full size,
+`nbytes()` counts backed entries only, and unbacked ones are poisoned (NaN, or an integer dtype's
+minimum) so reading what a CUDA store would not have mapped goes visibly wrong; newly backed ones
+read as zeros, as in a `FullStore`.
 """
 from __future__ import annotations
 
