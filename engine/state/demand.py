@@ -1,16 +1,14 @@
 """Demand-sized placement of declared state: memory follows the regions' clocks.
 
 In `DemandStore` (an `engine.state.Store`) a ring region is backed for `region.backed_at(ticks)`
-entries only (the live ones and those a wake writes ahead; those a pass only reads ahead read zeros
-that hold no memory), `ticks` being how far its clock has advanced; the stage runner calls `advance`
-before the stage that writes the new entries, outside graph capture. Fixed regions (conv tails,
-counters, delay lines, the depformer's one-frame KV) are allocated whole, once. Other rings on CUDA
-reserve the address range of the full retention once and map physical memory into it on demand
-(vmm.VmmBuffer, 2 MiB granules): the tensor never moves, so captured CUDA graphs stay valid as the
-region grows. On CPU (no graphs, so no stable addresses) a test emulation allocates full size,
-`nbytes()` counts backed entries only, and unbacked ones are poisoned (NaN, or an integer dtype's
-minimum) so reading what a CUDA store would not have mapped goes visibly wrong; newly backed ones
-read as zeros, as in a `FullStore`.
+entries (the live ones and those a wake writes ahead; those a pass only reads ahead read zeros that
+hold no memory); the stage runner calls `advance` before the stage that writes the new entries,
+outside graph capture. Fixed regions (conv tails, counters, delay lines, the depformer's KV) are
+allocated whole, once. Rings on CUDA reserve their full address range once and map 2 MiB granules
+into it on demand (vmm.VmmBuffer): the tensor never moves, so captured CUDA graphs stay valid as it
+grows. On CPU (no graphs) a test emulation allocates full size, `nbytes()` counts backed entries
+only, and unbacked ones are poisoned (NaN, or an integer dtype's minimum) so reading what a CUDA
+store would not have mapped goes visibly wrong; newly backed ones read as zeros.
 """
 from __future__ import annotations
 

@@ -5,12 +5,9 @@ it one allocation granule at a time as the buffer grows, and unmapped when it sh
 The tensor over the range never moves, so CUDA graphs captured against it stay valid
 while its backing changes (docs/architecture.md, "State and clocks"). Kernels must touch only the
 mapped prefix: reading past it is an illegal address, not garbage. Past its own memory a buffer
-may also map, for reading only, one granule of zeros that every buffer on the device shares
-(attention that reads a rounded-up span of keys, masked past the live ones): those reads cost
-no memory. Nothing may write there: it would change what every such read sees.
-
-`cuda.bindings` (package cuda-bindings) is imported on first use, so CPU-only
-machines never need it.
+may also map one granule of zeros that every buffer on the device shares, for keys a pass reads
+but masks; they cost no memory, and nothing may write there. `cuda.bindings` (package
+cuda-bindings) is imported on first use, so CPU-only machines never need it.
 """
 from __future__ import annotations
 
