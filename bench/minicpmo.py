@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--deadline-s", type=float,
                         help="stop the first side's units early so that both fit in this many seconds from the "
                              "start; the second side then runs as many")
+    parser.add_argument("--first-share", type=float, default=0.5,
+                        help="with --deadline-s, the share of the time left after the checkpoint that the first side "
+                             "(the reference) may take (default 0.5; ours runs the same units many times faster)")
     return parser
 
 
@@ -123,6 +126,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
              words: list[int], ids: dict, stop_at: float | None, save, out: dict) -> dict:
     """Loads one side, runs `plan` (until `stop_at`, a perf_counter time, if given) into `out`
     (the report's entry, saved as it fills), frees it."""
+    from .minicpmo_sides import memory_now
+
     gc.collect()
     cuda = device.type == "cuda"
     if cuda:
@@ -134,7 +139,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     extra = {"graphs": not args.no_graphs, "weights": args.weights} if kind.name == "ours" else {}
     side = kind(args.reference, folder, device, dtype, forcing, clock, args.seed, args.window, **extra)
-    out.update(load_s=side.load_s, ready_s=side.ready_s, units=[])
+    out.update(load_s=side.load_s, ready_s=side.ready_s, units=[], memory_at_load=side.memory_at_load,
+               memory_at_ready=side.memory_at_ready)
     if cuda:
         out.update(device_used_before_bytes=before, device_used_ready_bytes=_device_used(device))
     print(f"{side.name}: loaded in {side.load_s:.1f} s, ready in {side.ready_s:.1f} s", flush=True)
@@ -177,7 +183,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             out["eager_stage_runs"] = out["units"][-1]["eager_runs"]  # cumulative since ready
             out["eager_stage_keys"] = [(i, key) for i, unit in enumerate(out["units"]) for key in unit["eager_keys"]]
         if cuda:
-            out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(device), device_used_max_bytes=used_max)
+            out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(device), device_used_max_bytes=used_max,
+                       memory_at_end=memory_now(device))
         out["summary"] = summarize(out["units"])
         side.close()  # the next side loads into a freed device
     return out
@@ -213,6 +220,13 @@ def _show(name: str, result: dict) -> None:
         line += (f"; peak allocated {result['peak_allocated_bytes'] / 2**30:.2f} GiB, "
                  f"device used at most {result['device_used_max_bytes'] / 2**30:.2f} GiB")
     print(line, flush=True)
+    for when in ("load", "ready", "end"):
+        m = result.get(f"memory_at_{when}")
+        if m:
+            print(f"{name}: memory at {when}: device used {m['device_used_bytes'] / 2**30:.2f} GiB, torch reserved "
+                  f"{m['reserved_bytes'] / 2**30:.2f} ("
+                  + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in m["reserved_by_pool_bytes"].items())
+                  + f"), allocated {m['allocated_bytes'] / 2**30:.2f} GiB", flush=True)
     if s.get("speaking_stage_mean_ms"):
         print(f"{name}: speaking unit mean by stage: "
               + ", ".join(f"{k} {v:.1f}" for k, v in s["speaking_stage_mean_ms"].items()) + " ms", flush=True)
@@ -269,7 +283,8 @@ def run(args) -> dict:
                 # second stops short of the deadline (then the two compare different units).
                 left = args.deadline_s - (time.perf_counter() - started)
                 first = name == sides[0][0] and len(sides) > 1
-                stop_at = time.perf_counter() + left / 2 - 30 if first else started + args.deadline_s - 20
+                stop_at = (time.perf_counter() + left * args.first_share - 30 if first
+                           else started + args.deadline_s - 20)
             report[name] = {}
             try:
                 run_side(kind, args, folder, device, plan, audio, tokens.encode(TEXT), ids, stop_at, save, report[name])

@@ -114,6 +114,7 @@ class Reference:
         model = model.to(dtype).eval().to(device)
         _sync(device)
         self.load_s = time.perf_counter() - began
+        self.memory_at_load = memory_now(device)
         model.processor = build_processor(folder)
         # init_token2wav(streaming=True) builds Token2wav(assets/token2wav, float16=False, n_timesteps=5),
         # whose constructor also loads the ONNX speech tokenizer and speaker model the prepared prompt
@@ -149,6 +150,7 @@ class Reference:
         torch.manual_seed(seed)  # its draws come from the process's generators
         _sync(device)
         self.ready_s = time.perf_counter() - began
+        self.memory_at_ready = memory_now(device)
 
     def _count(self) -> None:
         """Speech tokens and audio samples per unit, read off the calls that make them."""
@@ -209,6 +211,7 @@ class Ours:
         model = load(folder, None, device, dtype, weights=weights)
         _sync(device)
         self.load_s = time.perf_counter() - began
+        self.memory_at_load = memory_now(device)
         self.options = RuntimeOptions(seed=seed, graph_replay=graphs)
         generator = torch.Generator(device=device).manual_seed(seed)
         settings = UnitSettings(max_unit_characters=MAX_CHARACTERS, sliding_window_mode=window)
@@ -218,6 +221,7 @@ class Ours:
         conversation.reset(self.options, lambda: False, None)
         _sync(device)
         self.ready_s = time.perf_counter() - began
+        self.memory_at_ready = memory_now(device)
         self.model, self.conversation, self.clock = model, conversation, clock
         self.eager_at_ready = conversation.eager_runs  # the system prompt's pass is the reset's, not a unit's
         self._eager_seen: dict[int, int] = {}
@@ -281,6 +285,22 @@ class Ours:
         if self.conversation is not None and self.conversation.stream is not None:
             self.conversation.stream.close()
         self.model = self.conversation = None
+
+
+def memory_now(device: torch.device) -> dict | None:
+    """Where the process's device memory is: in use on the device (the CUDA context and whatever
+    the allocator does not hold included), held by torch's allocator (its graph pools apart) and
+    allocated in it."""
+    if device.type != "cuda":
+        return None
+    _sync(device)
+    free, total = torch.cuda.mem_get_info(device)
+    pools: dict[str, int] = {}
+    for segment in torch.cuda.memory_snapshot():
+        pool = "default" if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0) else "graphs"
+        pools[pool] = pools.get(pool, 0) + segment["total_size"]
+    return {"device_used_bytes": total - free, "reserved_bytes": torch.cuda.memory_reserved(device),
+            "allocated_bytes": torch.cuda.memory_allocated(device), "reserved_by_pool_bytes": pools}
 
 
 def _sync(device: torch.device) -> None:
