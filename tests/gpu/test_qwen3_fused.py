@@ -97,3 +97,15 @@ def test_fused_passes_replay_as_they_run():
             assert torch.equal(a, b), f"pass {n} ({count} rows): replayed {name} differ from eager"
     assert runner.eager_runs == 1
 
+
+
+def test_stacking_gives_the_freed_parts_back():
+    """The parts a stack replaces are freed segments that no later stack fits in: they go back to the
+    device, so the process holds the weights and not twice the stacked products."""
+    weights = llm_weights(LAYERS, DEVICE)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    held = torch.cuda.memory_reserved(DEVICE)
+    stack_products(weights, "llm.model.layers.", LAYERS)
+    assert torch.cuda.memory_allocated(DEVICE) <= held
+    assert torch.cuda.memory_reserved(DEVICE) <= held + 2 ** 21

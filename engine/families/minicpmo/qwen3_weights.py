@@ -100,13 +100,20 @@ def stack_products(weights: dict, prefix: str, layers: int) -> None:
     """In `weights` (keyed as on disk), each layer's q, k, v and its gate, up weights stacked under QKV and
     GATE_UP, the checkpoint's keys left naming views of them: the fused layers (qwen3.py) read a stack in
     one product. One layer at a time, so the dict's own tensors are freed as they go: the peak grows by
-    one layer's products, not the model's. `prefix` is the layers' ("llm.model.layers.")."""
+    one layer's products, not the model's. `prefix` is the layers' ("llm.model.layers.").
+
+    On CUDA the freed parts go back to the device layer by layer: torch's allocator gives each
+    large tensor a segment of its own, so a layer's freed q, k and v (or gate and up) can never
+    hold the next layer's stack, and kept they held 8.6 GiB of Qwen3-8B's process memory."""
     for i in range(layers):
         for stack, keys in _STACKS.items():
             names = [f"{prefix}{i}.{key}" for key in keys]
             whole, views = stacked([weights.pop(name) for name in names])
             weights[f"{prefix}{i}.{stack}"] = whole
             weights.update(zip(names, views, strict=True))
+            cuda = (whole if isinstance(whole, torch.Tensor) else whole[0]).is_cuda  # quantized: (q, scales, ...)
+        if cuda:
+            torch.cuda.empty_cache()
 
 
 def placed(t, device: torch.device, dtype: torch.dtype):
