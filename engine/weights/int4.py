@@ -14,6 +14,7 @@ quantized on load, as an export would. Norms, Mimi and PersonaPlex's voice promp
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import torch
 from torch import nn
@@ -22,6 +23,7 @@ from ..kernels.operands import GROUP_SIZE, INT4_SCALE, INT8_ROW_SCALE, Int4Weigh
 from ..ops.linear import LEVELS, Table
 from ..ops.linear import dequantized as dequantize4
 from .int8 import SCB, Int8Weight, dequantize, linear_weight_names
+from .row_blocks import in_row_blocks
 
 __all__ = ["FORMAT", "GROUP_SIZE", "LM_INT4_NAME", "ROW_SCALE", "SCALE", "Int4Weight", "Int8Rows", "dequantize4",
            "int4_layout", "int4_metadata", "is_int4", "is_table", "layout_problem", "pack", "quantize_checkpoint4",
@@ -60,7 +62,12 @@ def _grouped(w: torch.Tensor, group: int) -> torch.Tensor:
 def quantize_groups(w: torch.Tensor, group: int = GROUP_SIZE, shrink: tuple[float, ...] = SHRINK,
                     scale_dtype: torch.dtype = SCALE_DTYPE) -> Int4Weight:
     """w [N, K] float (K even) -> its Int4Weight. Each group's scale is rounded to `scale_dtype`
-    before the weights are rounded with it, so q * scale is what the group is rounded to."""
+    before the weights are rounded with it, so q * scale is what the group is rounded to. A
+    block of rows at a time (row_blocks.py): the search's temporaries are eight times its input."""
+    return in_row_blocks(partial(_quantize_groups, group=group, shrink=shrink, scale_dtype=scale_dtype), w)
+
+
+def _quantize_groups(w: torch.Tensor, group: int, shrink: tuple[float, ...], scale_dtype: torch.dtype) -> Int4Weight:
     n, k = w.shape
     if k % 2:
         raise ValueError(f"int4 weights pack two inputs a byte: {k} inputs is odd")
@@ -91,7 +98,12 @@ def is_table(key: str) -> bool:
 
 def quantize_table(w: torch.Tensor) -> Int8Rows:
     """w [V, D] float -> int8 rows, each on its own scale (its absolute maximum / 127, fp32),
-    rounded to nearest with that scale. An all-zero row stays zero (scale 0)."""
+    rounded to nearest with that scale. An all-zero row stays zero (scale 0). A block of rows
+    at a time (row_blocks.py)."""
+    return in_row_blocks(_quantize_table, w)
+
+
+def _quantize_table(w: torch.Tensor) -> Int8Rows:
     w = w.float()
     if not torch.isfinite(w).all():
         raise ValueError("embeddings with NaN or infinite values cannot be quantized")
@@ -150,7 +162,7 @@ def quantize_checkpoint4(tensors: dict, names: list[str], device: torch.device) 
     out = dict(tensors)
     for key, w in tensors.items():
         if is_table(key) and w.dim() == 2 and w.dtype.is_floating_point:
-            table = quantize_table(w.to(device))
+            table = in_row_blocks(quantize_table, w, device)
             out[key], out[key + ROW_SCALE] = table.q.cpu(), table.scale.cpu()
     for name in names:
         w = tensors.get(name)
@@ -161,7 +173,7 @@ def quantize_checkpoint4(tensors: dict, names: list[str], device: torch.device) 
             del out[name + SCB]
         elif not w.dtype.is_floating_point:
             continue
-        q = quantize_groups(w.to(device))
+        q = in_row_blocks(quantize_groups, w, device)
         out[name], out[name + SCALE] = q.q.cpu(), q.scale.cpu()
     return out
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from ..kernels.operands import INT4_SCALE
 from ..ops.linear import LEVELS, Int4Weight, Int8Weight
+from .row_blocks import in_row_blocks
 
 SCB = "_scb"
 """Suffix of a quantized parameter's per-row scale, as the official q8 files name it."""
@@ -25,7 +26,12 @@ SCB = "_scb"
 def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """w [N, K] float -> (int8 [N, K], float32 [N]): each row scaled so its largest magnitude
     is 127 and rounded to nearest, from the weights in fp16, as Kyutai's quantizer does (exact
-    for bf16 weights, whose values fp16 holds). An all-zero row stays zero."""
+    for bf16 weights, whose values fp16 holds). An all-zero row stays zero. A block of rows at a
+    time (row_blocks.py)."""
+    return in_row_blocks(_quantize_rows, w)
+
+
+def _quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     w = w.to(torch.float16).float()
     if not torch.isfinite(w).all():
         raise ValueError("weights beyond fp16's range cannot be quantized as the q8 layout is")
@@ -89,6 +95,6 @@ def quantize_checkpoint(tensors: dict, names: list[str], device: torch.device) -
     for name in names:
         w = tensors.get(name)
         if w is not None and w.dim() == 2 and w.dtype.is_floating_point:  # otherwise loading names the problem
-            q, scb = quantize_rows(w.to(device))
+            q, scb = in_row_blocks(quantize_rows, w, device)
             out[name], out[name + SCB] = q.cpu(), scb.cpu()
     return out

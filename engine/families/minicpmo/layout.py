@@ -107,7 +107,8 @@ def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: tor
                  dtype: torch.dtype, convert=None) -> dict[str, torch.Tensor]:
     """The tensors `expected` names (key -> shape the configuration implies), checked against
     the headers first (missing, unexpected among the audio parts, wrong shape), then read one
-    at a time to `device` in `dtype` and, given `convert(key, tensor)`, kept as it returns."""
+    at a time to `device` in `dtype` or, given `convert(key, tensor, device, dtype)`, kept as it
+    returns from the tensor read to the host."""
     found = layout(folder)
     missing = sorted(set(expected) - set(found))
     if missing:
@@ -124,8 +125,9 @@ def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: tor
         try:
             with safe_open(str(folder / shard), framework="pt") as f:
                 for key in wanted:
-                    tensor = f.get_tensor(key).to(device=device, dtype=dtype)
-                    weights[key] = tensor if convert is None else convert(key, tensor)
+                    tensor = f.get_tensor(key)
+                    weights[key] = (tensor.to(device=device, dtype=dtype) if convert is None
+                                    else convert(key, tensor, device, dtype))
         except (SafetensorError, OSError, RuntimeError, ValueError) as error:
             raise CheckpointError(f"{folder / shard}: not a readable safetensors file ({error})") from None
     return weights

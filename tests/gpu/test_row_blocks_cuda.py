@@ -1,0 +1,28 @@
+"""On CUDA, quantizing by blocks of rows gives the whole's bits (int4's error sums included) and holds
+little more than the result: a head-sized weight quantized from the host never sits on the device in
+float, nor do its search's temporaries."""
+import pytest
+import torch
+
+from engine.weights.int4 import quantize_groups, quantize_table
+from engine.weights.int8 import quantize_rows
+from engine.weights.row_blocks import BLOCK_ELEMENTS, in_row_blocks
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = torch.device("cuda")
+
+
+@pytest.mark.parametrize("quantize", [quantize_rows, quantize_groups, quantize_table])
+def test_blocks_on_the_device(quantize):
+    w = (torch.randn(16384, 4096, generator=torch.Generator().manual_seed(0)) * 0.02).to(torch.bfloat16)
+    whole = quantize(w.to(DEVICE).float())
+    before = torch.cuda.memory_allocated(DEVICE)
+    torch.cuda.reset_peak_memory_stats(DEVICE)
+    blocked = in_row_blocks(quantize, w, DEVICE, torch.bfloat16)
+    for a, b in zip(blocked, whole, strict=True):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+    result = sum(t.numel() * t.element_size() for t in blocked if isinstance(t, torch.Tensor))
+    # The float source is 128 MB; a block's temporaries (eight float32 copies for int4) are about 256 MB.
+    assert torch.cuda.max_memory_allocated(DEVICE) - before <= result + 12 * 4 * BLOCK_ELEMENTS
