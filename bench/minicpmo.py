@@ -163,6 +163,8 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             else:
                 made = side.unit(samples)
             stages = clock.end()
+            if hasattr(side, "spare"):
+                record["spare_ms"] = side.spare()
             record.update(ms=sum(stages.values()), stages=stages, decodes=forcing.decodes[i], **made)
             record["as_planned"] = made["listen"] == (unit.kind != "speak") and made["end_of_turn"] == unit.end_of_turn
             out["units"].append(record)
@@ -186,6 +188,9 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(device), device_used_max_bytes=used_max,
                        memory_at_end=memory_now(device))
         out["summary"] = summarize(out["units"])
+        spare = [u["spare_ms"] for u in out["units"] if u.get("spare_ms", 0) > 1]
+        if spare:
+            out["summary"]["spare"] = {"units": len(spare), "ms_total": sum(spare), "ms_max": max(spare)}
         side.close()  # the next side loads into a freed device
     return out
 
@@ -216,6 +221,9 @@ def _show(name: str, result: dict) -> None:
     if "eager_stage_runs" in result:
         line += f"; eager stage runs {result['eager_stage_runs']}"
         line += "".join(f" (unit {i}: {key})" for i, key in result.get("eager_stage_keys", []))
+    if "spare" in s:
+        line += (f"; spare time used after {s['spare']['units']} units ({s['spare']['ms_total']:.0f} ms in all, "
+                 f"{s['spare']['ms_max']:.0f} ms at most)")
     if "peak_allocated_bytes" in result:
         line += (f"; peak allocated {result['peak_allocated_bytes'] / 2**30:.2f} GiB, "
                  f"device used at most {result['device_used_max_bytes'] / 2**30:.2f} GiB")

@@ -241,6 +241,7 @@ class Ours:
 
     def unit(self, samples: np.ndarray) -> dict:
         self.made["speech_tokens"] = 0
+        self._unit_began = time.perf_counter()
 
         def mark(key: str) -> None:
             self.clock.lap(self.STAGE_OF[key])
@@ -249,6 +250,15 @@ class Ours:
         return {"listen": report.listen, "end_of_turn": report.end_of_turn, **self.made,
                 "audio_samples": 0 if speech is None else int(speech.numel()), "context": self.conversation.llm.length,
                 "eager_runs": self.conversation.eager_runs - self.eager_at_ready, "eager_keys": self._new_eager_keys()}
+
+    def spare(self) -> float:
+        """What the session does after a unit (engine.session's SPARE_SHARE of the second): the tail's
+        shorter pushes prepared between turns. Its milliseconds, not a unit's."""
+        from engine.session import SPARE_SHARE
+
+        began = time.perf_counter()
+        self.conversation.spare(self._unit_began + SPARE_SHARE * 1.0)
+        return (time.perf_counter() - began) * 1000
 
     def _new_eager_keys(self) -> list[str]:
         """The keys of the stages run eagerly since the last unit (or ready): the LLM's, TTS's and tail's runners."""

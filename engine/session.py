@@ -37,6 +37,8 @@ from .state import Store
 __all__ = ["DuplexSession", "FrameOutput", "Preparing"]
 log = logging.getLogger(__name__)
 PREPARE_SHARE, PREPARE_LIMIT = 0.5, 0.9
+SPARE_SHARE = 0.5
+"""A family's spare-time work (FamilyConversation.spare) ends within this share of its step's cadence."""
 """A frame (its own work and the recording of a change's graphs after it) ends within the
 first share of the cadence; to record one graph that does not fit there, within the second."""
 
@@ -344,6 +346,8 @@ class DuplexSession:
             steps += 1
         preparing = self._prepare_more(self.timer.started)
         timings = self.timer.end()  # its total: the period and what was recorded after it
+        if steps:  # what the family's step left of its cadence, for work later steps would stall on
+            self.conversation.spare(self.timer.started + SPARE_SHARE * self.audio.step_samples / self.audio.input_rate)
         return FrameOutput(self.audio.period_out(), self.audio.period_text(), tokens_out, timings,
                            tuple(self.meter.add(timings["total"])), self.state_bytes(), self.gpu_memory_bytes(),
                            report, applied, steps, preparing)

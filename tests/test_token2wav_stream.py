@@ -198,3 +198,34 @@ def test_once_the_caches_settle_a_push_depends_on_its_length_alone(model):
         settled.append({(tokens, last): stream.plan(tokens, last, counters)[0] for tokens in range(3, 29)
                         for last in (False, True) if last or tokens > 3})
     assert len(firsts) == 3 and settled[0] == settled[1] == settled[2]
+
+
+@torch.inference_mode()
+def test_spare_keys_are_the_short_pushes_and_leave_the_stream_as_they_found_it(model):
+    """plan_spare names the pushes of each length where a turn starts and once the caches settle (with
+    the ends that follow); prepare_spare runs them between turns (eagerly here: the CPU captures
+    nothing) and leaves the state a turn starts from, so the next turn streams the same audio."""
+    prompt = _prompt(tokens=20)
+    stream, plain = (Token2wavStream(model, prompt, steps=STEPS) for _ in range(2))
+    stream.plan_spare(range(8, 29), range(3, 8))
+    named = {key for key, _ in stream._spare}
+    start = settled = stream.counters
+    for _ in range(6):
+        _, settled = stream.plan(28, False, settled)
+    for counters in (start, settled):
+        assert {stream.plan(n, False, counters)[0] for n in range(8, 29)} <= named
+        assert {stream.plan(n, True, counters)[0] for n in range(3, 8)} <= named
+    for n in range(8, 29):  # a turn of one short unit: its push, then its end
+        assert stream.plan(3, True, stream.plan(n, False, start)[1])[0] in named
+    left = stream.spare_left
+    for _ in range(3):
+        assert stream.at_start
+        stream.prepare_spare()
+    assert stream.spare_left == left - 3 and stream.at_start
+    _assert_same_state(stream, plain)
+    tokens = _tokens(52)
+    for start_, stop, last in ((0, 13, False), (10, 38, False), (35, 49, False), (46, 52, True)):
+        assert torch.equal(stream.push(tokens[:, start_:stop], last), plain.push(tokens[:, start_:stop], last))
+    assert not stream.at_start
+    with pytest.raises(RuntimeError, match="between turns"):
+        stream.prepare_spare()

@@ -99,6 +99,10 @@ class FamilyConversation(Protocol):
         """The person talked over the model: its turn ends at its next step (only where
         `interruptible`)."""
 
+    def spare(self, until: float) -> None:
+        """After a step, before the next: work that later steps would otherwise stall on, ending
+        before `until` (a perf_counter time), leaving the conversation's output as it would be."""
+
     def capabilities(self) -> dict[str, str | None]:
         """Each policy the family has, as "policy.NAME": None if it can run here, else why not."""
 

@@ -81,6 +81,7 @@ class Token2wavStream:
         self.started = False
         self._tokens: dict[int, torch.Tensor] = {}  # static token buffers by chunk length
         self._inputs: dict[FlowPlan, FlowInputs] = {}
+        self._spare: list[tuple[ChunkKey, int]] = []  # keys to prepare between turns, with the mel ticks before them
         if self.runner.replay if warm_up is None else warm_up:
             self.warm_up()
         work, plan, self._prompt_after = self.flow.prompt_work(prompt)
@@ -213,6 +214,55 @@ class Token2wavStream:
                 self.store.ensure({"mel": ticks})
                 self.runner.prepare([self._stage(last)])
                 self.store.reset()
+
+    def plan_spare(self, pushes: range, ends: range) -> None:
+        """The keys `prepare_spare` prepares between turns: pushes of each length in `pushes` and last
+        pushes of each length in `ends` once the caches settle (how a turn of three chunks or more
+        goes on and ends), then where a turn starts, and the end after each first push. Where they
+        are not prepared, a turn whose unit makes fewer speech tokens than a chunk (its last one, or
+        a short turn) runs a push eagerly, at ten times a replay's time."""
+        prompt, counters = self.flow.prompt_plan()
+        start = after = Counters(counters, 0, False, False)
+        ticks, steady = prompt.frames, []
+        while True:  # to the settled caches: the steady push repeats
+            key, following = self.plan(self.max_chunk, False, after)
+            if key in steady:
+                break
+            steady.append(key)
+            ticks, after = ticks + key.flow.frames, following
+        spare = [(self.plan(n, False, after)[0], ticks) for n in pushes]
+        spare += [(self.plan(n, True, after)[0], ticks) for n in ends]
+        for n in pushes:
+            key, following = self.plan(n, False, start)
+            spare += [(key, prompt.frames), (self.plan(self.lookahead, True, following)[0],
+                                             prompt.frames + key.flow.frames)]
+        spare += [(self.plan(n, True, start)[0], prompt.frames) for n in ends]
+        self._spare = list(dict.fromkeys(spare))
+
+    @property
+    def spare_left(self) -> int:
+        """Keys `plan_spare` named that are not prepared yet."""
+        self._spare = [(key, ticks) for key, ticks in self._spare if not self.runner.prepared((key,))]
+        return len(self._spare)
+
+    @property
+    def at_start(self) -> bool:
+        """Whether the stream is where a turn starts (after the prompt, nothing pushed)."""
+        return self.flow.counters == self._prompt_after and not self.started and not self.vocoder.frames
+
+    @torch.inference_mode()
+    def prepare_spare(self) -> None:
+        """Prepare (run once and, with graphs, capture) the next key `plan_spare` named, on the state
+        as it is where the key runs (values do not matter, only shapes and addresses do), then restart:
+        only between turns (`at_start`), which this leaves as it found."""
+        if not self.at_start:
+            raise RuntimeError("spare keys are prepared between turns, where the stream restarts")
+        if self.spare_left:
+            key, ticks = self._spare.pop(0)
+            if key.flow is not None:
+                self.store.ensure({"mel": ticks})
+            self.runner.prepare([self._stage(key)])
+            self.restart()
 
     def close(self) -> None:
         self.runner.close()

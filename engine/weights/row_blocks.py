@@ -2,8 +2,9 @@
 scale, a group's search), so the blocks give the same bits as the whole, while the float32
 temporaries of a search (int4's holds about eight copies of its input) cover one block rather
 than the tensor: quantized whole, Qwen3-8B's head (621 M weights, 2.5 GB in float32) needed
-about eight times that on the device for a moment, more than the card an int4 model is for. Given a device, each block moves
-there as it is quantized, so the float source never sits on it whole either."""
+about eight times that on the device for a moment, more than the card an int4 model is for.
+Given a device, each block moves there as it is quantized, so the float source never sits on it
+whole either."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -128,3 +128,26 @@ def test_equal_to_the_stock_stream_on_cuda_fp32(models, tokens, no_tf32):
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5, err_msg=f"call {call}")
     assert replays == [5]
     ours.close()
+
+
+def test_spare_keys_prepared_between_turns_replay_short_pushes(models, tokens):
+    """With the spare keys prepared between turns (as a conversation does while it listens), turns of
+    short pushes — one short unit, and a long turn whose last unit is short — replay every push, with
+    the audio of a stream that runs them eagerly, bit for bit."""
+    model = load_token2wav(models[0], device="cuda")
+    prepared = Token2wavStream(model, _prompt(), steps=STEPS, options=RuntimeOptions(graph_replay=True))
+    eager = Token2wavStream(model, _prompt(), steps=STEPS, options=RuntimeOptions(graph_replay=False))
+    prepared.plan_spare(range(8, 29), range(3, 8))
+    while prepared.spare_left:
+        prepared.prepare_spare()
+    before = prepared.runner.eager_runs
+    turns = [[(0, 16, False), (13, 16, True)],  # one unit of 13 speech tokens
+             [(0, 28, False), (25, 53, False), (50, 78, False), (75, 103, False), (100, 113, False),
+              (110, 115, True)]]
+    for turn in turns:
+        for start, stop, last in turn:
+            ours, theirs = (s.push(tokens[:, start:stop], last).cpu() for s in (prepared, eager))
+            assert torch.equal(ours, theirs)
+        prepared.restart()
+        eager.restart()
+    assert prepared.runner.eager_runs == before

@@ -136,6 +136,9 @@ class SecondConversation:
         self.interruptions += 1
         self._interrupted = True
 
+    def spare(self, until: float) -> None:
+        """Nothing to do between steps: every shape is captured when the conversation starts."""
+
     def tally(self) -> SecondTally:
         return SecondTally()
 

@@ -11,6 +11,7 @@ with graph replay on or off."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -89,6 +90,7 @@ class MiniCPMOConversation:
         self.tail_buffer: list[int] = []
         self.unit = 0
         self._interrupt = False
+        self._spare_s = 0.0  # the longest a spare-time preparation took
 
     # --- what a person sets, and what it can run ------------------------------------------
 
@@ -272,6 +274,18 @@ class MiniCPMOConversation:
         """The break override for the next unit (its turn ends; it listens)."""
         self._interrupt = True
 
+    def spare(self, until: float) -> None:
+        """Between turns, the tail's pushes of other lengths than a whole chunk's are prepared, one at
+        a time while each is expected to end before `until` (a perf_counter time): the first short push
+        of a turn then replays rather than running eagerly in its unit."""
+        stream = self.stream
+        if stream is None or not stream.runner.replay or not stream.at_start:
+            return
+        while stream.spare_left and time.perf_counter() + self._spare_s <= until:
+            began = time.perf_counter()
+            stream.prepare_spare()
+            self._spare_s = max(self._spare_s, time.perf_counter() - began)
+
     def _speak(self, result: UnitResult, mark) -> tuple[torch.Tensor | None, int]:
         ids = [token for token, _ in result.spoken]
         hidden = torch.cat([h for _, h in result.spoken]) if result.spoken else None
@@ -294,6 +308,8 @@ class MiniCPMOConversation:
             self.stream.restart()
         elif self.prompt is not None:
             self.stream = Token2wavStream(self.model.tail, self.prompt, steps=TAIL_STEPS, options=self.options)
+            lookahead = self.stream.lookahead  # _audio pushes 8-28 tokens, and ends a turn with 3-7
+            self.stream.plan_spare(range(lookahead + 5, TAIL_CHUNK + lookahead + 1), range(lookahead, lookahead + 5))
         self.tail_buffer = [SILENCE_TOKEN] * 3
 
     def _audio(self, tokens: list[int], last: bool) -> torch.Tensor | None:

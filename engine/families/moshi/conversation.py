@@ -222,6 +222,9 @@ class MoshiConversation:
         tokens, out = self.frame.frame(pcm, mark)
         return tokens, out, None
 
+    def spare(self, until: float) -> None:
+        """Nothing to do between steps: every shape is captured when the conversation starts."""
+
     def tally(self) -> DiffuPlexStats:
         return DiffuPlexStats()
 
