@@ -284,6 +284,7 @@ class MiniCPMOConversation:
         while stream.spare_left and time.perf_counter() + self._spare_s <= until:
             began = time.perf_counter()
             stream.prepare_spare()
+            torch.cuda.synchronize(self.model.device)  # its work done here, not waited on by the next unit
             self._spare_s = max(self._spare_s, time.perf_counter() - began)
 
     def _speak(self, result: UnitResult, mark) -> tuple[torch.Tensor | None, int]:
