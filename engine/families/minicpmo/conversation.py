@@ -281,7 +281,8 @@ class MiniCPMOConversation:
         stream = self.stream
         if stream is None or not stream.runner.replay or not stream.at_start:
             return
-        while stream.spare_left and time.perf_counter() + self._spare_s <= until:
+        while (stream.spare_left and time.perf_counter() + self._spare_s <= until
+               and torch.cuda.mem_get_info(self.model.device)[0] >= SPARE_FREE_BYTES):
             began = time.perf_counter()
             stream.prepare_spare()
             torch.cuda.synchronize(self.model.device)  # its work done here, not waited on by the next unit
@@ -345,6 +346,10 @@ class MiniCPMOConversation:
 
 
 OUTPUT_SECOND = 24000
+SPARE_FREE_BYTES = 8 << 30
+"""Device memory that must be free for a spare-time preparation: each prepared push is a graph of its
+own, about 30 MB on an H100 (about 2 GiB for all of them), which a 12 or 8 GB card running int8 or
+int4 has not to spare; there a short push runs eagerly once per shape (about 0.25 s more in its unit)."""
 
 
 @dataclasses.dataclass
