@@ -348,8 +348,9 @@ class MiniCPMOConversation:
 OUTPUT_SECOND = 24000
 SPARE_FREE_BYTES = 8 << 30
 """Device memory that must be free for a spare-time preparation: each prepared push is a graph of its
-own, about 30 MB on an H100 (about 2 GiB for all of them), which a 12 or 8 GB card running int8 or
-int4 has not to spare; there a short push runs eagerly once per shape (about 0.25 s more in its unit)."""
+own, 15-30 MB of device memory outside torch's pools on an H100 (1-2 GiB for all of them), which a
+12 or 8 GB card running int8 or int4 has not to spare; there a short push runs eagerly once per shape
+(about 0.25 s more in its unit)."""
 
 
 @dataclasses.dataclass
