@@ -37,11 +37,11 @@ from .state import Store
 __all__ = ["DuplexSession", "FrameOutput", "Preparing"]
 log = logging.getLogger(__name__)
 PREPARE_SHARE, PREPARE_LIMIT = 0.5, 0.9
+"""A frame (its own work and the recording of a change's graphs after it) ends within the
+first share of the cadence; to record one graph that does not fit there, within the second."""
 SPARE_SHARE = 0.8
 """A family's spare-time work (FamilyConversation.spare) ends within this share of its step's cadence,
 counted from the step's start: the next step waits for its audio until the cadence's end anyway."""
-"""A frame (its own work and the recording of a change's graphs after it) ends within the
-first share of the cadence; to record one graph that does not fit there, within the second."""
 
 
 @dataclasses.dataclass

@@ -98,7 +98,6 @@ def test_fused_passes_replay_as_they_run():
     assert runner.eager_runs == 1
 
 
-
 def test_stacking_gives_the_freed_parts_back():
     """The parts a stack replaces are freed segments that no later stack fits in: they go back to the
     device, so the process holds the weights and not twice the stacked products."""

@@ -104,7 +104,7 @@ def stack_products(weights: dict, prefix: str, layers: int) -> None:
 
     On CUDA the freed parts go back to the device layer by layer: torch's allocator gives each
     large tensor a segment of its own, so a layer's freed q, k and v (or gate and up) can never
-    hold the next layer's stack, and kept they held 8.6 GiB of Qwen3-8B's process memory."""
+    hold the next layer's stack: kept, they held about 6 GiB of a Qwen3-8B process's memory."""
     for i in range(layers):
         for stack, keys in _STACKS.items():
             names = [f"{prefix}{i}.{key}" for key in keys]
