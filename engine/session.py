@@ -39,16 +39,13 @@ log = logging.getLogger(__name__)
 PREPARE_SHARE, PREPARE_LIMIT = 0.5, 0.9
 """A frame (its own work and the recording of a change's graphs after it) ends within the
 first share of the cadence; to record one graph that does not fit there, within the second."""
-SPARE_SHARE = 0.8
-"""A family's spare-time work (FamilyConversation.spare) ends within this share of its step's cadence,
-counted from the step's start: the next step waits for its audio until the cadence's end anyway."""
+SPARE_SHARE = 0.8  # a step's spare-time work ends by then: the next step waits for its audio anyway
 
 
 @dataclasses.dataclass
 class FrameOutput:
     pcm: np.ndarray
-    """float32 [FRAME_SIZE] at SAMPLE_RATE: the model's speech for this period (silence while it
-    has none)."""
+    """float32 [FRAME_SIZE] at SAMPLE_RATE: the model's speech for this period (silence if none)."""
     text: str
     """The model's text whose speech starts in this period ("" for none): a step's words are
     spread over the speech it made (engine.runtime.step_audio)."""
@@ -56,8 +53,7 @@ class FrameOutput:
     """int64 [output_width]: the tokens of the last step in this period, or None when no step
     ran or the model had no output yet (the family says what they are)."""
     timings: dict[str, float]
-    """Seconds spent in each of the family's stages (in their order) in this period's steps,
-    and the period's "total"."""
+    """Seconds spent in each of the family's stages in this period's steps, and its "total"."""
     speak_s: tuple[float, ...] = ()
     """SPEAK time of each second of speech this period completed (usually none, at most one)."""
     state_bytes: int = 0
@@ -347,7 +343,7 @@ class DuplexSession:
             steps += 1
         preparing = self._prepare_more(self.timer.started)
         timings = self.timer.end()  # its total: the period and what was recorded after it
-        if steps:  # what the family's step left of its cadence, for work later steps would stall on
+        if steps:  # what the step left of its cadence: for work later steps would stall on
             self.conversation.spare(self.timer.started + SPARE_SHARE * self.audio.step_samples / self.audio.input_rate)
         return FrameOutput(self.audio.period_out(), self.audio.period_text(), tokens_out, timings,
                            tuple(self.meter.add(timings["total"])), self.state_bytes(), self.gpu_memory_bytes(),

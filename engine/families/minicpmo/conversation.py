@@ -11,7 +11,6 @@ with graph replay on or off."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -29,14 +28,12 @@ from .audio_features import UnitFeatures
 from .protocol_settings import UnitSettings
 from .qwen3 import CLOCK, Qwen3Model
 from .speech_tokens import TTS_CLOCK, SpeechTokenGenerator
+from .turn_audio import TurnAudio
 from .units import UnitProtocol, UnitResult
 from .voices import Voice
 
 STAGES = ("encode", "prefill", "decide", "speech tokens", "audio", "finalize")
 DEFAULT_ROLE = "Streaming Omni Conversation."  # core/processors/unified.py prepare()'s default
-SILENCE_TOKEN = 4218  # _reset_token2wav_for_new_turn: three of it start each turn's buffer
-TAIL_CHUNK = 25  # _generate_waveform_from_tokens' CHUNK_SIZE
-TAIL_STEPS = 5  # init_token2wav's n_timesteps
 UNIT_ROWS = 10  # the encoder's rows a second: the LLM's prefill after `<unit>`
 
 
@@ -85,12 +82,10 @@ class MiniCPMOConversation:
         self.set_persona(persona)
         self.prepared = Prompt.read(model.voice_file, device) if model.tail is not None and model.voice_file else None
         self._voice_rows: dict[str, torch.Tensor] = {}
-        self.prompt = self._prompt_of(self._voice(None))
-        self.stream: Token2wavStream | None = None
-        self.tail_buffer: list[int] = []
+        self.turn_audio = TurnAudio(model.tail, device)
+        self.turn_audio.use(self._prompt_of(self._voice(None)))
         self.unit = 0
         self._interrupt = False
-        self._spare_s = 0.0  # the longest a spare-time preparation took
 
     # --- what a person sets, and what it can run ------------------------------------------
 
@@ -130,6 +125,15 @@ class MiniCPMOConversation:
     @property
     def voices(self) -> list[str]:
         return list(self.model.voices)
+
+    @property
+    def stream(self) -> Token2wavStream | None:
+        """The tail's stream (None before the first turn, or without a tail or a voice)."""
+        return self.turn_audio.stream
+
+    @property
+    def prompt(self) -> Prompt | None:
+        return self.turn_audio.prompt
 
     def configure(self, options: RuntimeOptions) -> None:
         self.options = options
@@ -173,9 +177,7 @@ class MiniCPMOConversation:
         voice = self._voice(self._persona.voice)
         self.units.prepare(*system_prompt(self._persona.role.strip()),
                            reference_rows=None if voice is None else self._reference_rows(voice))
-        prompt = self._prompt_of(voice)
-        if prompt is not self.prompt:  # another voice: a stream of its own (captured as it is made)
-            self.prompt, self.stream = prompt, None
+        self.turn_audio.use(self._prompt_of(voice))
         self._new_turn_audio()
         self.unit = 0
         self._interrupt = False
@@ -275,18 +277,8 @@ class MiniCPMOConversation:
         self._interrupt = True
 
     def spare(self, until: float) -> None:
-        """Between turns, the tail's pushes of other lengths than a whole chunk's are prepared, one at
-        a time while each is expected to end before `until` (a perf_counter time): the first short push
-        of a turn then replays rather than running eagerly in its unit."""
-        stream = self.stream
-        if stream is None or not stream.runner.replay or not stream.at_start:
-            return
-        while (stream.spare_left and time.perf_counter() + self._spare_s <= until
-               and torch.cuda.mem_get_info(self.model.device)[0] >= SPARE_FREE_BYTES):
-            began = time.perf_counter()
-            stream.prepare_spare()
-            torch.cuda.synchronize(self.model.device)  # its work done here, not waited on by the next unit
-            self._spare_s = max(self._spare_s, time.perf_counter() - began)
+        """Between turns, the tail's shorter pushes prepared (TurnAudio.spare)."""
+        self.turn_audio.spare(until)
 
     def _speak(self, result: UnitResult, mark) -> tuple[torch.Tensor | None, int]:
         ids = [token for token, _ in result.spoken]
@@ -298,44 +290,14 @@ class MiniCPMOConversation:
             self.tts.reset()
         speech_tokens = self.tts.generate(condition, self.generator, end_of_turn=result.end_of_turn)
         mark("speech tokens")
-        audio = self._audio(list(speech_tokens), result.end_of_turn)
+        audio = self.turn_audio.audio(list(speech_tokens), result.end_of_turn)
         mark("audio")
         if result.end_of_turn:
             self._new_turn_audio()
         return audio, len(speech_tokens)
 
     def _new_turn_audio(self) -> None:
-        """The reference's _reset_token2wav_for_new_turn: a new tail stream (ours restarted in place)."""
-        if self.stream is not None:
-            self.stream.restart()
-        elif self.prompt is not None:
-            self.stream = Token2wavStream(self.model.tail, self.prompt, steps=TAIL_STEPS, options=self.options)
-            lookahead = self.stream.lookahead  # _audio pushes 8-28 tokens, and ends a turn with 3-7
-            self.stream.plan_spare(range(lookahead + 5, TAIL_CHUNK + lookahead + 1), range(lookahead, lookahead + 5))
-        self.tail_buffer = [SILENCE_TOKEN] * 3
-
-    def _audio(self, tokens: list[int], last: bool) -> torch.Tensor | None:
-        """_generate_waveform_from_tokens with force_flush (always on in duplex mode)."""
-        if self.stream is None:
-            return None
-        buffer, lookahead, pieces = self.tail_buffer + tokens, self.stream.lookahead, []
-        device = self.model.device
-        while len(buffer) >= lookahead + 5:
-            take = min(TAIL_CHUNK + lookahead, len(buffer))
-            chunk = torch.tensor([buffer[:take]], dtype=torch.long, device=device)
-            pieces.append(self.stream.push(chunk)[0].float().clone())
-            buffer = buffer[min(TAIL_CHUNK, take - lookahead):]
-        if last and buffer:
-            chunk = torch.tensor([buffer], dtype=torch.long, device=device)
-            pieces.append(self.stream.push(chunk, last=True)[0].float().clone())
-            buffer = []
-        self.tail_buffer = buffer
-        if not pieces:
-            return None
-        audio = torch.cat(pieces)
-        if not last and audio.numel() < OUTPUT_SECOND:  # the reference pads a unit's audio to a second, in front
-            audio = torch.cat([audio.new_zeros(OUTPUT_SECOND - audio.numel()), audio])
-        return audio
+        self.turn_audio.new_turn(self.options)
 
     def tally(self) -> UnitTally:
         return UnitTally()
@@ -343,14 +305,6 @@ class MiniCPMOConversation:
     def text(self, tokens: np.ndarray) -> str:
         ids = [int(t) for t in tokens if t >= 0]
         return self.model.tokens.decode(ids) if ids else ""
-
-
-OUTPUT_SECOND = 24000
-SPARE_FREE_BYTES = 8 << 30
-"""Device memory that must be free for a spare-time preparation: each prepared push is a graph of its
-own, 15-30 MB of device memory outside torch's pools on an H100 (1-2 GiB for all of them), which a
-12 or 8 GB card running int8 or int4 has not to spare; there a short push runs eagerly once per shape
-(about 0.25 s more in its unit)."""
 
 
 @dataclasses.dataclass
