@@ -10,7 +10,8 @@ import torch
 from PyQt6.QtCore import Qt
 
 from app.audio.file_feed import FileFeed
-from app.conversation.engine_thread import ConversationSignals, ConversationWorker
+from app.conversation.conversation_signals import ConversationSignals
+from app.conversation.engine_thread import ConversationWorker
 from app.models.model_loader import LoadedModel, LoaderSignals, ModelLoader
 from engine.errors import CheckpointError
 from engine.families.moshi.lm.personaplex import load_voice

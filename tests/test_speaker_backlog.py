@@ -18,7 +18,8 @@ from PyQt6.QtCore import Qt
 from app.audio import audio_devices
 from app.audio.audio_io import ENGINE_RATE, AudioConfig, AudioLink
 from app.audio.echo_cancel import EchoSettings
-from app.conversation.engine_thread import ConversationSignals, ConversationWorker
+from app.conversation.conversation_signals import ConversationSignals
+from app.conversation.engine_thread import ConversationWorker
 from app.conversation.recorder import ConversationRecorder
 from app.window.main_window import MainWindow
 from tests.app_helpers import isolated_settings, keep_torch_threads, load_demo  # noqa: F401

@@ -23,8 +23,9 @@ from ..models.model_loader import LoadedModel
 from ..models.model_picker import ModelPicker
 from ..window.cadence_panel import CadencePanel
 from ..window.message_bar import MessageBar
+from .conversation_signals import ConversationSignals
 from .conversation_view import ConversationView
-from .engine_thread import ConversationEnd, ConversationSignals, ConversationWorker, FrameReport
+from .engine_thread import ConversationEnd, ConversationWorker, FrameReport
 from .recorder import ConversationRecorder
 
 

@@ -1,6 +1,7 @@
 """The engine thread of one conversation: microphone frames in, model frames out, results to
-the GUI through queued Qt signals. Torch only runs on this thread; the GUI thread only hands
-options to the session's mailbox (`set_options`), which checks them and touches no device."""
+the GUI through queued Qt signals (conversation_signals.py; this module needs no Qt, so a bench
+runs it on a machine without). Torch only runs on this thread; the GUI thread only hands options
+to the session's mailbox (`set_options`), which checks them and touches no device."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +11,9 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from PyQt6.QtCore import QObject, pyqtSignal
 
 from ..audio.audio_io import AudioCounters
 from ..audio.echo_cancel import EchoSettings, EchoState
@@ -53,13 +53,19 @@ class ConversationEnd:
     transcript: Path | None
 
 
-class ConversationSignals(QObject):
-    started = pyqtSignal()          # prompts done, audio running
-    frame = pyqtSignal(object)      # FrameReport
-    notice = pyqtSignal(str)        # something the user should know; the conversation goes on
-    warning = pyqtSignal(str)       # the same, for the message bar: something went wrong
-    failed = pyqtSignal(str)        # the conversation had to stop; says why
-    finished = pyqtSignal(object)   # ConversationEnd, always last
+class Signal(Protocol):
+    def emit(self, value=None, /) -> None: ...
+
+
+class WorkerSignals(Protocol):
+    """Where the worker says what happens: the window's ConversationSignals (queued Qt signals);
+    anything with these six emitters, such as a bench's, runs it without Qt."""
+    started: Signal   # prompts done, audio running
+    frame: Signal     # FrameReport
+    notice: Signal    # something the user should know; the conversation goes on
+    warning: Signal   # the same, for the message bar: something went wrong
+    failed: Signal    # the conversation had to stop; says why
+    finished: Signal  # ConversationEnd, always last
 
 
 class ConversationWorker(threading.Thread):
@@ -67,7 +73,7 @@ class ConversationWorker(threading.Thread):
     models, else None."""
 
     def __init__(self, session: DuplexSession, link: AudioLink | FileFeed, recorder: ConversationRecorder | None,
-                 persona: tuple[str | None, str] | None, signals: ConversationSignals):
+                 persona: tuple[str | None, str] | None, signals: WorkerSignals):
         """The session's options are set before the thread starts (set_options)."""
         super().__init__(name="engine-conversation", daemon=True)
         self.session, self.link, self.recorder = session, link, recorder
