@@ -1,12 +1,13 @@
-"""`python3 -m bench.minicpmo_live`: MiniCPM-o 4.5 as the app runs it, live: the app's engine thread (echo
-cancellation and the recorder on; barge-in off, as the thread starts, since the schedule's speech goes on while
-the model speaks) and PortAudio streams on the private PulseAudio server (bench.virtual_audio), a file played
-into its microphone, and bench.minicpmo's schedule of speaking and listening units forced as that bench
-forces them. It reports what that bench reports of the units (speaking p50 / p99 / max, listening, the units
-over the one-second cadence, the first included; a unit's time is that of the engine period it ran in) and
-what the audio path saw: speech skipped, the speaker run dry, microphone audio lost. `--against`: a
-bench.minicpmo JSON's speaking p99 beside ours. Full size (random weights written from the reference's code)
-needs a CUDA GPU; `--folder` runs a checkpoint folder as it is, the tiny test one on the CPU included."""
+"""`python3 -m bench.minicpmo_live`: MiniCPM-o 4.5 as the app runs it, live: the app's engine thread with the
+window's defaults (echo cancellation, barge-in, the recorder), PortAudio streams on the private PulseAudio
+server (bench.virtual_audio), bench.minicpmo's schedule of speaking and listening units forced as that bench
+forces them, and a file as the microphone: a person talking in the listening runs (bench.minicpmo_talk).
+`--phase talk`: loudspeakers, the speaker heard by the microphone 60 ms later at about -13 dB, nobody talking
+over the model. Reported: what bench.minicpmo reports of the units (speaking p50 / p99 / max, listening, the
+units over the cadence, the first included; a unit's time is the engine period it ran in), each reply's time,
+the interruptions (0 expected) and the audio path's counts. `--phase barge-in`: headphones, the person also
+talking over the model; each interruption's onset-to-silence time. `--against`: a bench.minicpmo JSON's
+speaking p99 beside ours. Full size needs a CUDA GPU; `--folder` runs a checkpoint folder as it is."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ STAGE_OF = {"encode": "encoder", "prefill": "llm_prefill", "decide": "llm_decode
             "audio": "tail", "finalize": "finalize"}
 """The family's stage marks (engine.families.minicpmo) under bench.minicpmo's stage names."""
 INPUT_RATE = 16000
+FRAME = 1920  # the engine's period, in samples at its 24 kHz
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--reference", type=Path,
                         help="the reference's MiniCPMO45/ folder: full-size random weights are written from its code")
     source.add_argument("--folder", type=Path, help="a checkpoint folder in the official layout, run as it is")
+    parser.add_argument("--phase", choices=["talk", "barge-in"], default="talk", help="see above (default talk)")
     parser.add_argument("--seconds", type=int, default=240, help="units to run, one a second (default 240)")
     parser.add_argument("--weights", choices=["bf16", "int8", "int4"], help="as for the app's Weights box")
     parser.add_argument("--device", default="auto", help="as the app's --device (default: a GPU if there is one)")
@@ -79,6 +82,7 @@ def run(args) -> dict:
     from engine import DuplexSession, Persona, limit_cpu_threads, load_model, select_device
     from engine.families.minicpmo.text_tokens import TextTokens
 
+    from . import minicpmo_talk as talk
     from .minicpmo import unit_audio
     from .virtual_audio import VirtualAudio
 
@@ -88,7 +92,7 @@ def run(args) -> dict:
     if args.reference is not None and not device.startswith("cuda"):
         raise SystemExit("full-size weights need a CUDA GPU (torch sees none); --folder runs a small checkpoint")
     limit_cpu_threads(device)
-    report: dict = {"bench": "minicpmo_live", "seconds": args.seconds, "weights": args.weights,
+    report: dict = {"bench": "minicpmo_live", "phase": args.phase, "seconds": args.seconds, "weights": args.weights,
                     "torch": torch.__version__, "python": platform.python_version(),
                     "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"}
     with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
@@ -105,31 +109,50 @@ def run(args) -> dict:
         tokens = TextTokens(folder)
         forcing = Forcing(plan, tokens.id("<|listen|>"), tokens.id("<|turn_eos|>"), tokens.encode(TEXT))
         _force(session.conversation, forcing)
+        spans, onsets = talk.script(plan, talk_over=args.phase == "barge-in")
+        report["talked_over_at_s"] = onsets
         microphone = tmp / "microphone.wav"
-        _write_wav(microphone, np.concatenate(unit_audio(args.seconds + 10)))
+        speech = np.concatenate(unit_audio(30))
+        _write_wav(microphone, talk.microphone(spans, args.seconds + 10, speech, INPUT_RATE))
+        cuts = _counted(session)
         audio = VirtualAudio(tmp / "pulse", bundle=args.audio_bundle)
         audio.start()
+        room = audio.loop_speaker_into_microphone(60, "60%") if args.phase == "talk" else None
         try:
             config = AudioConfig().for_step(model.step_samples / model.input_rate)  # as the app's window does
             link = AudioLink(list_devices("input")[0], list_devices("output")[0], config, echo=EchoSettings())
             recorder = ConversationRecorder(tmp / "recordings", model.name, {}, None)
             signals = Signals()
             worker = ConversationWorker(session, link, recorder, (None, session.default_role), signals)
+            worker.set_barge_in(True)
             worker.start()
             if not signals.ready.wait(300):
                 raise SystemExit(f"the conversation did not start: {signals.failed.values}")
             player = audio.play_into_microphone(microphone)
+            queue, stops = link._speaker_queue, []  # its cuts, in the samples it handed the device
             deadline = time.monotonic() + args.seconds + 60
             while (_units(signals.frame.values) < args.seconds and time.monotonic() < deadline
                    and not signals.done.is_set()):
-                time.sleep(0.2)
+                time.sleep(0.05)
+                if queue.cut_at is not None and (not stops or stops[-1][0] != queue.cut_at):
+                    stops.append((queue.cut_at, queue.cut_asked_at))
             worker.stop()
             signals.done.wait(60)
             player.terminate()
+            report.update(_results(signals, plan))
+            report["replies_s"] = talk.replies(signals.frame.values)
+            report["interruptions"] = len(cuts)
+            report["stops"] = {"device_samples_per_period": round(FRAME * queue.rate / 24000),
+                               "asked_to_silent": [at + len(queue._ramp) - asked for at, asked in stops]}
+            end = signals.finished.values[-1] if signals.finished.values else None
+            if args.phase == "barge-in" and end is not None and end.recording is not None:
+                record = json.loads(end.transcript.read_text())
+                report["cuts"] = talk.silences(end.recording, [c["sample"] for c in record.get("interruptions", [])])
         finally:
+            if room is not None:
+                audio.unload(room)
             audio.stop()
             session.close()
-    report.update(_results(signals, plan))
     if args.against is not None:
         bench = json.loads(args.against.read_text())["ours"]["summary"]["speaking"]["p99_ms"]
         live = report["summary"]["speaking"].get("p99_ms")
@@ -165,6 +188,18 @@ def _force(conversation, forcing: Forcing) -> None:
         return step(*args, **kwargs)
 
     conversation.step = counted
+
+
+def _counted(session) -> list[float]:
+    """The session's interrupts as they happen (each the seconds of speech it dropped)."""
+    cuts, interrupt = [], session.interrupt
+
+    def counted() -> float:
+        cuts.append(interrupt())
+        return cuts[-1]
+
+    session.interrupt = counted
+    return cuts
 
 
 def _write_wav(path: Path, pcm: np.ndarray) -> None:
@@ -208,6 +243,14 @@ def _show(report: dict) -> None:
           f"{speak.get('p50_ms', 0):.1f} / {speak.get('p99_ms', 0):.1f} / {speak.get('max_ms', 0):.1f} ms "
           f"(p50 / p99 / max), listening p99 {listen.get('p99_ms', 0):.1f} ms; over the cadence {s['over_cadence']}"
           f" (first unit {s['first_unit_ms'] or 0:.1f} ms); audio {report['audio']}", flush=True)
+    replies = report["replies_s"]
+    print(f"replies {len(replies)}, p95 {np.percentile(replies, 95) if replies else 0:.2f} s; interruptions "
+          f"{report['interruptions']}; speech stopped within {max(report['stops']['asked_to_silent'], default=0)} "
+          f"device samples of the cut (one period: {report['stops']['device_samples_per_period']})", flush=True)
+    over = [c["onset_to_silent_s"] for c in report.get("cuts", []) if c["onset_to_silent_s"] is not None]
+    if over:
+        print(f"talked over {len(over)} times: silent {np.percentile(over, 95):.2f} s (p95) after the onset",
+              flush=True)
     if "against" in report:
         print(f"live p99 over the bench's: {report['against']['live_over_bench_p99']}", flush=True)
 

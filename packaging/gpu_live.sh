@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # MiniCPM-o 4.5 live on the GPU machine (bench.minicpmo_live): the app's engine thread and PortAudio on
-# the private PulseAudio server, full-size random weights, 240 one-second units in one call. That
+# the private PulseAudio server, full-size random weights, LIVE_SECONDS one-second units of the
+# LIVE_PHASE (talk, 240 units; or barge-in) in one call. That
 # machine has no sound stack and no network: it travels in .audio (packaging/gpu_audio.sh), the other
 # wheels in .whl (packaging/gpu_wheels.sh), the reference whose code writes the weights in out/ref.
-#   OUT=... [LIVE_SECONDS=240] [LIVE_AGAINST=bench.json] bash packaging/gpu_live.sh
+#   OUT=... [LIVE_PHASE=talk] [LIVE_SECONDS=240] [LIVE_AGAINST=bench.json] bash packaging/gpu_live.sh
 # Of .audio's libraries only those the machine lacks are added to its library path (its own stay in
 # use), and to ldconfig's cache, where ctypes' find_library (sounddevice's) looks for PortAudio.
 set -euo pipefail
@@ -27,9 +28,10 @@ else  # no cache to add to: the loader's path, and find_library through a link s
 fi
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
 "$PYTHON" -c "import sounddevice; print('PortAudio:', sounddevice._libname, sounddevice.get_portaudio_version()[1])"
+phase=${LIVE_PHASE:-talk}
 against=()
 [ -z "${LIVE_AGAINST:-}" ] || against=(--against "$LIVE_AGAINST")
 "$PYTHON" -m bench.minicpmo_live --reference "${MINICPMO_REFERENCE:-out/ref}" --audio-bundle .audio --scratch /tmp \
-    --seconds "${LIVE_SECONDS:-240}" --output "$OUT/live_minicpmo.json" "${against[@]}" 2>&1 \
-    | tee "$OUT/live_minicpmo.log" | grep --line-buffered -v -i warn
+    --phase "$phase" --seconds "${LIVE_SECONDS:-240}" --output "$OUT/live_minicpmo_$phase.json" "${against[@]}" 2>&1 \
+    | tee "$OUT/live_minicpmo_$phase.log" | grep --line-buffered -v -i warn
 exit "${PIPESTATUS[0]}"

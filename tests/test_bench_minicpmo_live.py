@@ -1,6 +1,7 @@
 """bench.minicpmo_live on the CPU with the tiny MiniCPM-o checkpoint: the app's engine thread without Qt,
 real PortAudio streams on its own private PulseAudio server, the schedule's decisions forced, and the
-report the GPU run commits (the figures here are the CPU's, not checked against a target)."""
+report the GPU run commits (the figures here are the CPU's, not checked against a target; bench.minicpmo_talk
+has its own tests)."""
 import json
 import subprocess
 import sys
@@ -42,4 +43,7 @@ def test_the_live_bench_runs_the_schedule_through_the_engine_thread(tmp_path):
     assert summary["first_unit_ms"] == units[0]["ms"] > 0
     assert all(sum(u["stages"].values()) <= u["ms"] + 1e-6 for u in units)
     assert set(report["audio"]) == {"speech_skipped_s", "speaker_ran_dry", "microphone_lost_s"}
+    # The person talked in the listening runs: the tiny checkpoint has no tail, so it never spoke aloud and
+    # there was nothing to reply with or to interrupt.
+    assert report["phase"] == "talk" and report["replies_s"] == [] and report["interruptions"] == 0
     assert report["against"]["live_over_bench_p99"] == pytest.approx(summary["speaking"]["p99_ms"] / 250.0)

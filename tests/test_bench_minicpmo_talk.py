@@ -1,0 +1,45 @@
+"""bench.minicpmo_talk: where the live bench's person talks against the schedule, and how an
+interruption's onset-to-silence time is read off a recording."""
+import numpy as np
+import pytest
+import soundfile as sf
+
+from bench.minicpmo_schedule import schedule
+from bench.minicpmo_talk import END_IN_UNIT, LEAD_S, OVER_AT_S, OVER_S, microphone, runs, script, silences
+
+RATE = 24000
+
+
+def test_the_person_talks_in_listening_runs_and_stops_inside_the_reply_s_first_unit():
+    plan = schedule(40)
+    spans, over = script(plan, talk_over=False)
+    assert over == []
+    listening = [(first, count) for kind, first, count in runs(plan) if kind == "listen" and first + count < 40]
+    assert len(spans) == len(listening) >= 3
+    for k, ((start, end), (first, count)) in enumerate(zip(spans, listening)):
+        assert start == first + LEAD_S
+        assert end == first + count + END_IN_UNIT[k]  # inside the second of the next run's first unit
+        assert plan[first + count].kind == "speak"
+
+
+def test_talking_over_comes_inside_speaking_runs():
+    plan = schedule(40)
+    spans, over = script(plan, talk_over=True)
+    speaking = {first: count for kind, first, count in runs(plan) if kind == "speak"}
+    assert over and all(onset - OVER_AT_S in speaking for onset in over)
+    assert all(speaking[onset - OVER_AT_S] > OVER_AT_S + OVER_S for onset in over)  # ends before the run does
+    pcm = microphone(spans, 40, np.ones(16000, np.float32), 16000)
+    assert pcm[int(over[0] * 16000)] == 1 and pcm[int((over[0] - 0.1) * 16000)] == 0
+
+
+def test_an_interruption_is_timed_from_the_person_s_onset_to_the_speaker_s_silence(tmp_path):
+    audio = np.zeros((4 * RATE, 2), np.float32)
+    rng = np.random.default_rng(0)
+    audio[:int(1.25 * RATE), 1] = 0.3 * rng.standard_normal(int(1.25 * RATE))  # the model, until 1.25 s
+    audio[int(0.2 * RATE):int(0.5 * RATE), 0] = 0.2  # a word of the person's, long before
+    audio[int(1.0 * RATE):int(2.0 * RATE), 0] = 0.2 * np.sin(np.arange(RATE) / 3)  # talking over it from 1 s
+    audio[int(1.1 * RATE):int(1.15 * RATE), 0] = 0  # a short pause between words
+    sf.write(tmp_path / "r.wav", audio, RATE)
+    (cut,) = silences(tmp_path / "r.wav", [int(1.2 * RATE)])
+    assert cut["onset_s"] == pytest.approx(1.0, abs=1e-3)
+    assert cut["onset_to_silent_s"] == pytest.approx(0.25, abs=1e-3)
