@@ -211,3 +211,36 @@ def _rescan_portaudio() -> None:
     import sounddevice as sd
     sd._terminate()
     sd._initialize()
+
+
+def check(bundle: Path | None) -> float:
+    """`python3 -m bench.virtual_audio [BUNDLE]`, seconds before a long run on a new machine: the server
+    starts, PortAudio opens its default microphone, and noise played into the virtual microphone reaches
+    it. Returns its level (RMS)."""
+    import tempfile
+
+    import numpy as np
+    import sounddevice as sd
+    import soundfile as sf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        audio = VirtualAudio(Path(tmp), bundle)
+        audio.start()
+        try:
+            noise = Path(tmp) / "noise.wav"
+            sf.write(noise, 0.3 * np.random.default_rng(0).standard_normal(3 * SINK_RATE), SINK_RATE)
+            player = audio.play_into_microphone(noise)
+            heard = sd.rec(SINK_RATE, samplerate=SINK_RATE, channels=1, blocking=True)
+            player.terminate()
+            player.wait()
+        finally:
+            audio.stop()
+    return float(np.sqrt(np.mean(np.square(heard))))
+
+
+if __name__ == "__main__":
+    import sys
+
+    level = check(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    print(f"virtual audio: the microphone heard noise at RMS {level:.3f}", flush=True)
+    sys.exit(0 if level > 0.05 else 1)

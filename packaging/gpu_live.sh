@@ -28,6 +28,7 @@ else  # no cache to add to: the loader's path, and find_library through a link s
 fi
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
 "$PYTHON" -c "import sounddevice; print('PortAudio:', sounddevice._libname, sounddevice.get_portaudio_version()[1])"
+"$PYTHON" -m bench.virtual_audio .audio  # the sound stack works, in seconds, before minutes of weights
 phase=${LIVE_PHASE:-talk}
 against=()
 [ -z "${LIVE_AGAINST:-}" ] || against=(--against "$LIVE_AGAINST")
