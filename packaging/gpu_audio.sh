@@ -43,10 +43,12 @@ done
 missing=$(for elf in "$DEST"/bin/pulseaudio "$DEST"/lib/pulse-modules/*.so "$DEST"/lib/alsa-lib/*.so; do
     LD_LIBRARY_PATH="$DEST/lib" ldd "$elf" | grep "not found" || true; done)
 [ -z "$missing" ] || { echo "gpu_audio.sh: unresolved libraries: $missing" >&2; exit 1; }
-platforms=()
-for tag in manylinux_2_17 manylinux2014 manylinux_2_27 manylinux_2_28; do platforms+=(--platform "${tag}_x86_64"); done
-for wheel in sounddevice pulsectl 'livekit>=1.2,<1.3'; do
-    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        "${platforms[@]}" --platform any -d "$DEST/wheels" "$wheel"
-done
+if [ "${WHEELS:-1}" != 0 ]; then  # WHEELS=0: the system's files alone (the tests check them)
+    platforms=()
+    for tag in manylinux_2_17 manylinux2014 manylinux_2_27 manylinux_2_28; do platforms+=(--platform "${tag}_x86_64"); done
+    for wheel in sounddevice pulsectl 'livekit>=1.2,<1.3'; do
+        "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            "${platforms[@]}" --platform any -d "$DEST/wheels" "$wheel"
+    done
+fi
 du -sh "$DEST"
