@@ -165,12 +165,20 @@ def run(args) -> dict:
 
 
 def _write_checkpoint(args, tmp: Path, device, report: dict) -> Path:
+    """The full-size random checkpoint of `--seed`, kept in `--scratch` for the next call on the same machine
+    (writing it takes most of a minute): moved there whole once written, so a cut-off call leaves none."""
     from .minicpmo_weights import write_checkpoint, write_tail
 
+    kept = Path(args.scratch or tempfile.gettempdir()) / f"MiniCPM-o-4_5-random-{args.seed}"
+    if (kept / "written.json").exists():
+        report["checkpoint"] = {**json.loads((kept / "written.json").read_text()), "kept": True}
+        return kept
     folder = tmp / "MiniCPM-o-4_5"
     report["checkpoint"] = write_checkpoint(args.reference, folder, "full", device, args.seed)
     write_tail(folder, args.seed)
-    return folder
+    (folder / "written.json").write_text(json.dumps(report["checkpoint"]))
+    folder.rename(kept)
+    return kept
 
 
 def _force(conversation, forcing: Forcing) -> None:
