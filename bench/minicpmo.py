@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--text-only", action="store_true",
                         help="no token2wav tail in the folder: neither side makes audio (the TTS still runs); "
                              "for a quick check on the CPU, where the full-size tail takes seconds a chunk")
-    parser.add_argument("--scratch", type=Path, help="where the checkpoint is written (default: the system's temporary "
-                                                     "folder; the full size needs about 20 GB)")
+    parser.add_argument("--scratch", type=Path, help="where the checkpoint is written and kept for the next run on "
+                                                     "this machine (default: a temporary folder, deleted; the full "
+                                                     "size needs about 20 GB)")
     parser.add_argument("--weights", choices=["bf16", "int8", "int4"], default="bf16",
                         help="our side's weights (the reference runs in --dtype); int8 and int4 are quantized at load")
     parser.add_argument("--sides", choices=["both", "ours"], default="both",
@@ -250,7 +251,7 @@ def run(args) -> dict:
         raise SystemExit("--units must be at least 1")
     device = torch.device("cuda" if full else "cpu")
     from .minicpmo_sides import Ours, Reference
-    from .minicpmo_weights import write_checkpoint, write_tail
+    from .minicpmo_weights import random_checkpoint
 
     report: dict = {"bench": "minicpmo", "size": args.size, "dtype": args.dtype, "window": args.window,
                     "graphs": not args.no_graphs, "weights": args.weights, "sides": args.sides,
@@ -262,14 +263,12 @@ def run(args) -> dict:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=1))
 
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     tmp_root = args.scratch or (None if full else "/dev/shm" if Path("/dev/shm").is_dir() else None)
     with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
-        folder = Path(tmp) / "MiniCPM-o-4_5"
-        began = time.perf_counter()
-        report["checkpoint"] = write_checkpoint(args.reference, folder, args.size, device, args.seed)
-        if not args.text_only:
-            write_tail(folder, args.seed)
-        report["checkpoint"]["write_s"] = time.perf_counter() - began
+        folder, report["checkpoint"] = random_checkpoint(args.reference, args.size, device, args.seed,
+                                                         not args.text_only, Path(tmp), args.scratch)
         import transformers
         report["transformers"] = transformers.__version__
         print(f"checkpoint: {report['checkpoint']['parameters'] / 1e9:.2f} B parameters, "

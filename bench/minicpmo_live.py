@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--against", type=Path, help="a bench.minicpmo JSON whose speaking p99 is set beside ours")
     parser.add_argument("--audio-bundle", type=Path,
                         help="the sound server's files where the machine has none (packaging/gpu_audio.sh)")
-    parser.add_argument("--scratch", type=Path, help="where the full-size checkpoint is written (default: /tmp)")
+    parser.add_argument("--scratch", type=Path, help="where the full-size checkpoint is written and kept for the next "
+                                                     "run (default: a temporary folder, deleted)")
     parser.add_argument("--seed", type=int, default=0, help="of the random weights (default 0)")
     return parser
 
@@ -95,9 +96,15 @@ def run(args) -> dict:
     report: dict = {"bench": "minicpmo_live", "phase": args.phase, "seconds": args.seconds, "weights": args.weights,
                     "torch": torch.__version__, "python": platform.python_version(),
                     "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"}
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
         tmp = Path(tmp)
-        folder = args.folder or _write_checkpoint(args, tmp, torch.device(device), report)
+        folder = args.folder
+        if folder is None:
+            from .minicpmo_weights import random_checkpoint
+            folder, report["checkpoint"] = random_checkpoint(args.reference, "full", torch.device(device), args.seed,
+                                                             True, tmp, args.scratch)
         began = time.perf_counter()
         model = load_model(folder, device=device, weights=args.weights)
         session = DuplexSession(model, persona=Persona())
@@ -162,23 +169,6 @@ def run(args) -> dict:
     args.output.write_text(json.dumps(report, indent=1))
     _show(report)
     return report
-
-
-def _write_checkpoint(args, tmp: Path, device, report: dict) -> Path:
-    """The full-size random checkpoint of `--seed`, kept in `--scratch` for the next call on the same machine
-    (writing it takes most of a minute): moved there whole once written, so a cut-off call leaves none."""
-    from .minicpmo_weights import write_checkpoint, write_tail
-
-    kept = Path(args.scratch or tempfile.gettempdir()) / f"MiniCPM-o-4_5-random-{args.seed}"
-    if (kept / "written.json").exists():
-        report["checkpoint"] = {**json.loads((kept / "written.json").read_text()), "kept": True}
-        return kept
-    folder = tmp / "MiniCPM-o-4_5"
-    report["checkpoint"] = write_checkpoint(args.reference, folder, "full", device, args.seed)
-    write_tail(folder, args.seed)
-    (folder / "written.json").write_text(json.dumps(report["checkpoint"]))
-    folder.rename(kept)
-    return kept
 
 
 def _force(conversation, forcing: Forcing) -> None:

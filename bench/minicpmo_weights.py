@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -55,6 +56,7 @@ TOKENIZER_FILES = ("vocab.json", "merges.txt", "added_tokens.json", "special_tok
 TAIL = "assets/token2wav"
 VOICE = "voice.safetensors"
 TAIL_VOCAB = 6561
+WRITTEN = "written.json"  # in a kept checkpoint: its counts, written last
 
 
 def import_reference(demo: Path):
@@ -140,6 +142,28 @@ def write_checkpoint(demo: Path, folder: Path, size: str, device: torch.device, 
         raise RuntimeError(f"unexpected checkpoint parts {prefixes}")
     return {"parameters": params, "tensors": len(index["weight_map"]),
             "bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file())}
+
+
+def random_checkpoint(demo: Path, size: str, device: torch.device, seed: int, tail: bool, tmp: Path,
+                      keep_in: Path | None = None) -> tuple[Path, dict]:
+    """The random checkpoint of `size` and `seed` (with the tail or not), in `tmp`; or, with `keep_in`, kept
+    there for the next run on the same machine (writing full size takes most of a minute a call), written
+    in `tmp` and moved there once whole, so a run cut off leaves none. Returns it and its counts."""
+    name = f"MiniCPM-o-4_5-random-{size}-{seed}" + ("" if tail else "-text")
+    kept = keep_in / name if keep_in is not None else None
+    if kept is not None and (kept / WRITTEN).exists():
+        return kept, {**json.loads((kept / WRITTEN).read_text()), "kept": True}
+    began = time.perf_counter()
+    folder = tmp / name
+    info = write_checkpoint(demo, folder, size, device, seed)
+    if tail:
+        write_tail(folder, seed)
+    info["write_s"] = time.perf_counter() - began
+    if kept is None:
+        return folder, info
+    (folder / WRITTEN).write_text(json.dumps(info))
+    folder.rename(kept)
+    return kept, info
 
 
 def write_tail(folder: Path, seed: int) -> None:

@@ -41,3 +41,20 @@ def test_both_sides_run_the_schedule_and_do_the_same_work(tmp_path):
         assert summary["speaking"]["count"] == 4 and summary["listening"]["count"] == 4
     assert report["ratios_reference_over_ours"]["speaking_p50_ms"] > 0
     assert "reference over ours" in result.stdout
+
+
+def test_a_checkpoint_written_into_scratch_is_kept_for_the_next_run(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    reports = []
+    for run in range(2):
+        output = tmp_path / f"run{run}.json"
+        result = subprocess.run([str(PYTHON), "-m", "bench.minicpmo", "--reference", str(DEMO), "--output", str(output),
+                                 "--size", "tiny", "--units", "4", "--dtype", "fp32", "--text-only", "--sides", "ours",
+                                 "--scratch", str(tmp_path / "scratch")], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        reports.append(json.loads(output.read_text()))
+    assert [p.name for p in (tmp_path / "scratch").iterdir()] == ["MiniCPM-o-4_5-random-tiny-0-text"]
+    first, again = (report["checkpoint"] for report in reports)
+    assert "kept" not in first and again == {**first, "kept": True}
+    assert reports[0]["ours"]["units"][3]["decodes"] == reports[1]["ours"]["units"][3]["decodes"] == 19
