@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--reference", type=Path,
-                        help="the reference's MiniCPMO45/ folder: full-size random weights are written from its code")
+                        help="a MiniCPM-o-Demo checkout (its MiniCPMO45/): full-size random weights are written "
+                             "from its code")
     source.add_argument("--folder", type=Path, help="a checkpoint folder in the official layout, run as it is")
     parser.add_argument("--phase", choices=["talk", "barge-in"], default="talk", help="see above (default talk)")
     parser.add_argument("--seconds", type=int, default=240, help="units to run, one a second (default 240)")
@@ -138,9 +139,15 @@ def run(args) -> dict:
             player = audio.play_into_microphone(microphone)
             queue, stops = link._speaker_queue, []  # its cuts, in the samples it handed the device
             deadline = time.monotonic() + args.seconds + 60
+            told = time.monotonic()
             while (_units(signals.frame.values) < args.seconds and time.monotonic() < deadline
                    and not signals.done.is_set()):
                 time.sleep(0.05)
+                if time.monotonic() - told > 30:  # as it goes: a call cut off at its limit still says something
+                    told = time.monotonic()
+                    done = [r.output.timings["total"] for r in list(signals.frame.values) if r.output.steps]
+                    print(f"{len(done)} units, the slowest {max(done, default=0) * 1000:.1f} ms, {len(cuts)} "
+                          "interruptions", flush=True)
                 if queue.cut_at is not None and (not stops or stops[-1][0] != queue.cut_at):
                     stops.append((queue.cut_at, queue.cut_asked_at))
             worker.stop()
