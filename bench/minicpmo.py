@@ -94,11 +94,6 @@ def profiled_units(plan: list[Unit], count: int) -> set[int]:
     return set(picks[:count])
 
 
-def _device_used(device: torch.device) -> int:
-    free, total = torch.cuda.mem_get_info(device)
-    return total - free
-
-
 def _profiled(call, clock: StageClock) -> tuple[dict, dict]:
     """`call()` under torch.profiler, each lap of the clock a stage marker (bench.kernels)."""
     from .kernels import _PREFIX, attribute, trace_events
@@ -127,14 +122,14 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
              words: list[int], ids: dict, stop_at: float | None, save, out: dict) -> dict:
     """Loads one side, runs `plan` (until `stop_at`, a perf_counter time, if given) into `out`
     (the report's entry, saved as it fills), frees it."""
-    from .minicpmo_sides import memory_now
+    from .minicpmo_sides import device_used, memory_now
 
     gc.collect()
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    before = _device_used(device) if cuda else None
+    before = device_used(device) if cuda else None
     forcing = Forcing(plan, ids["listen"], ids["turn_eos"], words)
     clock = StageClock(device)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
@@ -143,7 +138,7 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
     out.update(load_s=side.load_s, ready_s=side.ready_s, units=[], memory_at_load=side.memory_at_load,
                memory_at_ready=side.memory_at_ready)
     if cuda:
-        out.update(device_used_before_bytes=before, device_used_ready_bytes=_device_used(device))
+        out.update(device_used_before_bytes=before, device_used_ready_bytes=device_used(device))
     print(f"{side.name}: loaded in {side.load_s:.1f} s, ready in {side.ready_s:.1f} s", flush=True)
     profiled = profiled_units(plan, args.profile) if cuda else set()
     used_max = 0
@@ -172,7 +167,7 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
             if i + 1 in STATE_AT or i + 1 == len(plan):
                 _state(side, i + 1, out)
             if cuda:
-                used_max = max(used_max, _device_used(device))
+                used_max = max(used_max, device_used(device))
             print(f"{side.name} unit {i:3d} {unit.kind:6s} {record['ms']:8.1f} ms | "
                   + " ".join(f"{SHORT[s]} {stages[s]:.1f}" for s in STAGES)
                   + f" | dec {record['decodes']} tts {made['speech_tokens']} wav {made['audio_samples']}"

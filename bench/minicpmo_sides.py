@@ -304,13 +304,18 @@ def memory_now(device: torch.device) -> dict | None:
     if device.type != "cuda":
         return None
     _sync(device)
-    free, total = torch.cuda.mem_get_info(device)
     pools: dict[str, int] = {}
     for segment in torch.cuda.memory_snapshot():
         pool = "default" if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0) else "graphs"
         pools[pool] = pools.get(pool, 0) + segment["total_size"]
-    return {"device_used_bytes": total - free, "reserved_bytes": torch.cuda.memory_reserved(device),
+    return {"device_used_bytes": device_used(device), "reserved_bytes": torch.cuda.memory_reserved(device),
             "allocated_bytes": torch.cuda.memory_allocated(device), "reserved_by_pool_bytes": pools}
+
+
+def device_used(device: torch.device) -> int:
+    """Device memory in use, by this process and any other."""
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free
 
 
 def _sync(device: torch.device) -> None:
