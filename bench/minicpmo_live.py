@@ -137,6 +137,7 @@ def run(args) -> dict:
             if not signals.ready.wait(300):
                 raise SystemExit(f"the conversation did not start: {signals.failed.values}")
             player = audio.play_into_microphone(microphone)
+            played_from = time.monotonic()  # the file's first sample, give or take the server's start
             queue, stops = link._speaker_queue, []  # its cuts, in the samples it handed the device
             deadline = time.monotonic() + args.seconds + 60
             told = time.monotonic()
@@ -156,6 +157,9 @@ def run(args) -> dict:
             report.update(_results(signals, plan))
             report["replies_s"] = talk.replies(signals.frame.values)
             report["interruptions"] = len(cuts)
+            report["interrupted_at_s"] = [at - played_from for at, _ in cuts]
+            report["self_interruptions"] = sum(not talk.caused_by_the_person(at - played_from, spans)
+                                               for at, _ in cuts)
             report["stops"] = {"device_samples_per_period": round(FRAME * queue.rate / 24000),
                                "asked_to_silent": [at + len(queue._ramp) - asked for at, asked in stops]}
             end = signals.finished.values[-1] if signals.finished.values else None
@@ -196,12 +200,12 @@ def _force(conversation, forcing: Forcing) -> None:
 
 
 def _counted(session) -> list[float]:
-    """The session's interrupts as they happen (each the seconds of speech it dropped)."""
+    """The session's interrupts as they happen: when (time.monotonic) and the seconds of speech each dropped."""
     cuts, interrupt = [], session.interrupt
 
     def counted() -> float:
-        cuts.append(interrupt())
-        return cuts[-1]
+        cuts.append((time.monotonic(), interrupt()))
+        return cuts[-1][1]
 
     session.interrupt = counted
     return cuts
@@ -250,8 +254,9 @@ def _show(report: dict) -> None:
           f" (first unit {s['first_unit_ms'] or 0:.1f} ms); audio {report['audio']}", flush=True)
     replies = report["replies_s"]
     print(f"replies {len(replies)}, p95 {np.percentile(replies, 95) if replies else 0:.2f} s; interruptions "
-          f"{report['interruptions']}; speech stopped within {max(report['stops']['asked_to_silent'], default=0)} "
-          f"device samples of the cut (one period: {report['stops']['device_samples_per_period']})", flush=True)
+          f"{report['interruptions']} ({report['self_interruptions']} with the person quiet); speech stopped within "
+          f"{max(report['stops']['asked_to_silent'], default=0)} device samples of the cut (one period: "
+          f"{report['stops']['device_samples_per_period']})", flush=True)
     over = [c["onset_to_silent_s"] for c in report.get("cuts", []) if c["onset_to_silent_s"] is not None]
     if over:
         print(f"talked over {len(over)} times: silent {np.percentile(over, 95):.2f} s (p95) after the onset",

@@ -1,5 +1,5 @@
 """What the person says in bench.minicpmo_live's conversation, and what is measured of it. They talk in
-the schedule's listening runs (from LEAD_S into the run, when the model's last words have played) and stop
+the schedule's listening runs (from LEAD_S into the run, once the model's last words have played) and stop
 inside the second of the next speaking run's first unit, at END_IN_UNIT offsets in turn, so the schedule's
 reply comes at the first unit boundary after their speech ends. With `talk_over`, they also talk over the
 model OVER_AT_S into each speaking run of at least MIN_RUN units, for OVER_S. Measured: each reply's time
@@ -12,7 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-LEAD_S = 2.0
+LEAD_S = 2.5
+"""A speaking run's last unit flushes the tail (up to 1.3 s of speech) and plays from about 0.5 s after its
+boundary: at 2.0 s into the listening run the person talked over its last words on the H100 (an
+interruption the person caused, not the model)."""
+ANSWERED_S = 0.8  # an interruption decided up to this long after the person's speech ends was theirs
 END_IN_UNIT = (0.1, 0.3, 0.5, 0.7, 0.9)
 OVER_AT_S, OVER_S, MIN_RUN = 2.5, 1.5, 5
 QUIET = 1e-3  # below this the speaker plays silence (the model's speech is far louder)
@@ -44,6 +48,13 @@ def script(plan, talk_over: bool) -> tuple[list[tuple[float, float]], list[float
             spans.append((first + OVER_AT_S, first + OVER_AT_S + OVER_S))
             over.append(first + OVER_AT_S)
     return spans, over
+
+
+def caused_by_the_person(at_s: float, spans: list[tuple[float, float]]) -> bool:
+    """Whether an interruption decided at `at_s` (seconds of the microphone's file) came while the person
+    talked, or within ANSWERED_S after (the hold and the audio path's latency); otherwise the model's own
+    voice interrupted it."""
+    return any(start <= at_s <= end + ANSWERED_S for start, end in spans)
 
 
 def microphone(spans: list[tuple[float, float]], seconds: float, speech: np.ndarray, rate: int) -> np.ndarray:

@@ -18,7 +18,8 @@ lib=/tmp/duplexcadence-audio-lib
 rm -rf "$lib" && mkdir -p "$lib"
 for path in .audio/lib/*.so*; do
     name=$(basename "$path")
-    ldconfig -p | grep -q "^[[:space:]]*$name " || cp -P "$path" "$lib/$name"
+    # (the machine's own: an earlier call's entries for $lib, emptied above, do not count)
+    ldconfig -p | grep "^[[:space:]]*$name " | grep -qv "=> $lib/" || cp -P "$path" "$lib/$name"
 done
 echo "libraries added: $(ls "$lib" | tr '\n' ' ')"
 if echo "$lib" > /etc/ld.so.conf.d/zz-duplexcadence-audio.conf 2>/dev/null && ldconfig; then
@@ -27,6 +28,8 @@ else  # no cache to add to: the loader's path, and find_library through a link s
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LIBRARY_PATH="$lib"
 fi
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+# Without its configuration ALSA lists no devices and PortAudio's ALSA host asserts (aborts) on import.
+[ -e /usr/share/alsa/alsa.conf ] || export ALSA_CONFIG_DIR="$PWD/.audio/share/alsa" ALSA_CONFIG_PATH="$PWD/.audio/share/alsa/alsa.conf"
 "$PYTHON" -c "import sounddevice; print('PortAudio:', sounddevice._libname, sounddevice.get_portaudio_version()[1])"
 "$PYTHON" -m bench.virtual_audio .audio  # the sound stack works, in seconds, before minutes of weights
 phase=${LIVE_PHASE:-talk}

@@ -46,4 +46,5 @@ def test_the_live_bench_runs_the_schedule_through_the_engine_thread(tmp_path):
     # The person talked in the listening runs: the tiny checkpoint has no tail, so it never spoke aloud and
     # there was nothing to reply with or to interrupt.
     assert report["phase"] == "talk" and report["replies_s"] == [] and report["interruptions"] == 0
+    assert report["self_interruptions"] == 0 and report["interrupted_at_s"] == []
     assert report["against"]["live_over_bench_p99"] == pytest.approx(summary["speaking"]["p99_ms"] / 250.0)

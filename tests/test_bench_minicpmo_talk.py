@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from bench import minicpmo_talk as talk
 from bench.minicpmo_schedule import schedule
 from bench.minicpmo_talk import END_IN_UNIT, LEAD_S, OVER_AT_S, OVER_S, microphone, runs, script, silences
 
@@ -43,3 +44,11 @@ def test_an_interruption_is_timed_from_the_person_s_onset_to_the_speaker_s_silen
     (cut,) = silences(tmp_path / "r.wav", [int(1.2 * RATE)])
     assert cut["onset_s"] == pytest.approx(1.0, abs=1e-3)
     assert cut["onset_to_silent_s"] == pytest.approx(0.25, abs=1e-3)
+
+
+def test_an_interruption_away_from_the_person_s_speech_is_the_model_s_own():
+    spans = [(9.5, 13.3), (20.5, 24.5)]
+    after = 13.3 + talk.ANSWERED_S
+    assert talk.caused_by_the_person(9.8, spans) and talk.caused_by_the_person(after - 0.01, spans)
+    assert not talk.caused_by_the_person(9.4, spans) and not talk.caused_by_the_person(after + 0.01, spans)
+    assert not talk.caused_by_the_person(17.0, spans)
