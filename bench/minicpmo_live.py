@@ -196,7 +196,7 @@ def _force(conversation, forcing: Forcing) -> None:
     conversation.step = counted
 
 
-def _counted(session) -> list[float]:
+def _counted(session) -> list[tuple[float, float]]:
     """The session's interrupts as they happen: when (time.monotonic) and the seconds of speech each dropped."""
     cuts, interrupt = [], session.interrupt
 

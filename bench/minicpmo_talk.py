@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 LEAD_S = 2.5
-"""A speaking run's last unit flushes the tail (up to 1.3 s of speech) and plays from about 0.5 s after its
-boundary: at 2.0 s into the listening run the person talked over its last words on the H100 (an
-interruption the person caused, not the model)."""
+"""A speaking run's last unit flushes the tail (more than a second of speech) and plays from about 0.5 s
+after its boundary: at 2.0 s into the listening run the person talked over its last words on the H100
+(an interruption the person caused, not the model)."""
 ANSWERED_S = 0.8  # an interruption decided up to this long after the person's speech ends was theirs
 END_IN_UNIT = (0.1, 0.3, 0.5, 0.7, 0.9)
 OVER_AT_S, OVER_S, MIN_RUN = 2.5, 1.5, 5

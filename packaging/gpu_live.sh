@@ -29,7 +29,8 @@ else  # no cache to add to: the loader's path, and find_library through a link s
 fi
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
 # Without its configuration ALSA lists no devices and PortAudio's ALSA host asserts (aborts) on import.
-[ -e /usr/share/alsa/alsa.conf ] || export ALSA_CONFIG_DIR="$PWD/.audio/share/alsa" ALSA_CONFIG_PATH="$PWD/.audio/share/alsa/alsa.conf"
+alsa="$PWD/.audio/share/alsa"
+[ -e /usr/share/alsa/alsa.conf ] || export ALSA_CONFIG_DIR="$alsa" ALSA_CONFIG_PATH="$alsa/alsa.conf"
 "$PYTHON" -c "import sounddevice; print('PortAudio:', sounddevice._libname, sounddevice.get_portaudio_version()[1])"
 "$PYTHON" -m bench.virtual_audio .audio  # the sound stack works, in seconds, before minutes of weights
 phase=${LIVE_PHASE:-talk}

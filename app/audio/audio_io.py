@@ -57,7 +57,7 @@ class AudioConfig:
 @dataclass(frozen=True)
 class AudioCounters:
     input_overflows: int      # microphone audio lost before the engine thread saw it
-    output_underflows: int    # the speaker ran dry while playing
+    output_underflows: int    # the speaker ran dry in the model's speech (a gap heard)
     dropped_input_s: float    # microphone audio dropped to keep latency bounded
     dropped_output_s: float   # model audio skipped: the speaker was more than the backlog allowed behind
     input_backlog_s: float    # microphone audio waiting when the engine took its last frame

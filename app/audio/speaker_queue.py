@@ -40,7 +40,8 @@ class SpeakerQueue:
         self.played_lost = 0   # samples `played` refused (the engine thread did not come for them)
         self.gain = 1.0        # the volume, applied as samples are handed to the device
         self.t0: float | None = None  # PortAudio time the stream's first sample was played at
-        self.underflows = 0
+        self.underflows = 0  # the speaker ran dry in the model's speech
+        self._sounding = False  # what it last played was speech, not a pause
         self.dropped = 0       # samples skipped (at `rate`)
         self._priming = True
         self.played_total = 0  # samples handed to the device so far (silence too)
@@ -73,9 +74,13 @@ class SpeakerQueue:
             self._priming = False
             n = self.ring.read_into(out)
             self.heard += n
+            if n:
+                self._sounding = float(np.dot(out[:n], out[:n])) > QUIET_MEAN_SQUARE * n
             if n < len(out):
                 out[n:] = 0
-                self.underflows += 1
+                # A gap in speech is heard; running dry in a pause is not (a once-a-second model's
+                # step, which holds the engine longer than the queued silence lasts, starts a reply).
+                self.underflows += self._sounding
                 self._priming = True
         self.played_total += len(out)
         # Silence too: both logs follow the device's timeline.
