@@ -4,6 +4,7 @@ private PulseAudio server. The panel shows its own stages and what its steps rep
 one-second steps (16 kHz in, 24 kHz out, silent on some, 1.5 s on others) reach the virtual
 speaker and the recording as 80 ms periods; nothing under app/ names it."""
 import json
+import time
 
 import numpy as np
 import pytest
@@ -127,3 +128,45 @@ def test_its_own_voice_through_the_room_never_interrupts_it(qtbot, window, virtu
     model = sf.read(window.conversation.last_end.recording, dtype="float32")[0][:, 1]
     assert np.count_nonzero(np.abs(model) > 1e-3) > 2 * ENGINE_RATE, "the model spoke"
     assert conversation.interruptions == 0
+
+
+def test_talking_over_it_is_heard_while_its_next_step_is_computed(qtbot, window, virtual_audio, tmp_path,
+                                                                 monkeypatch):
+    """Each step held 0.8 s, as a full-size once-a-second model's on a slow card: its speech plays
+    while the next step is computed, and the person talking over it is heard then, through the step.
+    The speaker is cut at once (not when the step is done, more than half a second later); the
+    family is told between steps, and the speech the running step made is never played."""
+    folder = second_family.write(tmp_path / "second-model", words=["one two three four five"])
+    window.model_picker.folder_chosen.emit(str(folder))
+    with qtbot.waitSignal(window.models.signals.loaded, timeout=60_000):
+        window.models.load()
+    window.device_picker.echo_cancellation.setChecked(False)  # headphones
+    conversation = window.models.loaded.session.conversation
+    stepping, step = [False], conversation.step
+
+    def held_step(*args, **kwargs):
+        stepping[0] = True
+        try:
+            time.sleep(0.8)
+            return step(*args, **kwargs)
+        finally:
+            stepping[0] = False
+
+    monkeypatch.setattr(conversation, "step", held_step)
+    with qtbot.waitSignal(window.conversation.signals.started, timeout=60_000):
+        window.conversation.start()
+    link, asked = window.conversation.worker.link, []
+    cut = link.cut_speaker
+    monkeypatch.setattr(link, "cut_speaker", lambda: asked.append(stepping[0]) or cut())
+    player = virtual_audio.play_into_microphone(SPEECH)
+    qtbot.waitUntil(lambda: conversation.interruptions >= 1, timeout=90_000)
+    qtbot.wait(2000)  # the frames past the cut reach the recording
+    with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
+        window.conversation.stop()
+    player.terminate()
+    assert asked[0], "cut while the next step ran"
+    model = sf.read(window.conversation.last_end.recording, dtype="float32")[0][:, 1]
+    spoken = np.flatnonzero(np.abs(model) > 1e-3)
+    heard = spoken[spoken < spoken[0] + 36000]  # the speaking step's 1.5 s
+    # The hold (three 80 ms periods) and a period's alignment, not the rest of a step; nothing after it.
+    assert len(heard) and heard[-1] - heard[0] + 1 < 0.45 * ENGINE_RATE, (heard[-1] - heard[0]) / ENGINE_RATE

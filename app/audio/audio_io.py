@@ -268,8 +268,10 @@ class AudioLink(LinkDevices):
         return self._output_dbfs
 
     def cut_speaker(self) -> None:
-        """The model's queued speech fades out and stops (app/audio/speaker_queue.py, `cut`)."""
+        """The model's queued speech fades out and stops (app/audio/speaker_queue.py, `cut`), and the
+        resampler starts over: what it still holds of the last frame would play after the cut."""
         self._speaker_queue.cut()
+        self._out_resampler = soxr.ResampleStream(ENGINE_RATE, self._out_rate, 1, dtype="float32")
 
     def speech_positions(self) -> tuple[int, int, tuple[int, int]] | None:
         """Where the speaker is in the model's speech (SpeakerQueue.positions)."""

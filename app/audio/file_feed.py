@@ -10,12 +10,13 @@ import numpy as np
 
 from engine import read_audio
 
-from .audio_io import ENGINE_RATE, FRAME_SIZE, AudioCounters
+from .audio_io import ENGINE_RATE, FRAME_SIZE, AudioConfig, AudioCounters
 from .echo_cancel import EchoSettings, EchoState
 
 
 class FileFeed:
     plays = False  # nothing is played: nobody can talk over the model
+    config = AudioConfig()  # the bounds a microphone's link keeps (how far the engine reads ahead)
 
     def __init__(self, path: str | Path):
         self._audio = read_audio(path)

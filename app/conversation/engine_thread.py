@@ -1,7 +1,9 @@
 """The engine thread of one conversation: microphone frames in, model frames out, results to
 the GUI through queued Qt signals (conversation_signals.py; this module needs no Qt, so a bench
-runs it on a machine without). Torch only runs on this thread; the GUI thread only hands options
-to the session's mailbox (`set_options`), which checks them and touches no device."""
+runs it on a machine without). The session's steps run on a step thread of their own, one at a
+time, while this thread keeps reading the microphone and deciding barge-in: a once-a-second
+model's step holds it for a third of a second, and talking over it would wait that long. The GUI
+thread only hands options to the session's mailbox (`set_options`), which touches no device."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,13 +11,14 @@ import logging
 import math
 import threading
 from collections import deque
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..audio.audio_io import AudioCounters
+from ..audio.audio_io import ENGINE_RATE, FRAME_SIZE, AudioCounters
 from ..audio.echo_cancel import EchoSettings, EchoState
 from .barge_in import BargeIn
 from .recorder import ConversationRecorder
@@ -91,6 +94,11 @@ class ConversationWorker(threading.Thread):
         self._skipped_s = self._skipped_told_s = 0.0
         self._skip_told_at = -SKIP_TOLD_EVERY
         self._barge_in: BargeIn | None = None  # set_barge_in: talking over the model stops it
+        self._played: deque[np.ndarray] = deque()  # played beside frames read but not yet stepped
+        self._interrupt_due: int | None = None  # heard during a step: the session stops after it
+        # Frames read while a step runs wait for it, as many as the link itself keeps waiting (past
+        # that, the link drops the oldest): a step as long as a unit's is heard through.
+        self._read_ahead = math.ceil(link.config.max_input_backlog_s * ENGINE_RATE / FRAME_SIZE)
 
     def set_options(self, options: RuntimeOptions) -> None:
         """GUI thread: checked now, applied by the engine before its next frame (the
@@ -153,8 +161,14 @@ class ConversationWorker(threading.Thread):
             return
         self.link.start()
         self.signals.started.emit()
+        with futures.ThreadPoolExecutor(1, thread_name_prefix="engine-step") as steps:  # leaving waits for its step
+            self._listen_and_step(steps)
+
+    def _listen_and_step(self, steps: futures.Executor) -> None:
         index = 0
         options = self.session.options
+        waiting: deque[tuple[int, np.ndarray, EchoState]] = deque()  # read, not yet stepped
+        running: tuple[int, np.ndarray, EchoState, futures.Future] | None = None
         while not self._stopping.is_set():
             problem = self.link.problem()
             if problem and not self._stopping.is_set():
@@ -162,30 +176,49 @@ class ConversationWorker(threading.Thread):
                 self.signals.failed.emit(f"{problem} The conversation has stopped{kept}; "
                                          "start again when the device is back.")
                 return
-            frame = self.link.read_frame()
-            if frame is None:
-                self._stopping.wait(IDLE_WAIT_S)
+            frame = self.link.read_frame() if len(waiting) < self._read_ahead else None
+            if frame is not None:
+                if self._muted:
+                    frame = np.zeros_like(frame)
+                echo_state = self.link.echo_state()
+                # Until the canceller has learned the room, the model's own voice could interrupt it.
+                self._heard.append((index, _dbfs(frame), echo_state.state != "converging"))
+                waiting.append((index, frame, echo_state))
+                index += 1
+            if running is None and waiting:
+                running = (*waiting[0], steps.submit(self.session.step, waiting[0][1]))
+                waiting.popleft()
+            self._record_played(stepping=running is not None)
+            if running is None:
+                if frame is None:
+                    self._stopping.wait(IDLE_WAIT_S)
                 continue
-            if self._muted:
-                frame = np.zeros_like(frame)
-            echo_state = self.link.echo_state()
-            # Until the canceller has learned the room, the model's own voice could interrupt it.
-            self._heard.append((index, _dbfs(frame), echo_state.state != "converging"))
-            out = self.session.step(frame)
-            heard = self._write(index, out)
-            if self.recorder is not None:
-                notes = []
-                if self.session.options is not options:  # applied with this frame
-                    options = self.session.options
-                    notes.append((self.recorder.note_options, dataclasses.asdict(options)))
-                echo, self._echo_changed = self._echo_changed, None
-                if echo is not None:
-                    notes.append((self.recorder.note_audio_processing, dataclasses.asdict(echo)))
-                self._unrecorded.append((frame, "".join(text for _, text in heard), notes))
-            self._record_played()
-            self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
-                                                self.link.output_level_dbfs(), echo_state, heard))
-            index += 1
+            futures.wait([running[3]], timeout=0 if frame is not None else IDLE_WAIT_S)
+            if running[3].done():
+                *read, step = running
+                running = None
+                options = self._stepped(*read, step.result(), options)
+
+    def _stepped(self, index: int, frame: np.ndarray, echo_state: EchoState, out, options):
+        """A step's output to the speaker, the recording and the window; returns the options in use."""
+        if self._interrupt_due is not None:  # heard during the step: its speech is not played
+            self._interrupt(self._interrupt_due)
+            self._interrupt_due = None
+            out = dataclasses.replace(out, pcm=np.zeros_like(out.pcm), text="")
+        heard = self._write(index, out)
+        if self.recorder is not None:
+            notes = []
+            if self.session.options is not options:  # applied with this frame
+                options = self.session.options
+                notes.append((self.recorder.note_options, dataclasses.asdict(options)))
+            echo, self._echo_changed = self._echo_changed, None
+            if echo is not None:
+                notes.append((self.recorder.note_audio_processing, dataclasses.asdict(echo)))
+            self._unrecorded.append((frame, "".join(text for _, text in heard), notes))
+        self._record_played()
+        self.signals.frame.emit(FrameReport(index, out, _dbfs(frame), self.link.counters(),
+                                            self.link.output_level_dbfs(), echo_state, heard))
+        return options
 
     def _write(self, index: int, out) -> tuple[tuple[int, str], ...]:
         """The frame's audio to the speaker; returns the words the speaker has begun to play since the
@@ -201,34 +234,38 @@ class ConversationWorker(threading.Thread):
         return tuple(self._spoken.heard(gone, cut))
 
     def _interrupt(self, index: int) -> None:
-        """The person spoke over the model: its family stops it, its queued speech is dropped
-        and what the speaker still has fades out."""
+        """The person spoke over the model at frame `index` (the speaker was cut then): its family
+        stops it and the speech the session queued is dropped, with its words."""
         dropped_s = self.session.interrupt()
-        # The session dropped the speech it held, and its words; the speaker drops what it queued,
-        # and with it the words waiting for that speech to play (SpokenWords): neither transcript
-        # keeps a word the person did not hear begin.
-        self.link.cut_speaker()
         log.info("interrupted at frame %d (%.2f s of queued speech dropped)", index, dropped_s)
         if self.recorder is not None:
             self.recorder.note_interruption(index, dropped_s)
 
-    def _record_played(self, final: bool = False) -> None:
-        """Each frame is recorded once the speaker has played what goes beside it. Barge-in is decided
-        on the same pairs: the person's level in a microphone frame against what the speaker played
-        as it was captured. Not against the frames queued for the speaker: after a once-a-second
-        model's step the engine catches up on the microphone's waiting frames faster than they
-        play, and would count a fifth of a second of overlap before a sample of the reply was heard."""
+    def _record_played(self, final: bool = False, stepping: bool = False) -> None:
+        """Each frame is recorded once it is stepped and the speaker has played what goes beside it.
+        Barge-in is decided as frames are played: the person's level in a microphone frame against what
+        the speaker played as it was captured. Not against the frames queued for the speaker: after a
+        once-a-second model's step the engine catches up on the microphone's waiting frames faster than
+        they play, and would count a fifth of a second of overlap before a sample of the reply was heard.
+        The speaker is cut at once, `stepping` or not; the session hears of it between steps."""
         for played in self.link.played_frames(final):  # taken without a recorder too: not kept
             index, person_dbfs, may_interrupt = self._heard.popleft()
             if (self._barge_in is not None and may_interrupt and self.link.plays and not final
                     and self._barge_in.hears(person_dbfs, _dbfs(played))):
-                self._interrupt(index)
-            if not self._unrecorded:
-                continue
+                # The speaker drops what it queued, and with it the words waiting for that speech
+                # to play (SpokenWords): no transcript keeps a word the person did not hear begin.
+                self.link.cut_speaker()
+                if stepping:
+                    self._interrupt_due = index
+                else:
+                    self._interrupt(index)
+            if self.recorder is not None:
+                self._played.append(played)
+        while self._played and self._unrecorded:
             frame, text, notes = self._unrecorded.popleft()
             for note, value in notes:
                 note(value)
-            self.recorder.add_frame(frame, played, text)
+            self.recorder.add_frame(frame, self._played.popleft(), text)
 
     def _count_skipped(self, index: int, skipped_s: float) -> None:
         """Speech the speaker never played: marked in the recording, told in the window."""
