@@ -122,13 +122,13 @@ def run(args) -> dict:
         microphone = tmp / "microphone.wav"
         speech = np.concatenate(unit_audio(30))
         _write_wav(microphone, talk.microphone(spans, args.seconds + 10, speech, INPUT_RATE))
-        cuts = _counted(session)
         audio = VirtualAudio(tmp / "pulse", bundle=args.audio_bundle)
         audio.start()
         room = audio.loop_speaker_into_microphone(60, "60%") if args.phase == "talk" else None
         try:
             config = AudioConfig().for_step(model.step_samples / model.input_rate)  # as the app's window does
             link = AudioLink(list_devices("input")[0], list_devices("output")[0], config, echo=EchoSettings())
+            cuts = _cut_times(link)
             recorder = ConversationRecorder(tmp / "recordings", model.name, {}, None)
             signals = Signals()
             worker = ConversationWorker(session, link, recorder, (None, session.default_role), signals)
@@ -157,9 +157,9 @@ def run(args) -> dict:
             report.update(_results(signals, plan))
             report["replies_s"] = talk.replies(signals.frame.values)
             report["interruptions"] = len(cuts)
-            report["interrupted_at_s"] = [at - played_from for at, _ in cuts]
+            report["interrupted_at_s"] = [at - played_from for at in cuts]
             report["self_interruptions"] = sum(not talk.caused_by_the_person(at - played_from, spans)
-                                               for at, _ in cuts)
+                                               for at in cuts)
             report["stops"] = {"device_samples_per_period": round(FRAME * queue.rate / 24000),
                                "asked_to_silent": [at + len(queue._ramp) - asked for at, asked in stops]}
             end = signals.finished.values[-1] if signals.finished.values else None
@@ -196,15 +196,16 @@ def _force(conversation, forcing: Forcing) -> None:
     conversation.step = counted
 
 
-def _counted(session) -> list[tuple[float, float]]:
-    """The session's interrupts as they happen: when (time.monotonic) and the seconds of speech each dropped."""
-    cuts, interrupt = [], session.interrupt
+def _cut_times(link) -> list[float]:
+    """When (time.monotonic) barge-in cut the speaker, as it happens: at once, while a unit may still be
+    computed (the session hears of it after the unit)."""
+    cuts, cut = [], link.cut_speaker
 
-    def counted() -> float:
-        cuts.append((time.monotonic(), interrupt()))
-        return cuts[-1][1]
+    def counted() -> None:
+        cuts.append(time.monotonic())
+        cut()
 
-    session.interrupt = counted
+    link.cut_speaker = counted
     return cuts
 
 
