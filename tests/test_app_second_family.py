@@ -164,9 +164,10 @@ def test_talking_over_it_is_heard_while_its_next_step_is_computed(qtbot, window,
     with qtbot.waitSignal(window.conversation.signals.finished, timeout=10_000):
         window.conversation.stop()
     player.terminate()
-    assert asked[0], "cut while the next step ran"
     model = sf.read(window.conversation.last_end.recording, dtype="float32")[0][:, 1]
     spoken = np.flatnonzero(np.abs(model) > 1e-3)
     heard = spoken[spoken < spoken[0] + 36000]  # the speaking step's 1.5 s
+    print(f"the model heard over the person: {(heard[-1] - heard[0] + 1) / ENGINE_RATE:.3f} s")  # with -s
+    assert asked[0], "cut while the next step ran"
     # The hold (three 80 ms periods) and a period's alignment, not the rest of a step; nothing after it.
-    assert len(heard) and heard[-1] - heard[0] + 1 < 0.45 * ENGINE_RATE, (heard[-1] - heard[0]) / ENGINE_RATE
+    assert heard[-1] - heard[0] + 1 < 0.45 * ENGINE_RATE
