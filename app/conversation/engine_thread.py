@@ -168,7 +168,7 @@ class ConversationWorker(threading.Thread):
         index = 0
         options = self.session.options
         waiting: deque[tuple[int, np.ndarray, EchoState]] = deque()  # read, not yet stepped
-        running: tuple[int, np.ndarray, EchoState, futures.Future] | None = None
+        step: futures.Future | None = None  # stepping `stepped`
         while not self._stopping.is_set():
             problem = self.link.problem()
             if problem and not self._stopping.is_set():
@@ -185,19 +185,18 @@ class ConversationWorker(threading.Thread):
                 self._heard.append((index, _dbfs(frame), echo_state.state != "converging"))
                 waiting.append((index, frame, echo_state))
                 index += 1
-            if running is None and waiting:
-                running = (*waiting[0], steps.submit(self.session.step, waiting[0][1]))
-                waiting.popleft()
-            self._record_played(stepping=running is not None)
-            if running is None:
+            if step is None and waiting:
+                stepped = waiting.popleft()
+                step = steps.submit(self.session.step, stepped[1])
+            self._record_played(stepping=step is not None)
+            if step is None:
                 if frame is None:
                     self._stopping.wait(IDLE_WAIT_S)
                 continue
-            futures.wait([running[3]], timeout=0 if frame is not None else IDLE_WAIT_S)
-            if running[3].done():
-                *read, step = running
-                running = None
-                options = self._stepped(*read, step.result(), options)
+            futures.wait([step], timeout=0 if frame is not None else IDLE_WAIT_S)
+            if step.done():
+                options = self._stepped(*stepped, step.result(), options)
+                step = None
 
     def _stepped(self, index: int, frame: np.ndarray, echo_state: EchoState, out, options):
         """A step's output to the speaker, the recording and the window; returns the options in use."""
