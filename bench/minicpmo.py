@@ -13,6 +13,7 @@ goes. `--size tiny` runs the same on the CPU with tiny sizes (the full-size tail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-graphs", action="store_true",
                         help="our side without CUDA graph replay (every stage launched from Python), to show the "
                              "difference; the output is the same")
+    parser.add_argument("--card-gib", type=float,
+                        help="our side under the memory budget of a card this size (engine.state.memory_budget): "
+                             "the size less the CUDA context measured before it loads; the run fails where it "
+                             "would not fit")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=int, default=2,
                         help="units profiled per side on CUDA (a speaking and a listening one; 0: none)")
@@ -245,7 +250,7 @@ def run(args) -> dict:
     if args.units < 1:
         raise SystemExit("--units must be at least 1")
     device = torch.device("cuda" if full else "cpu")
-    from .minicpmo_sides import Ours, Reference
+    from .minicpmo_sides import Ours, Reference, as_the_app
     from .minicpmo_weights import random_checkpoint
 
     report: dict = {"bench": "minicpmo", "size": args.size, "dtype": args.dtype, "window": args.window,
@@ -289,7 +294,9 @@ def run(args) -> dict:
                            else started + args.deadline_s - 20)
             report[name] = {}
             try:
-                run_side(kind, args, folder, device, plan, audio, tokens.encode(TEXT), ids, stop_at, save, report[name])
+                with as_the_app(args, device, report[name]) if name == "ours" else contextlib.nullcontext():
+                    run_side(kind, args, folder, device, plan, audio, tokens.encode(TEXT), ids, stop_at, save,
+                             report[name])
             except Exception as error:  # the other side still runs: its profile stands alone
                 traceback.print_exc()
                 report[name]["failure"] = f"{type(error).__name__}: {error}"

@@ -7,6 +7,7 @@ cut, time its stages and count what each unit made."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import logging
@@ -321,3 +322,24 @@ def device_used(device: torch.device) -> int:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def as_the_app(args, device: torch.device, out: dict):
+    """Our side with torch's allocator as the app sets it (engine.device), and with --card-gib
+    under that card's budget, less the context in use before it loads."""
+    if device.type != "cuda":
+        yield
+        return
+    from engine.device import grow_segments_in_place
+    from engine.state.memory_budget import GIB, memory_budget
+
+    grow_segments_in_place()
+    gc.collect()
+    torch.cuda.empty_cache()
+    if args.card_gib is None:
+        yield
+        return
+    out.update(card_gib=args.card_gib, budget_bytes=round(args.card_gib * GIB) - device_used(device))
+    with memory_budget(out["budget_bytes"], device):
+        yield

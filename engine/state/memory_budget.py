@@ -74,3 +74,14 @@ def charge(ordinal: int, nbytes: int) -> None:
 
 def _cap_torch(ordinal: int, budget: _Budget) -> None:
     torch.cuda.set_per_process_memory_fraction(max(budget.limit - budget.mapped, 0) / budget.total, ordinal)
+
+
+def room(device: torch.device | str | int = "cuda") -> int:
+    """Bytes this process may still take on `device`: the device's free memory, or less where a
+    budget leaves less (a smaller card's, enforced on this one)."""
+    ordinal = _ordinal(device)
+    free = torch.cuda.mem_get_info(ordinal)[0]
+    budget = _budgets.get(ordinal)
+    if budget is None:
+        return free
+    return min(free, budget.limit - torch.cuda.memory_reserved(ordinal) - budget.mapped)

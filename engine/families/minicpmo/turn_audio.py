@@ -11,6 +11,7 @@ import time
 import torch
 
 from ...options import RuntimeOptions
+from ...state.memory_budget import room
 from ...token2wav.prompt import Prompt
 from ...token2wav.token2wav_stream import Token2wavStream
 
@@ -19,10 +20,10 @@ TAIL_CHUNK = 25  # _generate_waveform_from_tokens' CHUNK_SIZE
 TAIL_STEPS = 5  # init_token2wav's n_timesteps
 OUTPUT_SECOND = 24000
 SPARE_FREE_BYTES = 8 << 30
-"""Device memory that must be free for a spare-time preparation: each prepared push is a graph of its
-own, 15-30 MB of device memory outside torch's pools on an H100 (1-2 GiB for all of them), which a
-12 or 8 GB card running int8 or int4 has not to spare; there a short push runs eagerly once per shape
-(about 0.25 s more in its unit)."""
+"""Room a spare-time preparation needs (free device memory, or what a smaller card's budget leaves):
+each prepared push is a graph of its own, 15-30 MB of device memory outside torch's pools on an H100
+(1-2 GiB for all of them), which a 12 or 8 GB card running int8 or int4 has not to spare; there a
+short push runs eagerly once per shape (about 0.25 s more in its unit)."""
 
 
 class TurnAudio:
@@ -84,7 +85,7 @@ class TurnAudio:
         if stream is None or not stream.runner.replay or not stream.at_start:
             return
         while (stream.spare_left and time.perf_counter() + self._spare_s <= until
-               and torch.cuda.mem_get_info(self.device)[0] >= SPARE_FREE_BYTES):
+               and room(self.device) >= SPARE_FREE_BYTES):
             began = time.perf_counter()
             stream.prepare_spare()
             torch.cuda.synchronize(self.device)  # its work done here, not waited on by the next unit
