@@ -1,9 +1,10 @@
 """MiniCPM-o in int8 and int4 (engine/families/minicpmo/quantized.py), on the CPU: the LLM's and the
-TTS's products and the LLM's embedding table are quantized as they are read, the memory plan counts
-what is kept, and the model teacher-forced through the golden's fp32 runs (tests/minicpmo_forced.py)
-stays near it: int8 within a few times the reference bf16's own error, int4 within the bounds below
-(measured on this tiny random model: LLM logits' mean relative error 0.0046 int8 and 0.060 int4
-against bf16's 0.0030; TTS head 0.0048 and 0.013 against 0.0038). `offline` runs in each format."""
+TTS's products, the LLM's embedding table and the audio encoder's layers are quantized as they are
+read, the memory plan counts what is kept, and the model teacher-forced through the golden's fp32
+runs (tests/minicpmo_forced.py) stays near it: int8 within a few times the reference bf16's own
+error, int4 within the bounds below (measured on this tiny random model: LLM logits' mean relative
+error 0.0046 int8 and 0.060 int4 against bf16's 0.0032; TTS head 0.0048 and 0.013 against 0.0036;
+the encoder's rows, int8 in both, 0.011 against 0.0029). `offline` runs in each format."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,8 @@ BOUNDS = {  # format: (LLM mean relative error, LLM top-1 agreement, TTS mean re
     "int8": (0.01, 0.9, 0.01),
     "int4": (0.1, 0.6, 0.03),
 }
+ENCODER_BOUND = 0.02
+"""The encoder rows' mean relative error, both formats (its layers are int8 in both)."""
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,9 @@ def check_quantized(weights: str, trace: dict, device: torch.device) -> dict:
     assert products and all(isinstance(model.weights_by_name[key], kind) for key in products)
     assert any(key.startswith("tts.") for key in products) and "llm.lm_head.weight" in products
     assert isinstance(model.weights_by_name["llm.model.embed_tokens.weight"], Int8Rows)
+    encoder = [f"apm.layers.0.{key}.weight" for key in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                         "self_attn.out_proj", "fc1", "fc2")]
+    assert all(isinstance(model.weights_by_name[key], Int8Weight) for key in encoder)
     assert model.weights == model.weights_option == weights
     assert plan_memory(forcing.FOLDER, None, weights, "cpu").weight_bytes < plan_memory(
         forcing.FOLDER, None, "bf16", "cpu").weight_bytes
@@ -56,6 +62,7 @@ def check_quantized(weights: str, trace: dict, device: torch.device) -> dict:
     llm_err, llm_top1, tts_err = BOUNDS[weights]
     assert got["llm"]["rel_err_mean"] <= llm_err and got["llm"]["top1_agreement"] >= llm_top1, got["llm"]
     assert got["tts"]["rel_err_mean"] <= tts_err, got["tts"]
+    assert got["encoder"]["rel_err_mean"] <= ENCODER_BOUND, got["encoder"]
     return got
 
 

@@ -8,7 +8,8 @@ rows a second at the LLM's width. `encode_reference` is prepare's other path (th
 blocks). The cache is declared state (`regions`, on the clock ENCODER_CLOCK, restarted when it is forgotten);
 attention reads a `SPAN`-rounded span of it, masked, from a device-tensor position, so a unit's pass (keyed by its
 frames, context frames and span) replays as a CUDA graph through a stage runner given here, and runs the same ops
-eagerly. Pure torch, any device and dtype (the features fp32 as the reference's; the encoder in `dtype`).
+eagerly. Pure torch, any device and dtype (the features fp32 as the reference's; the encoder in `dtype`, its
+layers' products in int8 rows where the quantized formats give them so: engine.ops.linear's product).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 from torch.nn import functional as F
 
 from ...errors import CheckpointError
+from ...ops.linear import Int8Weight, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
 from .audio_features import FeatureSizes, UnitFeatures, reference_mels
@@ -106,13 +108,15 @@ class StreamingAudioEncoder:
             # The reference would build a projector that cannot take the encoder's output.
             raise CheckpointError(f"MiniCPM-o audio_config: encoder_ffn_dim {sizes.ffn} is not 4 x d_model")
         self.device, self.dtype = torch.device(device), dtype
-        self.w: dict[str, torch.Tensor] = {}
+        self.w: dict[str, torch.Tensor | Int8Weight] = {}
         for key, shape in encoder_shapes(sizes).items():
             if key not in weights:
                 raise CheckpointError(f"MiniCPM-o checkpoint lacks {key}")
-            if tuple(weights[key].shape) != shape:
-                raise CheckpointError(f"MiniCPM-o checkpoint: {key} is {tuple(weights[key].shape)}, expected {shape}")
-            self.w[key] = weights[key].to(self.device, dtype)
+            value = weights[key]
+            found = tuple(value.q.shape if isinstance(value, Int8Weight) else value.shape)
+            if found != shape:
+                raise CheckpointError(f"MiniCPM-o checkpoint: {key} is {found}, expected {shape}")
+            self.w[key] = value if isinstance(value, Int8Weight) else value.to(self.device, dtype)
         self.features = UnitFeatures(FeatureSizes.from_config(config), self.device)
         self._slots = torch.arange(sizes.positions, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)  # a unit's first (a graph's input)
@@ -266,9 +270,9 @@ class StreamingAudioEncoder:
         w = self.w
         y = F.layer_norm(h, (s.d_model,), w[p + "self_attn_layer_norm.weight"], w[p + "self_attn_layer_norm.bias"],
                          _LN_EPS)
-        q = F.linear(y, w[p + "self_attn.q_proj.weight"], w[p + "self_attn.q_proj.bias"])
-        k = F.linear(y, w[p + "self_attn.k_proj.weight"]).view(n, s.heads, s.head_dim).transpose(0, 1)
-        v = F.linear(y, w[p + "self_attn.v_proj.weight"], w[p + "self_attn.v_proj.bias"])
+        q = _product(y, w[p + "self_attn.q_proj.weight"], w[p + "self_attn.q_proj.bias"])
+        k = _product(y, w[p + "self_attn.k_proj.weight"]).view(n, s.heads, s.head_dim).transpose(0, 1)
+        v = _product(y, w[p + "self_attn.v_proj.weight"], w[p + "self_attn.v_proj.bias"])
         v = v.view(n, s.heads, s.head_dim).transpose(0, 1)  # k_proj above has no bias in Whisper
         if positions is not None:
             span = visible.shape[-1]
@@ -279,10 +283,18 @@ class StreamingAudioEncoder:
         a = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=visible,
                                            scale=1.0 / math.sqrt(s.head_dim))
         a = a[0].transpose(0, 1).reshape(n, s.d_model)
-        h = h + F.linear(a, w[p + "self_attn.out_proj.weight"], w[p + "self_attn.out_proj.bias"])
+        h = h + _product(a, w[p + "self_attn.out_proj.weight"], w[p + "self_attn.out_proj.bias"])
         y = F.layer_norm(h, (s.d_model,), w[p + "final_layer_norm.weight"], w[p + "final_layer_norm.bias"], _LN_EPS)
-        y = _ACTS[s.activation](F.linear(y, w[p + "fc1.weight"], w[p + "fc1.bias"]))
-        return h + F.linear(y, w[p + "fc2.weight"], w[p + "fc2.bias"])
+        y = _ACTS[s.activation](_product(y, w[p + "fc1.weight"], w[p + "fc1.bias"]))
+        return h + _product(y, w[p + "fc2.weight"], w[p + "fc2.bias"])
+
+
+def _product(x: torch.Tensor, w: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """A layer's product: torch's on a float weight (the reference's op), engine.ops.linear's on int8 rows."""
+    if isinstance(w, torch.Tensor):
+        return F.linear(x, w, bias)
+    y = linear(x, w)
+    return y if bias is None else y + bias
 
 
 def _unit_frames(frames: int, prefix_frames: int, suffix_frames: int) -> tuple[int, int, int]:

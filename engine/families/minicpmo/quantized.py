@@ -1,8 +1,9 @@
 """MiniCPM-o's weights in int8 or int4, on the engine's formats (engine.weights): each linear
 layer of the LLM (its attention and MLP products and its head) and of the TTS's backbone in
 int8 with a scale per row, or in int4 with a scale per 64 inputs; the LLM's embedding table
-(1.2 GB in bf16) in int8 rows in both. The rest (the audio encoder, its projection, norms, the
-TTS's small tables, projector and head, the tail) stays in the model dtype. Quantized on the
+(1.2 GB in bf16) and the audio encoder's layers (0.6 GB) in int8 rows in both. The rest (the
+encoder's convolutions and projection, norms, the TTS's small tables, projector and head, the
+tail) stays in the model dtype. Quantized on the
 first load in a format, one tensor at a time on the device, so the bf16 model is never held
 whole, and kept (kept_weights.py)."""
 from __future__ import annotations
@@ -18,12 +19,13 @@ from ...weights.int8 import quantize_rows
 from ...weights.row_blocks import in_row_blocks
 
 FORMATS = ("bf16", "int8", "int4")
-QUANTIZER = "1"
+QUANTIZER = "2"
 """Raised when the int8 quantization changes, so that a kept int8 copy (kept_weights.py) is
 made again; int4's is engine.weights.int4's."""
 _PRODUCT = re.compile(r"(llm|tts)\.model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight"
                       r"|llm\.lm_head\.weight")
 _TABLE = "llm.model.embed_tokens.weight"
+_ENCODER = re.compile(r"apm\.layers\.\d+\.(self_attn\.[qkv]_proj|self_attn\.out_proj|fc1|fc2)\.weight")
 
 
 def is_product(key: str) -> bool:
@@ -32,8 +34,8 @@ def is_product(key: str) -> bool:
 
 
 def is_quantized(key: str) -> bool:
-    """Whether int8 and int4 keep this key quantized (a product or the embedding table)."""
-    return is_product(key) or key == _TABLE
+    """Whether int8 and int4 keep this key quantized (a product, the embedding table or an encoder layer's product)."""
+    return is_product(key) or key == _TABLE or _ENCODER.fullmatch(key) is not None
 
 
 def converter(weights: str) -> Callable[[str, torch.Tensor, torch.device, torch.dtype], object] | None:
@@ -52,6 +54,8 @@ def converter(weights: str) -> Callable[[str, torch.Tensor, torch.device, torch.
             return in_row_blocks(quantize_groups, tensor, device, dtype)
         if key == _TABLE:
             return in_row_blocks(quantize_table, tensor, device, dtype)
+        if _ENCODER.fullmatch(key):
+            return Int8Weight(*in_row_blocks(quantize_rows, tensor, device, dtype))
         return tensor.to(device=device, dtype=dtype)
 
     return convert
@@ -66,6 +70,6 @@ def stored_bytes(key: str, shape: tuple[int, ...], weights: str, element: int) -
         if weights == "int8":
             return count + 4 * shape[0]
         return count // 2 + 2 * shape[0] * -(-shape[1] // 64)
-    if weights != "bf16" and key == _TABLE:
+    if weights != "bf16" and (key == _TABLE or _ENCODER.fullmatch(key)):
         return count + 4 * shape[0]
     return count * element
