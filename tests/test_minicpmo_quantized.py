@@ -1,5 +1,5 @@
 """MiniCPM-o in int8 and int4 (engine/families/minicpmo/quantized.py), on the CPU: the LLM's and the
-TTS's products, the LLM's embedding table and the audio encoder's layers are quantized as they are
+TTS's products, the LLM's and TTS's text tables and the audio encoder's layers are quantized as they are
 read, the memory plan counts what is kept, and the model teacher-forced through the golden's fp32
 runs (tests/minicpmo_forced.py) stays near it: int8 within a few times the reference bf16's own
 error, int4 within the bounds below (measured on this tiny random model: LLM logits' mean relative
@@ -47,7 +47,8 @@ def check_quantized(weights: str, trace: dict, device: torch.device) -> dict:
     products = [key for key in model.weights_by_name if is_product(key)]
     assert products and all(isinstance(model.weights_by_name[key], kind) for key in products)
     assert any(key.startswith("tts.") for key in products) and "llm.lm_head.weight" in products
-    assert isinstance(model.weights_by_name["llm.model.embed_tokens.weight"], Int8Rows)
+    assert all(isinstance(model.weights_by_name[key], Int8Rows)
+               for key in ("llm.model.embed_tokens.weight", "tts.emb_text.weight"))
     encoder = [f"apm.layers.0.{key}.weight" for key in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                                          "self_attn.out_proj", "fc1", "fc2")]
     assert all(isinstance(model.weights_by_name[key], Int8Weight) for key in encoder)

@@ -1,9 +1,9 @@
 """MiniCPM-o's weights in int8 or int4, on the engine's formats (engine.weights): each linear
 layer of the LLM (its attention and MLP products and its head) and of the TTS's backbone in
 int8 with a scale per row, or in int4 with a scale per 64 inputs; the LLM's embedding table
-(1.2 GB in bf16) and the audio encoder's layers (0.6 GB) in int8 rows in both. The rest (the
-encoder's convolutions and projection, norms, the TTS's small tables, projector and head, the
-tail) stays in the model dtype. Quantized on the
+(1.2 GB in bf16), the TTS's text table (0.23 GB) and the audio encoder's layers (0.6 GB) in int8
+rows in both. The rest (the encoder's convolutions and projection, norms, the TTS's audio table,
+projector and head, the tail) stays in the model dtype. Quantized on the
 first load in a format, one tensor at a time on the device, so the bf16 model is never held
 whole, and kept (kept_weights.py)."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ QUANTIZER = "2"
 made again; int4's is engine.weights.int4's."""
 _PRODUCT = re.compile(r"(llm|tts)\.model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight"
                       r"|llm\.lm_head\.weight")
-_TABLE = "llm.model.embed_tokens.weight"
+_TABLES = ("llm.model.embed_tokens.weight", "tts.emb_text.weight")
 _ENCODER = re.compile(r"apm\.layers\.\d+\.(self_attn\.[qkv]_proj|self_attn\.out_proj|fc1|fc2)\.weight")
 
 
@@ -34,8 +34,8 @@ def is_product(key: str) -> bool:
 
 
 def is_quantized(key: str) -> bool:
-    """Whether int8 and int4 keep this key quantized (a product, the embedding table or an encoder layer's product)."""
-    return is_product(key) or key == _TABLE or _ENCODER.fullmatch(key) is not None
+    """Whether int8 and int4 keep this key quantized (a product, a table or an encoder layer's product)."""
+    return is_product(key) or key in _TABLES or _ENCODER.fullmatch(key) is not None
 
 
 def converter(weights: str) -> Callable[[str, torch.Tensor, torch.device, torch.dtype], object] | None:
@@ -52,7 +52,7 @@ def converter(weights: str) -> Callable[[str, torch.Tensor, torch.device, torch.
             if weights == "int8":
                 return Int8Weight(*in_row_blocks(quantize_rows, tensor, device, dtype))
             return in_row_blocks(quantize_groups, tensor, device, dtype)
-        if key == _TABLE:
+        if key in _TABLES:
             return in_row_blocks(quantize_table, tensor, device, dtype)
         if _ENCODER.fullmatch(key):
             return Int8Weight(*in_row_blocks(quantize_rows, tensor, device, dtype))
@@ -70,6 +70,6 @@ def stored_bytes(key: str, shape: tuple[int, ...], weights: str, element: int) -
         if weights == "int8":
             return count + 4 * shape[0]
         return count // 2 + 2 * shape[0] * -(-shape[1] // 64)
-    if weights != "bf16" and (key == _TABLE or _ENCODER.fullmatch(key)):
+    if weights != "bf16" and (key in _TABLES or _ENCODER.fullmatch(key)):
         return count + 4 * shape[0]
     return count * element

@@ -20,7 +20,7 @@ from functools import partial
 import torch
 from torch.nn import functional as F
 
-from ...ops.linear import linear
+from ...ops.linear import Int8Rows, embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
 from . import fused_layers
@@ -193,12 +193,12 @@ class SpeechTokenGenerator:
         """Rows [n + 1, hidden]: emb_text(id) + normalize(projector_semantic(hidden)) per text token, then
         emb_text(audio BOS) (_convert_results_to_tts_input, line 5411). llm_hidden [n, llm_dim]: the LLM's
         final-norm hidden state after each token was fed. No tokens: the audio-BOS row alone."""
-        bos = F.embedding(self.bos, self.emb_text)
+        bos = _rows(self.emb_text, self.bos, self.dtype)
         ids = torch.as_tensor(text_ids, dtype=torch.long).to(self.device)
         if ids.numel() == 0:
             return bos
         projected = F.normalize(self._project(llm_hidden.to(self.device, self.dtype)), p=2, dim=-1)
-        return torch.cat([F.embedding(ids, self.emb_text) + projected, bos])
+        return torch.cat([_rows(self.emb_text, ids, self.dtype) + projected, bos])
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """projector_semantic: MiniCPMTTS.create_projector's three kinds (line 6271)."""
@@ -343,3 +343,8 @@ class SpeechTokenGenerator:
             gate = F.silu(linear(r, layer["mlp.gate_proj.weight"]))
             h = h + linear(gate * linear(r, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
         return head_rms_norm(h[-1:], self.final_norm, c.rms_norm_eps)
+
+
+def _rows(table: torch.Tensor | Int8Rows, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of the text table: torch's lookup on floats (the reference's op), engine.ops.linear's on int8 rows."""
+    return F.embedding(ids, table) if isinstance(table, torch.Tensor) else embedding(table, ids, dtype)
