@@ -326,15 +326,12 @@ def _sync(device: torch.device) -> None:
 
 @contextlib.contextmanager
 def as_the_app(args, device: torch.device, out: dict):
-    """Our side with torch's allocator as the app sets it (engine.device), and with --card-gib
-    under that card's budget, less the context in use before it loads."""
+    """Our side, with --card-gib under that card's budget, less the context in use before it loads."""
     if device.type != "cuda":
         yield
         return
-    from engine.device import grow_segments_in_place
     from engine.state.memory_budget import GIB, memory_budget
 
-    grow_segments_in_place()
     gc.collect()
     torch.cuda.empty_cache()
     if args.card_gib is None:

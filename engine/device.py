@@ -22,26 +22,8 @@ def select_device(name: str | None) -> str:
         if not index.isdigit() or int(index) >= torch.cuda.device_count():
             raise ValueError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
         torch.cuda.set_device(int(index))
-        grow_segments_in_place()
         return f"cuda:{index}"
     raise ValueError(f"device {name}: use cpu, cuda or cuda:N")
-
-
-def grow_segments_in_place() -> None:
-    """Torch's CUDA allocator in expandable segments, unless the user's allocator settings name them:
-    a load quantizes and stacks weights a block at a time, and with a segment per large allocation
-    the freed temporaries stay reserved between the weights (1 GiB of an int4 MiniCPM-o process).
-    Expandable segments map pages where they are needed and give them back. Addresses and
-    arithmetic are unchanged, so output is too; set at any time, it governs the segments made after."""
-    import torch
-
-    configured = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
-    if "expandable_segments" in configured:
-        return
-    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
-    if setter is None:  # torch before 2.9
-        setter = torch.cuda.memory._set_allocator_settings
-    setter("expandable_segments:True")
 
 
 def limit_cpu_threads(device: str) -> None:

@@ -20,21 +20,32 @@ def in_row_blocks(quantize: Callable[[torch.Tensor], Any], w: torch.Tensor, devi
                   dtype: torch.dtype | None = None, block: int = BLOCK_ELEMENTS):
     """`quantize(w)` for w [N, K], computed on blocks of rows (each moved to `device` in `dtype` first,
     where given) into outputs made once. `quantize` returns a tuple (or a NamedTuple) of tensors
-    whose first dimension is the rows, and other values (a group size) passed on as they are."""
+    whose first dimension is the rows, and other values (a group size) passed on as they are.
+
+    Moving onto a GPU, the outputs are made before any block's temporaries, after torch's cache is
+    emptied: each weight then gets memory of its own. Made after them, a weight is carved from the
+    cached memory they freed, and the rest of that segment stays reserved as long as it lives (most
+    of a GiB of an int4 MiniCPM-o process, docs/benchmarks.md)."""
     rows = max(1, block // max(1, w.shape[-1]))
+    target = torch.device(device) if device is not None else w.device
+    onto_gpu = device is not None and target.type == "cuda"
 
-    def part(start: int) -> Any:
-        return quantize(w[start:start + rows].to(device=device or w.device, dtype=dtype or w.dtype))
+    def part(start: int, count: int = rows) -> Any:
+        return quantize(w[start:start + count].to(device=target, dtype=dtype or w.dtype))
 
-    first = part(0)
-    if w.shape[0] <= rows:
-        return first
+    if w.shape[0] <= rows and not onto_gpu:
+        return part(0)
+    kinds = part(0, 1)  # one row's results: the outputs' shapes past the rows, dtypes and other values
+    if onto_gpu:
+        torch.cuda.empty_cache()
     out = [torch.empty((w.shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
-           if isinstance(t, torch.Tensor) else t for t in first]
+           if isinstance(t, torch.Tensor) else t for t in kinds]
+    kind, named = type(kinds), hasattr(kinds, "_fields")
+    del kinds
     for start in range(0, w.shape[0], rows):
-        done = first if start == 0 else part(start)
+        done = part(start)
         for whole, piece in zip(out, done, strict=True):
             if isinstance(whole, torch.Tensor):
                 whole[start:start + rows].copy_(piece)
         del done
-    return type(first)(*out) if hasattr(first, "_fields") else type(first)(out)
+    return kind(*out) if named else kind(out)

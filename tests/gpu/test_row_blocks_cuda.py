@@ -26,3 +26,19 @@ def test_blocks_on_the_device(quantize):
     result = sum(t.numel() * t.element_size() for t in blocked if isinstance(t, torch.Tensor))
     # The float source is 128 MB; a block's temporaries (eight float32 copies for int4) are about 256 MB.
     assert torch.cuda.max_memory_allocated(DEVICE) - before <= result + 12 * 4 * BLOCK_ELEMENTS
+
+
+def test_a_weight_keeps_no_segment_of_its_temporaries():
+    """The outputs are made before the blocks' temporaries: once those are freed and the cache
+    emptied, the weight holds what the same tensors made alone hold (made after them, it was carved
+    from their cached segment, which then stayed reserved with it)."""
+    w = (torch.randn(16384, 4096, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(DEVICE)
+    kept = in_row_blocks(quantize_groups, w, DEVICE, torch.bfloat16)
+    torch.cuda.empty_cache()
+    held = torch.cuda.memory_reserved(DEVICE) - before
+    alone = [torch.empty_like(t) for t in kept if isinstance(t, torch.Tensor)]  # segments of their own
+    own = torch.cuda.memory_reserved(DEVICE) - before - held
+    assert held <= own + 2 * 2**20, (held, own)
+    del alone

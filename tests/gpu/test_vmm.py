@@ -94,23 +94,6 @@ def test_room_is_what_a_budget_leaves():
     assert room() == torch.cuda.mem_get_info()[0]
 
 
-def test_selected_gpu_grows_segments_in_place():
-    """select_device sets expandable segments. A load's pattern: a large temporary freed, then a
-    kept tensor carved from its cached memory; in fixed segments the temporary's rest stays reserved
-    as long as the kept tensor lives, in expandable ones empty_cache gives its pages back."""
-    from engine.device import select_device
-
-    select_device("cuda")
-    torch.cuda.empty_cache()
-    before = torch.cuda.memory_reserved()
-    temporary = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
-    del temporary
-    kept = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
-    torch.cuda.empty_cache()
-    assert torch.cuda.memory_reserved() - before <= 64 * MiB + 20 * MiB
-    del kept
-
-
 def test_reads_ahead_map_shared_zeros_that_hold_no_memory():
     """Past its own memory a buffer reads one shared granule of zeros: no memory per buffer, the
     reads zero; growing over them gives own memory (zeroed) at the same address, and a graph
