@@ -250,7 +250,7 @@ def run(args) -> dict:
     if args.units < 1:
         raise SystemExit("--units must be at least 1")
     device = torch.device("cuda" if full else "cpu")
-    from .minicpmo_sides import Ours, Reference, as_the_app
+    from .minicpmo_sides import Ours, Reference, on_card
     from .minicpmo_weights import random_checkpoint
 
     report: dict = {"bench": "minicpmo", "size": args.size, "dtype": args.dtype, "window": args.window,
@@ -294,7 +294,7 @@ def run(args) -> dict:
                            else started + args.deadline_s - 20)
             report[name] = {}
             try:
-                with as_the_app(args, device, report[name]) if name == "ours" else contextlib.nullcontext():
+                with on_card(args, device, report[name]) if name == "ours" else contextlib.nullcontext():
                     run_side(kind, args, folder, device, plan, audio, tokens.encode(TEXT), ids, stop_at, save,
                              report[name])
             except Exception as error:  # the other side still runs: its profile stands alone

@@ -325,7 +325,7 @@ def _sync(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def as_the_app(args, device: torch.device, out: dict):
+def on_card(args, device: torch.device, out: dict):
     """Our side, with --card-gib under that card's budget, less the context in use before it loads."""
     if device.type != "cuda":
         yield

@@ -30,15 +30,18 @@ def test_blocks_on_the_device(quantize):
 
 def test_a_weight_keeps_no_segment_of_its_temporaries():
     """The outputs are made before the blocks' temporaries: once those are freed and the cache
-    emptied, the weight holds what the same tensors made alone hold (made after them, it was carved
-    from their cached segment, which then stayed reserved with it)."""
+    emptied, the weight holds what the same tensors made alone on an empty cache hold (made after
+    them, it was carved from their cached segment, which then stayed reserved with it)."""
     w = (torch.randn(16384, 4096, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
     torch.cuda.empty_cache()
     before = torch.cuda.memory_reserved(DEVICE)
     kept = in_row_blocks(quantize_groups, w, DEVICE, torch.bfloat16)
     torch.cuda.empty_cache()
     held = torch.cuda.memory_reserved(DEVICE) - before
-    alone = [torch.empty_like(t) for t in kept if isinstance(t, torch.Tensor)]  # segments of their own
-    own = torch.cuda.memory_reserved(DEVICE) - before - held
+    kinds = [(t.shape, t.dtype) for t in kept if isinstance(t, torch.Tensor)]
+    del kept
+    torch.cuda.empty_cache()
+    alone = [torch.empty(shape, dtype=dtype, device=DEVICE) for shape, dtype in kinds]
+    own = torch.cuda.memory_reserved(DEVICE) - before
     assert held <= own + 2 * 2**20, (held, own)
     del alone

@@ -3,9 +3,9 @@ layer of the LLM (its attention and MLP products and its head) and of the TTS's 
 int8 with a scale per row, or in int4 with a scale per 64 inputs; the LLM's embedding table
 (1.2 GB in bf16), the TTS's text table (0.23 GB) and the audio encoder's layers (0.6 GB) in int8
 rows in both. The rest (the encoder's convolutions and projection, norms, the TTS's audio table,
-projector and head, the tail) stays in the model dtype. Quantized on the
-first load in a format, one tensor at a time on the device, so the bf16 model is never held
-whole, and kept (kept_weights.py)."""
+projector and head, the tail) stays in the model dtype. Quantized on the first load in a format,
+one tensor at a time on the device, so the bf16 model is never held whole, and kept
+(kept_weights.py)."""
 from __future__ import annotations
 
 import re
