@@ -326,17 +326,15 @@ def _sync(device: torch.device) -> None:
 
 @contextlib.contextmanager
 def on_card(args, device: torch.device, out: dict):
-    """Our side, with --card-gib under that card's budget, less the context in use before it loads."""
-    if device.type != "cuda":
+    """Our side, with --card-gib under that card's budget, less the context in use before it loads
+    (measured once the side before is gone: run_side frees it but leaves torch's cache)."""
+    if device.type != "cuda" or args.card_gib is None:
         yield
         return
     from engine.state.memory_budget import GIB, memory_budget
 
     gc.collect()
     torch.cuda.empty_cache()
-    if args.card_gib is None:
-        yield
-        return
     out.update(card_gib=args.card_gib, budget_bytes=round(args.card_gib * GIB) - device_used(device))
     with memory_budget(out["budget_bytes"], device):
         yield
