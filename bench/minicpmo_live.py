@@ -163,6 +163,8 @@ def run(args) -> dict:
             report["stops"] = {"device_samples_per_period": round(FRAME * queue.rate / 24000),
                                "asked_to_silent": [at + len(queue._ramp) - asked for at, asked in stops]}
             end = signals.finished.values[-1] if signals.finished.values else None
+            if end is not None and end.recording is not None:
+                report["replies"] = talk.reply_parts(end.recording)
             if args.phase == "barge-in" and end is not None and end.recording is not None:
                 record = json.loads(end.transcript.read_text())
                 report["cuts"] = talk.silences(end.recording, [c["sample"] for c in record.get("interruptions", [])])
@@ -266,6 +268,11 @@ def _show(report: dict) -> None:
           f"{report['interruptions']} ({report['self_interruptions']} with the person quiet); speech stopped within "
           f"{max(report['stops']['asked_to_silent'], default=0)} device samples of the cut (one period: "
           f"{report['stops']['device_samples_per_period']})", flush=True)
+    parts = report.get("replies", [])
+    if parts:
+        p95 = {key: np.percentile([r[key] for r in parts], 95) for key in ("reply_s", "rhythm_s", "ours_s")}
+        print(f"replies in the recording {len(parts)}: p95 {p95['reply_s']:.2f} s; the rhythm's part p95 "
+              f"{p95['rhythm_s']:.2f} s, ours p95 {p95['ours_s']:.2f} s", flush=True)
     over = [c["onset_to_silent_s"] for c in report.get("cuts", []) if c["onset_to_silent_s"] is not None]
     if over:
         print(f"talked over {len(over)} times: silent {np.percentile(over, 95):.2f} s (p95) after the onset",

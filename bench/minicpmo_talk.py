@@ -8,6 +8,7 @@ window's Engine details show it), and for each interruption, from the recording 
 what the speaker played, lined up sample by sample): the onset of their speech to the model's silence."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ OVER_AT_S, OVER_S, MIN_RUN = 2.5, 1.5, 5
 QUIET = 1e-3  # below this the speaker plays silence (the model's speech is far louder)
 SILENT_S = 0.3  # the model is silent once the speaker stays quiet this long
 PAUSE_S = 0.5  # the person's speech begins after this long quiet (shorter pauses are between words)
+ENDED_S = 0.32  # quiet this long, their speech has ended (app.window.reply_time's pause)
 
 
 def runs(plan) -> list[tuple[str, int, int]]:
@@ -75,6 +77,31 @@ def replies(reports) -> list[float]:
     for report in reports:
         reply.add(report.index, report.level_dbfs, report.output_dbfs, report.counters.output_backlog_s)
     return reply.replies
+
+
+def reply_parts(recording: Path, unit_s: float = 1.0) -> list[dict]:
+    """Each reply from the recording, sample by sample, as the window's figure counts one: the model's first
+    sound after SILENT_S of its quiet, from the person's last sound before it (at least ENDED_S before it, the
+    model quiet from then on). Its parts: the rhythm, from that end to the next unit boundary (a unit's second ends
+    every `unit_s` of the recording, which starts with the conversation's first unit), and the rest, ours:
+    the unit's compute, the turn's own quiet start and the speaker's path."""
+    import soundfile as sf
+
+    audio, rate = sf.read(recording, dtype="float32")
+    person, model = np.abs(audio[:, 0]) >= QUIET * 10, np.abs(audio[:, 1]) >= QUIET
+    quiet = int(SILENT_S * rate)
+    model_quiet = _quiet_from(~model, quiet)  # [i]: quiet over i .. i + quiet - 1
+    onsets = [i + quiet for i in np.flatnonzero(model_quiet[:-1] & model[quiet:len(model_quiet) - 1 + quiet])]
+    out = []
+    for onset in onsets:
+        spoken = np.flatnonzero(person[:onset])
+        # the model quiet from before their end to its onset: its first sound since they spoke
+        if not len(spoken) or onset - spoken[-1] < ENDED_S * rate or model[max(0, spoken[-1] - quiet):onset].any():
+            continue
+        end_s, first_s = (spoken[-1] + 1) / rate, onset / rate
+        rhythm = math.ceil(end_s / unit_s) * unit_s - end_s
+        out.append({"end_s": end_s, "reply_s": first_s - end_s, "rhythm_s": rhythm, "ours_s": first_s - end_s - rhythm})
+    return out
 
 
 def silences(recording: Path, cuts: list[int]) -> list[dict]:

@@ -52,3 +52,21 @@ def test_an_interruption_away_from_the_person_s_speech_is_the_model_s_own():
     assert talk.caused_by_the_person(9.8, spans) and talk.caused_by_the_person(after - 0.01, spans)
     assert not talk.caused_by_the_person(9.4, spans) and not talk.caused_by_the_person(after + 0.01, spans)
     assert not talk.caused_by_the_person(17.0, spans)
+
+
+def test_a_reply_is_timed_from_the_recording_and_split_at_the_unit_boundary(tmp_path):
+    """The person stops at 2.3 s (a pause between words before it); the model, quiet since its last words
+    at 0.5 s, sounds at 3.7 s: a 1.4 s reply, 0.7 s of it the rhythm (to the unit ending at 3 s), 0.7 s ours.
+    The model's pause inside its own speech is no reply."""
+    audio = np.zeros((8 * RATE, 2), np.float32)
+    rng = np.random.default_rng(1)
+    audio[:int(0.5 * RATE), 1] = 0.3 * rng.standard_normal(int(0.5 * RATE))
+    audio[int(1.0 * RATE):int(2.3 * RATE), 0] = 0.2
+    audio[int(1.5 * RATE):int(1.9 * RATE), 0] = 0  # between words
+    audio[int(3.7 * RATE):int(5.0 * RATE), 1] = 0.3
+    audio[int(5.4 * RATE):int(6.0 * RATE), 1] = 0.3  # after 0.4 s of the model's own quiet
+    sf.write(tmp_path / "r.wav", audio, RATE)
+    (reply,) = talk.reply_parts(tmp_path / "r.wav")
+    assert reply["end_s"] == pytest.approx(2.3, abs=1e-3)
+    assert reply["reply_s"] == pytest.approx(1.4, abs=1e-3)
+    assert reply["rhythm_s"] == pytest.approx(0.7, abs=1e-3) and reply["ours_s"] == pytest.approx(0.7, abs=1e-3)

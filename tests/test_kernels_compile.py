@@ -18,6 +18,7 @@ from engine.kernels import (  # noqa: E402
     codebooks,
     delay_lines,
     fused_linear,
+    grouped_attention,
     norm_rope,
     ring_attention_queries,
     ring_attention_triton,
@@ -89,6 +90,10 @@ KERNELS = {
                                     {"Q": BF, "KV": BF, "POS": I64, "PACC": F32, "PM": F32, "PL": F32, "OUT": BF},
                                     dict(HAS_CONTEXT=True, SPLITS=8, TP=16, BLOCK_N=32, BLOCK_D=128, D=128,
                                          PREC="tf32", UPCAST=False)),
+    "attention, grouped heads over a linear cache": (
+        grouped_attention._grouped_kernel, {"Q": BF, "K": BF, "V": BF, "POS": I64, "PACC": F32, "PM": F32, "PL": F32,
+                                            "OUT": BF},
+        dict(HAS_WINDOW=True, SPLITS=64, ROWS=16, BLOCK_N=64, BLOCK_D=128, D=128, PREC="tf32", UPCAST=False)),
     "attention merge": (ring_attention_triton._merge_kernel, {"PACC": F32, "PM": F32, "PL": F32, "OUT": BF},
                         dict(SPLITS=4, SPLITS_P2=4, BLOCK_D=128, D=128, MERGE_CHUNK=8)),
     "rms norm": (norm_rope._rms_norm_kernel, dict.fromkeys(("x_ptr", "alpha_ptr", "out_ptr"), BF), dict(BLOCK=1024)),

@@ -1,15 +1,14 @@
-"""Attention over a ring KV cache, reading only the entries that hold live keys.
-
-Semantics are the reference runtime's (moshi 0.2.13 RingKVCache plus the mask of its
-StreamingMultiheadAttention): the step's T new entries are already written, at slots
-(pos + t) % ring, and the query at p = pos + t attends to every key p' still in the ring with
-0 <= p - p' < context, a contiguous run ending at p. One function serves the eager and the
-graph-replayed paths, so CUDA graphs on or off never change a bit; the valid length comes from
-`pos`, a device tensor, never the host: one captured graph serves every frame, and nothing syncs.
-CUDA, T <= `TRITON_MAX_T`: a Triton split-K kernel (engine/kernels/ring_attention_triton.py)
-visits exactly the keys any query can see. Otherwise `torch_ring_attention`: torch ops over the
-whole ring at a fixed shape, each slot holding no live key redirected to slot 0 (always written
-once anything is) and masked out, so no unbacked entry of a demand-sized ring is ever read.
+"""Attention over a ring KV cache, reading only the entries that hold live keys (and over a linear
+cache for grouped query heads: grouped_attention). The ring's semantics are the reference runtime's
+(moshi 0.2.13 RingKVCache plus the mask of its StreamingMultiheadAttention): the step's T new entries
+are already written, at slots (pos + t) % ring, and the query at p = pos + t attends to every key p'
+still in the ring with 0 <= p - p' < context, a contiguous run ending at p. One function serves the
+eager and the graph-replayed paths, so CUDA graphs on or off never change a bit; the valid length comes
+from `pos`, a device tensor, never the host: one captured graph serves every frame, and nothing syncs.
+CUDA, T <= `TRITON_MAX_T`: a Triton split-K kernel (engine/kernels/ring_attention_triton.py) visits
+exactly the keys any query can see. Otherwise `torch_ring_attention`: torch ops over the whole ring at
+a fixed shape, each slot holding no live key redirected to slot 0 (always written once anything is) and
+masked out, so no unbacked entry of a demand-sized ring is ever read.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from torch.nn import functional as F
 from ..kernels import TRITON_MAX_T
 from . import dispatch
 
-__all__ = ["TRITON_MAX_T", "ring_attention", "torch_ring_attention"]
+__all__ = ["TRITON_MAX_T", "grouped_attention", "ring_attention", "torch_grouped_attention", "torch_ring_attention"]
 
 
 def ring_attention(q: torch.Tensor, kv_ring: torch.Tensor, pos: torch.Tensor, T: int,
@@ -52,3 +51,32 @@ def torch_ring_attention(q, kv_ring, pos, T: int, context: int | None) -> torch.
     keys = kv[:, 0].transpose(0, 1).unsqueeze(0).to(q.dtype)
     values = kv[:, 1].transpose(0, 1).unsqueeze(0).to(q.dtype)
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)
+
+
+def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, pos: torch.Tensor, T: int,
+                      span: int, window: int | None) -> torch.Tensor:
+    """Attention of grouped query heads over a linear cache. q [KV, rep * T, D]: a KV head's query heads
+    for positions pos.. pos + T - 1 as its rows (row j * T + t: head j at pos + t); keys, values [KV,
+    capacity, D] (any strides) with the pass's entries written; pos int64 [1] on q's device. Row r sees
+    the entries at or before its position and, with a window, less than `window` behind it; `span`, a
+    static bound on pos + T, sizes the work. Returns [KV, rep * T, D] in q's dtype. CUDA: the split-K
+    kernel (engine/kernels/grouped_attention.py); otherwise torch_grouped_attention."""
+    if keys.shape[0] != q.shape[0] or q.shape[1] % T or span > keys.shape[1]:
+        raise ValueError(f"grouped_attention: q {tuple(q.shape)} does not fit keys {tuple(keys.shape)}, T={T}, "
+                         f"span={span}")
+    if dispatch.use_triton(q):
+        from ..kernels.grouped_attention import triton_grouped_attention
+
+        return triton_grouped_attention(q, keys, values, pos, T, span, window)
+    return torch_grouped_attention(q, keys, values, pos, T, span, window)
+
+
+def torch_grouped_attention(q, keys, values, pos, T: int, span: int, window: int | None) -> torch.Tensor:
+    """grouped_attention's torch formula (SDPA under a mask over the first `span` entries), on any device."""
+    rows = pos + torch.arange(T, device=q.device).repeat(q.shape[1] // T)
+    entries = torch.arange(span, device=q.device)
+    seen = entries[None, :] <= rows[:, None]
+    if window is not None:
+        seen = seen & (entries[None, :] > rows[:, None] - window)
+    return F.scaled_dot_product_attention(q[None], keys[:, :span][None], values[:, :span][None],
+                                          attn_mask=seen[None, None], scale=q.shape[-1] ** -0.5)[0]

@@ -1,17 +1,18 @@
 """MiniCPM-o's two decoders (the Qwen3 LLM, the Llama TTS) a pre-norm layer at a time as few kernels on CUDA
 (engine.ops.fused): the input RMSNorm inside the stacked QKV product, the heads' norms (Qwen3's q_norm and
-k_norm; none for the Llama), RoPE and the cache writes in one kernel, attention (a KV head's query heads as
-its rows), the residuals and the SiLU gate in the products' epilogues. About 7 kernels a layer where torch's
-ops take 40 to 60. Each rounding is the torch formulas' but the two RMSNorms', whose normalised rows stay
-fp32 into the products: within the model dtype's noise of the layer as the reference computes it."""
+k_norm; none for the Llama), RoPE and the cache writes in one kernel, attention split over the cache (a KV
+head's query heads as its rows: engine.ops.attention.grouped_attention), the residuals and the SiLU gate in
+the products' epilogues. About 7 kernels a layer where torch's ops take 40 to 60. Each rounding is the torch
+formulas' but the two RMSNorms', whose normalised rows stay fp32 into the products, and attention's online
+softmax: within the model dtype's noise of the layer as the reference computes it."""
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from ...kernels import MAX_WAKE_ROWS
 from ...kernels.operands import Norm
 from ...ops import dispatch, fused
+from ...ops.attention import grouped_attention
 from .qwen3_weights import GATE_UP, QKV
 
 __all__ = ["fuses", "layer"]
@@ -30,18 +31,17 @@ def fits(rows: int) -> bool:
 
 
 def layer(x: torch.Tensor, w: dict, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
-          sin: torch.Tensor, position: torch.Tensor, mask: torch.Tensor, heads: int, eps: float) -> torch.Tensor:
+          sin: torch.Tensor, position: torch.Tensor, span: int, window: int | None, heads: int,
+          eps: float) -> torch.Tensor:
     """x [T, H] (rows of unit stride) through one layer with weights `w` (keyed as under `model.layers.{i}.`),
-    its cache `keys`, `values` [KV, capacity, D] written at position[0].., attention over the first
-    mask.shape[-1] entries under `mask` [rep * T, span] (additive, or bool: True where a row sees a key)."""
+    its cache `keys`, `values` [KV, capacity, D] written at position[0].., each row attending causally (and
+    within `window`, if given) over the first `span` entries."""
     count, d = x.shape[0], keys.shape[-1]
     qkv = fused.linear(x, w[QKV], norm=Norm("rms", w["input_layernorm.weight"], None, eps))
     grouped = fused.heads_into_cache(qkv, w.get("self_attn.q_norm.weight"), w.get("self_attn.k_norm.weight"), eps,
                                      cos, sin, position, keys, values, heads)
-    span = mask.shape[-1]
-    out = F.scaled_dot_product_attention(grouped[None], keys[:, :span][None], values[:, :span][None],
-                                         attn_mask=mask[None, None], scale=d ** -0.5)
-    out = out[0].reshape(heads, count, d).transpose(0, 1).reshape(count, heads * d)
+    out = grouped_attention(grouped, keys, values, position, count, span, window)
+    out = out.reshape(heads, count, d).transpose(0, 1).reshape(count, heads * d)
     x = fused.linear(out, w["self_attn.o_proj.weight"], residual=x)
     return fused.gated_ffn(x, w[GATE_UP], w["mlp.down_proj.weight"], residual=x,
                            norm=Norm("rms", w["post_attention_layernorm.weight"], None, eps))

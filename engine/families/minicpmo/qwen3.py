@@ -170,16 +170,16 @@ class Qwen3Model:
         """The device work of one pass over rows x [T, H] at positions self.position.. (static shapes)."""
         s, count = self.sizes, x.shape[0]
         positions = self.position + self.key_positions[:count]
-        mask = self._mask(positions, span).repeat(s.heads // s.kv_heads, 1)
         fused = self.fuses and fused_layers.fits(count)
         if fused:
             x = x.contiguous()  # the products read rows of unit stride
         else:
             rope = self.cos_table.index_select(0, positions), self.sin_table.index_select(0, positions)
+            mask = self._mask(positions, span).repeat(s.heads // s.kv_heads, 1)
         for i, layer in enumerate(self.layers):
             if fused:
                 x = fused_layers.layer(x, layer, self.keys[i], self.values[i], self.cos_table, self.sin_table,
-                                       self.position, mask, s.heads, s.eps)
+                                       self.position, span, s.attention_window, s.heads, s.eps)
                 continue
             h = head_rms_norm(x, layer["input_layernorm.weight"], s.eps)
             x = x + self._attention(i, layer, h, rope, positions, mask)

@@ -312,13 +312,13 @@ class SpeechTokenGenerator:
         T = x.shape[0]
         heads, kv_heads, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         positions = self.position + self.key_positions[:T]
-        hidden_keys = self.key_positions[None, :span] > positions[:, None]  # [T, span]
-        if self.fuses and fused_layers.fits(T):  # SDPA's softmax for the reference's fp32 one: within noise
-            mask, h = ~hidden_keys.repeat(heads // kv_heads, 1), x.contiguous()
+        if self.fuses and fused_layers.fits(T):  # an online softmax for the reference's fp32 one: within noise
+            h = x.contiguous()
             for i, layer in enumerate(self.layers):
                 h = fused_layers.layer(h, layer, self.keys[i], self.values[i], self.cos, self.sin, self.position,
-                                       mask, heads, c.rms_norm_eps)
+                                       span, None, heads, c.rms_norm_eps)
             return head_rms_norm(h[-1:], self.final_norm, c.rms_norm_eps)
+        hidden_keys = self.key_positions[None, :span] > positions[:, None]  # [T, span]
         cos = self.cos.index_select(0, positions).to(self.dtype)
         sin = self.sin.index_select(0, positions).to(self.dtype)
         h = x
