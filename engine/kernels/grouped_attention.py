@@ -62,8 +62,9 @@ def _grouped_kernel(Q, K, V, POS, PACC, PM, PL, OUT,
         key = start + tl.arange(0, BLOCK_N)
         key_ok = key < hi
         kv_ok = key_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + h * sk_h + key[:, None] * sk_n + d[None, :] * sk_d, mask=kv_ok, other=0.0)
-        v = tl.load(V + h * sv_h + key[:, None] * sv_n + d[None, :] * sv_d, mask=kv_ok, other=0.0)
+        entry = key.to(tl.int64)[:, None]  # a cache of all layers: an entry's offset passes 2**31 from 29K on
+        k = tl.load(K + h * sk_h + entry * sk_n + d[None, :] * sk_d, mask=kv_ok, other=0.0)
+        v = tl.load(V + h * sv_h + entry * sv_n + d[None, :] * sv_d, mask=kv_ok, other=0.0)
         scores = tl.dot(_op(q, UPCAST), tl.trans(_op(k, UPCAST)), input_precision=PREC) * sm_scale
         seen = (key[None, :] <= last[:, None]) & key_ok[None, :] & r_ok[:, None]
         if HAS_WINDOW:
