@@ -58,6 +58,8 @@ CONV_POINTERS = {**_of(F32, "X", "TAIL", "W", "BIAS", "RES", "OUT", "WORK"), "CO
 ROWS_POINTERS = {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "LA", "LB"), "POS": I64, "T": F32, "WORK": F32,
                  "COUNT": "*i32"}
 ATTENTION = {"Q": BF, "KV": BF, "POS": I64, "PACC": F32, "PM": F32, "PL": F32, "OUT": BF, "COUNT": "*i32"}
+GROUPED = {"Q": BF, "K": BF, "V": BF, "POS": I64, "PACC": F32, "PM": F32, "PL": F32, "OUT": BF}
+GROUPED_SHAPE = dict(HAS_WINDOW=True, SPLITS=64, ROWS=16, BLOCK_N=64, BLOCK_D=128, D=128, PREC="tf32", UPCAST=False)
 EMBEDDING = {"TABLES": I64, "SCALES": I64, "TOKENS": I64, "KNOWN": "*i8", "MASKS": BF, "OUT": BF}
 KERNELS = {
     "product": (fused_linear._gemv_kernel, {**_of(BF, "X", "W", "WS", "OUT", "RES", "SCALE", "KV", "EMB", "ESC",
@@ -90,10 +92,11 @@ KERNELS = {
                                     {"Q": BF, "KV": BF, "POS": I64, "PACC": F32, "PM": F32, "PL": F32, "OUT": BF},
                                     dict(HAS_CONTEXT=True, SPLITS=8, TP=16, BLOCK_N=32, BLOCK_D=128, D=128,
                                          PREC="tf32", UPCAST=False)),
-    "attention, grouped heads over a linear cache": (
-        grouped_attention._grouped_kernel, {"Q": BF, "K": BF, "V": BF, "POS": I64, "PACC": F32, "PM": F32, "PL": F32,
-                                            "OUT": BF},
-        dict(HAS_WINDOW=True, SPLITS=64, ROWS=16, BLOCK_N=64, BLOCK_D=128, D=128, PREC="tf32", UPCAST=False)),
+    "attention, grouped heads over a linear cache": (grouped_attention._grouped_kernel, GROUPED, GROUPED_SHAPE),
+    "attention, grouped heads, no window, one split": (
+        grouped_attention._grouped_kernel, GROUPED, {**GROUPED_SHAPE, "HAS_WINDOW": False, "SPLITS": 1}),
+    "attention, grouped heads, a prefill's rows": (grouped_attention._grouped_kernel, GROUPED,
+                                                   {**GROUPED_SHAPE, "ROWS": 64}),
     "attention merge": (ring_attention_triton._merge_kernel, {"PACC": F32, "PM": F32, "PL": F32, "OUT": BF},
                         dict(SPLITS=4, SPLITS_P2=4, BLOCK_D=128, D=128, MERGE_CHUNK=8)),
     "rms norm": (norm_rope._rms_norm_kernel, dict.fromkeys(("x_ptr", "alpha_ptr", "out_ptr"), BF), dict(BLOCK=1024)),

@@ -9,8 +9,8 @@ ROWS >= 16, and takes each block of keys on the tensor cores (scores = Q @ K.T, 
 after the online softmax, fp32 sums, P rounded to the values' dtype for its product), every row masked
 to its own range. The partial results go to ring_attention_triton's merge kernel, which sums them in a
 fixed order: the same inputs give the same bits. `pos` is read on the device, so a captured graph
-serves every position of its span; nothing past pos + T is ever loaded. torch's SDPA runs such a pass
-as one program per KV head, 8 of the device's 132 multiprocessors busy while the context grows.
+serves every position of its span; nothing past pos + T is ever loaded. (Under torch's SDPA with a
+mask, the passes slowed with the context far more than their reads grew: docs/minicpmo.md.)
 """
 from __future__ import annotations
 
