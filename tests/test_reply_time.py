@@ -37,3 +37,15 @@ def test_overlap_and_breaths_are_no_replies():
     assert len(reply.replies) == 1 and abs(reply.replies[0] - (24 * 0.08 - 13 * 0.08)) < 1e-9  # speech ended at 13
     assert reply.line().startswith("Reply time:")
     assert ReplyTime().line().startswith("Reply time: —")
+
+
+def test_a_once_a_second_model_s_reply_tells_its_wait_for_the_next_step():
+    """Speech ends at 0.8 s; the model decides at the end of each second: 0.2 s of the 1.28 s reply is that
+    wait. A model stepping every period tells no wait."""
+    reply = ReplyTime(step_s=1.0)
+    _feed(reply, [(LOUD, SILENT)] * 10 + [(QUIET, SILENT)] * 15 + [(QUIET, SPEAKS)] * 5)
+    assert abs(reply.waits[0] - 0.2) < 1e-9
+    assert "1.28 s after you stopped speaking (0.20 s of it until the model's next 1 s step)" in reply.line()
+    plain = ReplyTime()
+    _feed(plain, [(LOUD, SILENT)] * 10 + [(QUIET, SILENT)] * 15 + [(QUIET, SPEAKS)] * 5)
+    assert "of it" not in plain.line()

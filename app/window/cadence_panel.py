@@ -94,7 +94,7 @@ class CadencePanel(QWidget):
         # Lines break between the legend's entries, never inside one.
         self.legend.setText(" &nbsp; ".join(f'<span style="color:{colour(self, role).name()}">■</span>&nbsp;'
                                             + words.replace(" ", "&nbsp;") for role, words in legend(self.stats)))
-        self.reply = ReplyTime()
+        self.reply = ReplyTime(step_s)
         self.reply_label.setText(self.reply.line())
         self.tally = tally
         self._stage_words = stage_words or {}

@@ -4,6 +4,7 @@ written to the speaker, and how much waits before it there). A reply counts when
 quiet as the person stopped; speech that overlaps (full duplex, or talking over) is no reply."""
 from __future__ import annotations
 
+import math
 import statistics
 
 from engine import FRAME_SECONDS
@@ -15,8 +16,14 @@ PAUSE_S = 0.32
 
 
 class ReplyTime:
-    def __init__(self):
+    """`step_s`: the audio a model's step hears. A model that steps once a second decides at the end of each
+    of the conversation's seconds, so part of each reply is the wait for that boundary (`waits`), told apart
+    from the rest: the step's work and the audio's way to the speaker."""
+
+    def __init__(self, step_s: float = FRAME_SECONDS):
+        self.step_s = step_s
         self.replies: list[float] = []
+        self.waits: list[float] = []  # each reply's wait for the model's next step
         self._last_loud: int | None = None   # the person's last loud period
         self._ended_at: float | None = None  # when the person's last turn ended, waiting for a reply
         self._model_quiet = True
@@ -28,6 +35,7 @@ class ReplyTime:
         if self._ended_at is not None and model_loud:
             plays_at = (index + 1) * FRAME_SECONDS + max(0.0, speaker_backlog_s - FRAME_SECONDS)
             self.replies.append(max(0.0, plays_at - self._ended_at))
+            self.waits.append(math.ceil(round(self._ended_at / self.step_s, 6)) * self.step_s - self._ended_at)
             self._ended_at = None
         if microphone_dbfs >= SPEECH_DBFS:
             self._last_loud, self._ended_at = index, None
@@ -42,6 +50,9 @@ class ReplyTime:
     def line(self) -> str:
         if not self.replies:
             return "Reply time: — (how soon the model answers once you stop speaking)"
-        return (f"Reply time: {self.replies[-1]:.2f} s after you stopped speaking · median "
+        waited = ""
+        if self.step_s > FRAME_SECONDS:  # a once-a-second model: how much of it was its rhythm
+            waited = f" ({self.waits[-1]:.2f} s of it until the model's next {self.step_s:g} s step)"
+        return (f"Reply time: {self.replies[-1]:.2f} s after you stopped speaking{waited} · median "
                 f"{statistics.median(self.replies):.2f} s over {len(self.replies)} "
                 f"repl{'y' if len(self.replies) == 1 else 'ies'}")
