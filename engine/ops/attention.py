@@ -59,12 +59,13 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     for positions pos.. pos + T - 1 as its rows (row j * T + t: head j at pos + t); keys, values [KV,
     capacity, D] (any strides) with the pass's entries written; pos int64 [1] on q's device. Row r sees
     the entries at or before its position and, with a window, less than `window` behind it; `span`, a
-    static bound on pos + T, sizes the work. Returns [KV, rep * T, D] in q's dtype. CUDA: the split-K
-    kernel (engine/kernels/grouped_attention.py); otherwise torch_grouped_attention."""
+    static bound on pos + T, sizes the work. Returns [KV, rep * T, D] in q's dtype. CUDA, heads of 16
+    dimensions or more: the split-K kernel (engine/kernels/grouped_attention.py); otherwise
+    torch_grouped_attention."""
     if keys.shape[0] != q.shape[0] or q.shape[1] % T or span > keys.shape[1]:
         raise ValueError(f"grouped_attention: q {tuple(q.shape)} does not fit keys {tuple(keys.shape)}, T={T}, "
                          f"span={span}")
-    if dispatch.use_triton(q):
+    if dispatch.use_triton(q) and q.shape[-1] >= 16:  # tl.dot multiplies at least 16 deep (small test models)
         from ..kernels.grouped_attention import triton_grouped_attention
 
         return triton_grouped_attention(q, keys, values, pos, T, span, window)
