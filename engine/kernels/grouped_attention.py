@@ -10,7 +10,7 @@ after the online softmax, fp32 sums, P rounded to the values' dtype for its prod
 to its own range. The partial results go to ring_attention_triton's merge kernel, which sums them in a
 fixed order: the same inputs give the same bits. `pos` is read on the device, so a captured graph
 serves every position of its span; nothing past pos + T is ever loaded. (Under torch's SDPA with a
-mask, the passes slowed with the context far more than their reads grew: docs/minicpmo.md.)
+mask, the passes slowed with the context far more than their reads grew: docs/benchmarks.md.)
 """
 from __future__ import annotations
 
