@@ -1,16 +1,14 @@
-"""Split-K attention over a linear KV cache for grouped query heads (GQA), for a decoder's step or
-short pass: MiniCPM-o's Qwen3 LLM and its Llama TTS.
-
-A KV head's rep query heads for the pass's T positions are its R = rep * T rows (row j * T + t is
-query head j at position pos + t). Row r sees the cache entries [pos + t - window + 1, pos + t] (from
-0; no lower bound without a window): the union over the rows is one run, cut into SPLITS equal chunks
-of BLOCK_N-key blocks. Grid (KV heads, SPLITS, row blocks): a program holds a block of rows, padded to
-ROWS >= 16, and takes each block of keys on the tensor cores (scores = Q @ K.T, then acc += P @ V
-after the online softmax, fp32 sums, P rounded to the values' dtype for its product), every row masked
-to its own range. The partial results go to ring_attention_triton's merge kernel, which sums them in a
-fixed order: the same inputs give the same bits. `pos` is read on the device, so a captured graph
-serves every position of its span; nothing past pos + T is ever loaded. (Under torch's SDPA with a
-mask, the passes slowed with the context far more than their reads grew: docs/benchmarks.md.)
+"""Split-K ("flash-decoding") attention over a linear KV cache for grouped query heads (GQA), for a
+decoder's step or short pass: MiniCPM-o's Qwen3 LLM and its Llama TTS. A KV head's rep query heads for
+the pass's T positions are its R = rep * T rows (row j * T + t: head j at pos + t). Row r sees the
+entries [pos + t - window + 1, pos + t] (from 0 without a window): the union over the rows is one run,
+cut into SPLITS equal chunks of BLOCK_N-key blocks. Grid (KV heads, SPLITS, row blocks): a program holds
+a block of rows, padded to ROWS >= 16, and takes each block of keys on the tensor cores (scores = Q @ K.T,
+then acc += P @ V after the online softmax, fp32 sums, P rounded to the values' dtype), each row masked
+to its own range. ring_attention_triton's merge kernel sums the partial results in a fixed order: the
+same inputs give the same bits. `pos` is read on the device, so a captured graph serves every position
+of its span; nothing past pos + T is loaded. (Under torch's SDPA with a mask, the passes slowed with the
+context far more than their reads grew: docs/benchmarks.md.)
 """
 from __future__ import annotations
 
