@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from . import overlap
-from .ring_attention_queries import _op
+from .online_softmax import fold_block, store_rows
 from .ring_attention_triton import MERGE_CHUNK, _merge_kernel, _multiprocessors
 
 WAVES = 4  # programs per multiprocessor at a full span, as ring_attention_queries' (its sweep's choice)
@@ -63,29 +63,11 @@ def _grouped_kernel(Q, K, V, POS, PACC, PM, PL, OUT,
         entry = key.to(tl.int64)[:, None]  # a cache of all layers: an entry's offset passes 2**31 from 29K on
         k = tl.load(K + h * sk_h + entry * sk_n + d[None, :] * sk_d, mask=kv_ok, other=0.0)
         v = tl.load(V + h * sv_h + entry * sv_n + d[None, :] * sv_d, mask=kv_ok, other=0.0)
-        scores = tl.dot(_op(q, UPCAST), tl.trans(_op(k, UPCAST)), input_precision=PREC) * sm_scale
         seen = (key[None, :] <= last[:, None]) & key_ok[None, :] & r_ok[:, None]
         if HAS_WINDOW:
             seen = seen & (key[None, :] > last[:, None] - window)
-        scores = tl.where(seen, scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to scale
-        alpha = tl.exp(m - m_ref)
-        p = tl.exp(scores - m_ref[:, None])  # 0 where the row does not see the key
-        l = l * alpha + tl.sum(p, axis=1)
-        pv = tl.dot(_op(p.to(v.dtype), UPCAST), _op(v, UPCAST), input_precision=PREC)
-        acc = acc * alpha[:, None] + pv
-        m = m_new
-
-    if SPLITS == 1:  # every row's range in this one program: each saw its own key at least
-        l = tl.where(r_ok, l, 1.0)  # the padding rows saw nothing
-        out = OUT + h * so_h + r[:, None] * so_r + d[None, :] * so_d
-        tl.store(out, (acc / l[:, None]).to(OUT.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
-        return
-    part = (h * R + r) * SPLITS + s
-    tl.store(PM + part, m, mask=r_ok)  # -inf, l = 0, acc = 0 for a row with no key here
-    tl.store(PL + part, l, mask=r_ok)
-    tl.store(PACC + part[:, None] * BLOCK_D + d[None, :], acc, mask=r_ok[:, None])
+        m, l, acc = fold_block(q, k, v, seen, m, l, acc, sm_scale, PREC, UPCAST)
+    store_rows(m, l, acc, r, r_ok, d, d_ok, OUT, so_h, so_r, so_d, PACC, PM, PL, h, R, s, SPLITS, BLOCK_D)
 
 
 def splits(kv_heads: int, row_blocks: int, span: int, device: torch.device, waves: int = WAVES) -> int:

@@ -16,15 +16,7 @@ import triton
 import triton.language as tl
 
 from . import overlap
-
-
-@triton.jit
-def _op(v, UPCAST: tl.constexpr):
-    """v as a tl.dot operand: as it is, or fp32 under Triton's interpreter (whose dot multiplies
-    a bf16 tensor's raw bit patterns; a product of two bf16 numbers is exact in fp32)."""
-    if UPCAST:
-        return v.to(tl.float32)
-    return v
+from .online_softmax import fold_block, store_rows
 
 
 @triton.jit
@@ -63,24 +55,6 @@ def queries_kernel(Q, KV, POS, PACC, PM, PL, OUT,
         kv_ok = key_ok[:, None] & d_ok[None, :]
         k = tl.load(KV + kv_off, mask=kv_ok, other=0.0)
         v = tl.load(KV + skv_c + kv_off, mask=kv_ok, other=0.0)
-        scores = tl.dot(_op(q, UPCAST), tl.trans(_op(k, UPCAST)), input_precision=PREC) * sm_scale
         seen = (age[None, :] >= first[:, None]) & (age[None, :] < stop[:, None]) & key_ok[None, :] & t_ok[:, None]
-        scores = tl.where(seen, scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a query with no key yet: nothing to scale
-        alpha = tl.exp(m - m_ref)
-        p = tl.exp(scores - m_ref[:, None])  # 0 where the query does not see the key
-        l = l * alpha + tl.sum(p, axis=1)
-        pv = tl.dot(_op(p.to(v.dtype), UPCAST), _op(v, UPCAST), input_precision=PREC)
-        acc = acc * alpha[:, None] + pv
-        m = m_new
-
-    if SPLITS == 1:  # every query's window in this one program: each saw its own key at least
-        out = OUT + h * so_h + t[:, None] * so_t + d[None, :] * so_d
-        l = tl.where(t_ok, l, 1.0)  # the padding rows saw nothing
-        tl.store(out, (acc / l[:, None]).to(OUT.dtype.element_ty), mask=t_ok[:, None] & d_ok[None, :])
-        return
-    part = (h * T + t) * SPLITS + s
-    tl.store(PM + part, m, mask=t_ok)  # -inf, l = 0, acc = 0 for a query with no key here
-    tl.store(PL + part, l, mask=t_ok)
-    tl.store(PACC + part[:, None] * BLOCK_D + d[None, :], acc, mask=t_ok[:, None])
+        m, l, acc = fold_block(q, k, v, seen, m, l, acc, sm_scale, PREC, UPCAST)
+    store_rows(m, l, acc, t, t_ok, d, d_ok, OUT, so_h, so_t, so_d, PACC, PM, PL, h, T, s, SPLITS, BLOCK_D)
