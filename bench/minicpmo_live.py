@@ -250,10 +250,32 @@ def _results(signals: Signals, plan) -> dict:
                         "speak_s": list(out.speak_s), "steps": out.steps})
     counters = signals.frame.values[-1].counters if signals.frame.values else None
     return {"units": records, "units_as_planned": as_planned, "summary": summarize(records),
+            "turn_starts": turn_starts(signals.frame.values, records),
             "frames": len(signals.frame.values), "failed": signals.failed.values, "warnings": signals.warning.values,
             "audio": None if counters is None else {
                 "speech_skipped_s": counters.dropped_output_s, "speaker_ran_dry": counters.output_underflows,
                 "microphone_lost_s": counters.dropped_input_s}}
+
+
+def turn_starts(reports, records: list[dict]) -> list[dict]:
+    """Where each turn's first speech waited, on the engine's side (the recording's `replies` give the whole):
+    the microphone audio waiting when its unit ran, the unit's time, the periods from its frame to the first
+    one loud at the speaker (the turn's quiet start), and the model's audio queued before that one."""
+    from app.conversation.barge_in import MODEL_DBFS
+
+    by_index = {report.index: report for report in reports}
+    out = []
+    for before, unit in zip(records, records[1:]):
+        if unit["kind"] != "speak" or before["kind"] == "speak":
+            continue
+        loud = next((i for i in range(unit["frame"], unit["frame"] + 40)
+                     if i in by_index and by_index[i].output_dbfs >= MODEL_DBFS), None)
+        if loud is None:
+            continue
+        out.append({"unit": unit["unit"], "microphone_waiting_s": by_index[unit["frame"]].counters.input_backlog_s,
+                    "unit_s": unit["ms"] / 1000, "quiet_start_s": (loud - unit["frame"]) * FRAME / 24000,
+                    "queued_before_s": by_index[loud].counters.output_backlog_s})
+    return out
 
 
 def _show(report: dict) -> None:
@@ -273,6 +295,10 @@ def _show(report: dict) -> None:
         p95 = {key: np.percentile([r[key] for r in parts], 95) for key in ("reply_s", "rhythm_s", "ours_s")}
         print(f"replies in the recording {len(parts)}: p95 {p95['reply_s']:.2f} s; the rhythm's part p95 "
               f"{p95['rhythm_s']:.2f} s, ours p95 {p95['ours_s']:.2f} s", flush=True)
+    starts = report.get("turn_starts", [])
+    if starts:
+        p50 = {key: np.median([t[key] for t in starts]) for key in starts[0] if key != "unit"}
+        print("turn starts (p50): " + ", ".join(f"{key} {value:.3f}" for key, value in p50.items()), flush=True)
     over = [c["onset_to_silent_s"] for c in report.get("cuts", []) if c["onset_to_silent_s"] is not None]
     if over:
         print(f"talked over {len(over)} times: silent {np.percentile(over, 95):.2f} s (p95) after the onset",

@@ -369,7 +369,35 @@ def test_a_once_a_second_model_keeps_a_steps_stall_of_speech_queued():
     once_a_second = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s, config.step_stall_s)
     speech = np.full(int(0.6 * ENGINE_RATE), 0.1, np.float32)
     for queue in (every_frame, once_a_second):
+        queue.note_gap(0.08 + 1.0)  # a step's whole second
         queue.put(speech)
     assert every_frame.late() and not once_a_second.late()
     once_a_second.put(np.full(int(0.7 * ENGINE_RATE), 0.1, np.float32))  # 1.3 s: beyond a step's stall
     assert once_a_second.late() and not once_a_second.full()
+
+
+def test_a_once_a_second_model_keeps_the_longest_recent_stall_queued_not_a_whole_step():
+    """What waits beyond the prebuffer and a stall is latency a reply waits behind: the queue reckons
+    the stalls from the gaps between written frames (steps of 0.3 s here), lets pauses go down to the
+    longest lately (a longer one at the start forgotten), and raises it at once when a longer stall
+    comes; a reckoning never passes the step."""
+    from app.audio.speaker_queue import SpeakerQueue
+    config = AudioConfig().for_step(1.0)
+    queue = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s, config.step_stall_s)
+    queue.put(np.full(int(0.6 * ENGINE_RATE), 0.1, np.float32))
+    assert queue.late()  # no stall seen yet
+    queue.note_gap(0.08 + 1.0)  # the conversation's start (its prompts), say
+    assert not queue.late()
+    for _ in range(40):
+        queue.note_gap(0.08 + 0.3)  # the step's frame
+        for _caught_up in range(11):
+            queue.note_gap(0.08 - 0.3 / 11)  # the frames that waited, caught up
+    assert queue.recent_stall_s == pytest.approx(0.3, abs=0.02)  # decayed a little since the last
+    assert queue.late()  # 0.6 s waits: more than 0.12 + 0.08 + 0.3
+    queue.note_gap(0.08 + 0.55)
+    assert queue.recent_stall_s == pytest.approx(0.55) and not queue.late()
+    queue.note_gap(5.0)
+    assert queue.recent_stall_s == 1.0
+    every_frame = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s)
+    every_frame.note_gap(0.5)
+    assert every_frame.recent_stall_s == 0.0

@@ -46,7 +46,8 @@ class AudioConfig:
     def for_step(self, step_s: float) -> AudioConfig:
         """For a model that works `step_s` at a time (once a second): a step may run for up to
         its length; meanwhile the microphone's audio waits to be heard, not dropped, and the
-        speaker plays from the speech queued before it (a stall's worth is kept queued)."""
+        speaker plays from the speech queued before it (the longest recent stall's worth is kept
+        queued: SpeakerQueue.note_gap)."""
         if step_s <= FRAME_SIZE / ENGINE_RATE:
             return self
         backlog = self.max_input_backlog_s + step_s
@@ -97,6 +98,7 @@ class AudioLink(LinkDevices):
         self._speaker_queue = SpeakerQueue(out_rate, config.prebuffer_s, config.max_output_backlog_s,
                                            config.step_stall_s)
         self._played_track = PlayedTrack(self._speaker_queue)  # the recording's model channel
+        self._last_write: float | None = None  # when the model's last frame was written (time.monotonic)
         self._mic_positions = MicPositions()  # where each frame lies in the microphone's stream
         self._in_lost = self._in_lost_seen = 0  # microphone samples the full ring refused
         self._in_scratch = np.zeros(self._in_ring.capacity, dtype=np.float32)
@@ -242,6 +244,10 @@ class AudioLink(LinkDevices):
         skipped (0.0, or the whole frame when the speaker is too far behind)."""
         pcm = np.asarray(pcm, dtype=np.float32)
         queue = self._speaker_queue
+        now = time.monotonic()
+        if self._last_write is not None:
+            queue.note_gap(now - self._last_write)
+        self._last_write = now
         mean_square = float(np.mean(pcm ** 2))
         self._output_dbfs = 10 * float(np.log10(mean_square * queue.gain ** 2 + 1e-12))
         if mean_square < QUIET_MEAN_SQUARE and queue.late():

@@ -17,6 +17,8 @@ from engine import FRAME_SECONDS
 
 from .ring_buffer import SpscRing
 
+STALL_HALF_LIFE_S = 15.0
+"""The longest recent stall, as the queue reckons it, halves in this long unless a stall as long comes again."""
 PLAYED_LOG_S = 8.0  # what the speaker played waits this long for the engine thread (a stall)
 QUIET_MEAN_SQUARE = 1e-5  # a frame below -50 dBFS is a pause: left out while the speaker is late
 CUT_FADE_S = 0.005  # an interrupted model's speech fades out over this long: a cut to silence would click
@@ -27,12 +29,17 @@ class SpeakerQueue:
 
     def __init__(self, rate: int, prebuffer_s: float, max_backlog_s: float, stall_s: float = 0.0):
         """`stall_s`: how long one step of the model may hold the engine thread (a once-a-second
-        model's second): that much more may wait without a pause being left out, or the next
-        step's stall would empty the queue in the middle of the model's speech."""
+        model's second). The longest stall seen lately (`note_gap`, at most `stall_s`) may
+        wait beyond the prebuffer without a pause being left out, or the next step's stall would
+        empty the queue in the middle of the model's speech; more than that waiting is latency,
+        which a reply would wait behind, so pauses are left out down to it."""
         self.rate = rate
         frame = int(np.ceil(rate * FRAME_SECONDS))
         self.limit = int(rate * (prebuffer_s + max_backlog_s))  # queued beyond this: skip the frame
-        self.target = int(rate * (prebuffer_s + stall_s)) + frame  # the queue's most when the engine keeps up
+        self._least = int(rate * prebuffer_s) + frame  # the queue's most when the engine keeps up, less a stall
+        self.stall_s = stall_s  # the longest a step may stall
+        self.recent_stall_s = 0.0  # the longest stall lately, decaying
+        self._decay = 0.5 ** (FRAME_SECONDS / STALL_HALF_LIFE_S)  # a frame's decay of it
         self.ring = SpscRing(self.limit + 2 * frame)  # a frame more, and soxr's uneven blocks
         self.prebuffer = int(rate * prebuffer_s)
         self.far = SpscRing(int(rate * PLAYED_LOG_S))     # after the volume: the echo canceller's
@@ -114,6 +121,19 @@ class SpeakerQueue:
         dropped. Speech put afterwards plays as usual."""
         self.cut_asked_at = self.played_total
         self._cuts_asked += 1
+
+    @property
+    def target(self) -> int:
+        """The most samples that may wait when the engine keeps up: the prebuffer, a frame and the
+        longest stall lately."""
+        return self._least + int(self.rate * self.recent_stall_s)
+
+    def note_gap(self, seconds: float) -> None:
+        """A frame is written `seconds` after the one before: what it took beyond a frame was a stall
+        (a step's work), as long as the next may be. The reckoning decays a frame's worth; a stall
+        no longer than `stall_s` counts."""
+        stall = min(self.stall_s, max(0.0, seconds - FRAME_SECONDS))
+        self.recent_stall_s = max(stall, self.recent_stall_s * self._decay)
 
     def late(self) -> bool:
         """More waits than when the engine keeps up: a pause can be left out."""
