@@ -72,12 +72,18 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     return torch_grouped_attention(q, keys, values, pos, T, span, window)
 
 
+def hidden_keys(keys: torch.Tensor, rows: torch.Tensor, window: int | None) -> torch.Tensor:
+    """[rows, keys] True where a row at position `rows[r]` does not see the key at `keys[k]`: one past
+    its own position, or (with a window) `window` or more behind it."""
+    hidden = keys[None, :] > rows[:, None]
+    if window is not None:
+        hidden = hidden | (keys[None, :] <= rows[:, None] - window)
+    return hidden
+
+
 def torch_grouped_attention(q, keys, values, pos, T: int, span: int, window: int | None) -> torch.Tensor:
     """grouped_attention's torch formula (SDPA under a mask over the first `span` entries), on any device."""
     rows = pos + torch.arange(T, device=q.device).repeat(q.shape[1] // T)
-    entries = torch.arange(span, device=q.device)
-    seen = entries[None, :] <= rows[:, None]
-    if window is not None:
-        seen = seen & (entries[None, :] > rows[:, None] - window)
+    seen = ~hidden_keys(torch.arange(span, device=q.device), rows, window)
     return F.scaled_dot_product_attention(q[None], keys[:, :span][None], values[:, :span][None],
                                           attn_mask=seen[None, None], scale=q.shape[-1] ** -0.5)[0]

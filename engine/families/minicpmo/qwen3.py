@@ -18,6 +18,7 @@ from functools import partial
 import torch
 from torch.nn import functional as F
 
+from ...ops.attention import hidden_keys
 from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
@@ -131,10 +132,7 @@ class Qwen3Model:
     def _mask(self, positions: torch.Tensor, span: int) -> torch.Tensor:
         """Additive [T, span] mask: 0 where a row sees a key, the dtype's minimum past its own position and, as
         4.51's _update_causal_mask clips it, at or beyond `attention_window` behind it."""
-        keys, rows = self.key_positions[None, :span], positions[:, None]
-        hidden = keys > rows
-        if self.sizes.attention_window is not None:
-            hidden = hidden | (keys <= rows - self.sizes.attention_window)
+        hidden = hidden_keys(self.key_positions[:span], positions, self.sizes.attention_window)
         zeros = torch.zeros(hidden.shape, dtype=self.dtype, device=self.device)
         return zeros.masked_fill(hidden, torch.finfo(self.dtype).min)
 
