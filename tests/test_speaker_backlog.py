@@ -380,7 +380,7 @@ def test_a_once_a_second_model_keeps_the_longest_recent_stall_queued_not_a_whole
     """What waits beyond the prebuffer and a stall is latency a reply waits behind: the queue reckons
     the stalls from the gaps between written frames (steps of 0.3 s here), lets pauses go down to the
     longest lately (a longer one at the start forgotten), and raises it at once when a longer stall
-    comes; a reckoning never passes the step."""
+    comes in the model's speech (one in a pause empties only silence); it never passes the step."""
     from app.audio.speaker_queue import SpeakerQueue
     config = AudioConfig().for_step(1.0)
     queue = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s, config.step_stall_s)
@@ -388,7 +388,7 @@ def test_a_once_a_second_model_keeps_the_longest_recent_stall_queued_not_a_whole
     assert queue.late()  # no stall seen yet
     queue.note_gap(0.08 + 1.0)  # the conversation's start (its prompts), say
     assert not queue.late()
-    for _ in range(40):
+    for _ in range(120):
         queue.note_gap(0.08 + 0.3)  # the step's frame
         for _caught_up in range(11):
             queue.note_gap(0.08 - 0.3 / 11)  # the frames that waited, caught up
@@ -396,8 +396,25 @@ def test_a_once_a_second_model_keeps_the_longest_recent_stall_queued_not_a_whole
     assert queue.late()  # 0.6 s waits: more than 0.12 + 0.08 + 0.3
     queue.note_gap(0.08 + 0.55)
     assert queue.recent_stall_s == pytest.approx(0.55) and not queue.late()
+    queue.note_gap(0.08 + 0.7, in_speech=False)  # in a pause: work between turns, a reply's first step
+    assert queue.recent_stall_s < 0.55
     queue.note_gap(5.0)
     assert queue.recent_stall_s == 1.0
     every_frame = SpeakerQueue(ENGINE_RATE, config.prebuffer_s, config.max_output_backlog_s)
     every_frame.note_gap(0.5)
     assert every_frame.recent_stall_s == 0.0
+
+
+@pytest.mark.parametrize("stall_at, reckoned", [(10, False), (15, True)])
+def test_the_link_reckons_the_stalls_that_began_in_the_models_speech(virtual_audio, tmp_path, stall_at, reckoned):
+    """Through real streams, a once-a-second model's step stalling the engine for 0.5 s: where it began
+    in a pause (before the first frame of speech) the speaker only ran out of silence and the queue keeps
+    no more for it; where it began in the speech, the queue keeps that much for the next one."""
+    link = AudioLink(_default("input"), _default("output"), AudioConfig().for_step(1.0), echo=NO_ECHO)
+    link.start()
+    try:
+        _feed(link, [np.zeros(FRAME, np.float32)] * 10 + _noise(20, seed=4), stall_at=stall_at, stall_s=0.5)
+    finally:
+        link.close()
+    stall = link._speaker_queue.recent_stall_s
+    assert 0.4 < stall < 0.6 if reckoned else stall < 0.1, stall

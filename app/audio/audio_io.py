@@ -98,7 +98,7 @@ class AudioLink(LinkDevices):
         self._speaker_queue = SpeakerQueue(out_rate, config.prebuffer_s, config.max_output_backlog_s,
                                            config.step_stall_s)
         self._played_track = PlayedTrack(self._speaker_queue)  # the recording's model channel
-        self._last_write: float | None = None  # when the model's last frame was written (time.monotonic)
+        self._last_write: tuple[float, bool] | None = None  # the model's last frame: when written, if it sounded
         self._mic_positions = MicPositions()  # where each frame lies in the microphone's stream
         self._in_lost = self._in_lost_seen = 0  # microphone samples the full ring refused
         self._in_scratch = np.zeros(self._in_ring.capacity, dtype=np.float32)
@@ -244,11 +244,10 @@ class AudioLink(LinkDevices):
         skipped (0.0, or the whole frame when the speaker is too far behind)."""
         pcm = np.asarray(pcm, dtype=np.float32)
         queue = self._speaker_queue
-        now = time.monotonic()
+        now, mean_square = time.monotonic(), float(np.mean(pcm ** 2))
         if self._last_write is not None:
-            queue.note_gap(now - self._last_write)
-        self._last_write = now
-        mean_square = float(np.mean(pcm ** 2))
+            queue.note_gap(now - self._last_write[0], in_speech=self._last_write[1])
+        self._last_write = (now, mean_square >= QUIET_MEAN_SQUARE)
         self._output_dbfs = 10 * float(np.log10(mean_square * queue.gain ** 2 + 1e-12))
         if mean_square < QUIET_MEAN_SQUARE and queue.late():
             return 0.0  # a pause left out: the speaker catches up, no speech lost

@@ -17,7 +17,7 @@ from engine import FRAME_SECONDS
 
 from .ring_buffer import SpscRing
 
-STALL_HALF_LIFE_S = 15.0
+STALL_HALF_LIFE_S = 60.0
 """The longest recent stall, as the queue reckons it, halves in this long unless a stall as long comes again."""
 PLAYED_LOG_S = 8.0  # what the speaker played waits this long for the engine thread (a stall)
 QUIET_MEAN_SQUARE = 1e-5  # a frame below -50 dBFS is a pause: left out while the speaker is late
@@ -128,11 +128,13 @@ class SpeakerQueue:
         longest stall lately."""
         return self._least + int(self.rate * self.recent_stall_s)
 
-    def note_gap(self, seconds: float) -> None:
+    def note_gap(self, seconds: float, in_speech: bool = True) -> None:
         """A frame is written `seconds` after the one before: what it took beyond a frame was a stall
-        (a step's work), as long as the next may be. The reckoning decays a frame's worth; a stall
-        no longer than `stall_s` counts."""
-        stall = min(self.stall_s, max(0.0, seconds - FRAME_SECONDS))
+        (a step's work), as long as the next may be. Only a stall that began in the model's speech
+        (`in_speech`: the frame before sounded) counts: one in a pause (a reply's first step, work
+        done between turns) empties a queue of silence, which is not heard. The reckoning decays a
+        frame's worth; a stall no longer than `stall_s` counts."""
+        stall = min(self.stall_s, max(0.0, seconds - FRAME_SECONDS)) if in_speech else 0.0
         self.recent_stall_s = max(stall, self.recent_stall_s * self._decay)
 
     def late(self) -> bool:
