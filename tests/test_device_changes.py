@@ -180,7 +180,10 @@ def test_switching_microphone_and_speaker_mid_conversation(qtbot, window, virtua
         # Ours on the headset; on the old speaker only the fixture's silent keeper is left.
         qtbot.waitUntil(lambda: "dc_usb" in virtual_audio.stream_devices("sink"), timeout=EVENT_MS)
         assert virtual_audio.stream_devices("sink").count(SPEAKER_SINK) == 1
-        _frames_pass(qtbot, window, 25)
+        # The echo canceller starts over for the new speaker's path, and a new one may silence the
+        # microphone while it first hears the model (seen: up to 12 frames): 40 frames leave the last
+        # 20 after that.
+        _frames_pass(qtbot, window, 40)
         end, heard, said = _stop(qtbot, window)
         reached.terminate()
         reached.wait()
@@ -196,11 +199,13 @@ def test_switching_microphone_and_speaker_mid_conversation(qtbot, window, virtua
     # frames of the tone come out attenuated (down to a third of its level in CI), not gone.
     # Following the microphone is the tone heard in most frames, at its level at times, and
     # never silent for long; not following it is 20 silent frames.
+    def longest_silence(frames) -> int:
+        return max((len(run) for run in "".join("s" if t < 0.01 else "." for t in frames).split(".")), default=0)
+
     last = tone[-20:]
-    silent_run = max((len(run) for run in "".join("s" if t < 0.01 else "." for t in last).split(".")), default=0)
-    heard_frames = (last > 0.05).mean()
-    assert tone[:5].max() < 0.01 and last.max() > 0.2 and heard_frames >= 0.6 and silent_run < 8, \
-        str(tone.round(3).tolist())
+    since_heard = tone[int(np.argmax(tone > 0.05)):]
+    assert tone[:5].max() < 0.01 and last.max() > 0.2 and (last > 0.05).mean() >= 0.6, str(tone.round(3).tolist())
+    assert longest_silence(last) < 8 and longest_silence(since_heard) < 20, str(tone.round(3).tolist())
     assert said[-20:].std() > 1e-3  # and the model's voice as it played on the new speaker
     played, _ = sf.read(tmp_path / "usb.wav", dtype="float32")
     assert played.std() > 1e-3
