@@ -144,6 +144,11 @@ def run_side(kind, args, folder: Path, device: torch.device, plan: list[Unit], a
                memory_at_ready=side.memory_at_ready)
     if cuda:
         out.update(device_used_before_bytes=before, device_used_ready_bytes=device_used(device))
+        if hasattr(side, "graph_memory"):
+            out["graphs_at_ready"] = side.graph_memory()
+            print(f"{side.name}: graphs at ready, outside torch's pools: " + ", ".join(
+                f"{kind} {g['graphs']} ({g['bytes'] / 2**20:.0f} MiB)" for kind, g in out["graphs_at_ready"].items()),
+                flush=True)
     print(f"{side.name}: loaded in {side.load_s:.1f} s, ready in {side.ready_s:.1f} s", flush=True)
     profiled = profiled_units(plan, args.profile) if cuda else set()
     used_max = 0

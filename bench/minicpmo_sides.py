@@ -271,6 +271,16 @@ class Ours:
                 self._eager_seen[id(runner)] = len(runner.eager_keys)
         return new
 
+    def graph_memory(self) -> dict[str, dict[str, int]]:
+        """Its graphs by kind of work (a key's first part): how many, and the memory outside torch's they took."""
+        kinds: dict[str, dict[str, int]] = {}
+        for runner in (self.conversation.runner, self.conversation.stream and self.conversation.stream.runner):
+            for key, size in (runner.graphs.outside_bytes.items() if runner and runner.graphs else ()):
+                kind = kinds.setdefault(str(key[0] if isinstance(key, tuple) else key), {"graphs": 0, "bytes": 0})
+                kind["graphs"] += 1
+                kind["bytes"] += size
+        return kinds
+
     def state_bytes(self) -> int:
         """Its streaming state: what its stores hold (the encoder's, the LLM's and the TTS's caches; the
         tail's)."""

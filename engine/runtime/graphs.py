@@ -26,6 +26,9 @@ class Graphs:
         self.pool = None
         self._stream: torch.cuda.Stream | None = None  # captures run on a stream of their own
         self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}
+        self.outside_bytes: dict[Any, int] = {}
+        """Device memory each key's capture took outside torch's allocator (the executable graph's
+        own, as the driver makes it): where a process's memory goes beside its tensors."""
 
     def capture(self, key: Any, stage: Callable[[], Any], into: Any = None) -> Any:
         """Record `stage` as the graph of `key` without running it (a replay runs it); returns
@@ -41,6 +44,7 @@ class Graphs:
         # As torch.cuda.graph captures, without emptying the allocator's cache (and, in older
         # torch, collecting garbage) before each capture: a regeneration captures between frames.
         torch.cuda.synchronize(self.device)
+        before = _outside_torch(self.device)
         with torch.cuda.stream(stream):
             graph.capture_begin(self.pool)
             try:
@@ -49,6 +53,7 @@ class Graphs:
                     outputs = _copy_into(into, outputs)
             finally:
                 graph.capture_end()
+        self.outside_bytes[key] = _outside_torch(self.device) - before
         self.graphs[key] = graph, outputs
         return outputs
 
@@ -68,6 +73,7 @@ class Graphs:
 
     def clear(self) -> None:
         self.graphs.clear()
+        self.outside_bytes.clear()
         self.pool = None
 
 
@@ -82,3 +88,8 @@ def _copy_into(into: Any, outputs: Any) -> Any:
         raise ValueError(f"a stage's outputs changed: {outputs!r} where its first capture gave {into!r}")
     return into
 
+
+
+def _outside_torch(device: torch.device) -> int:
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free - torch.cuda.memory_reserved(device)

@@ -17,6 +17,7 @@ import torch
 from ..errors import CheckpointError
 from ..loading.pt_files import load_pt
 from ..loading.safetensors_files import check_layout, load_into
+from ..ops.host_rows import table_home
 from .flow import Flow, new_noise
 from .token2wav_config import FlowConfig, VocoderConfig, read_flow_config, read_vocoder_config
 from .vocoder import CausalHiFTGenerator
@@ -76,8 +77,13 @@ def load_token2wav(path: str | Path, device: str | torch.device = "cpu", fp16: b
         load_into(module, states.pop(name), path / name)
     dtype = torch.float16 if fp16 else torch.float32
     flow = flow.to(device, dtype).eval().requires_grad_(False)
-    return Token2wavModel(path, flow, vocoder.to(device).eval().requires_grad_(False), flow_cfg, vocoder_cfg,
-                          noise.to(device, dtype))
+    # The excitation noise (300 s of 9 harmonics, 0.26 GB) is read a chunk at a time: on a GPU it
+    # stays in host memory, read where it lies (engine.ops.host_rows), and never passes the device.
+    source, excitation = vocoder.m_source, vocoder.m_source.noise
+    source.noise = torch.empty(0)
+    vocoder = vocoder.to(device).eval().requires_grad_(False)
+    source.noise = table_home(excitation, device)
+    return Token2wavModel(path, flow, vocoder, flow_cfg, vocoder_cfg, noise.to(device, dtype))
 
 
 def _built(make, cfg, source: Path):

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.parametrizations import weight_norm
 
+from ..ops.host_rows import wrapped_rows
 from .vocoder_layers import CausalConv1d, CausalF0Predictor, DownsampleConv1d, ResBlock, UpsampleConv1d
 
 NOISE_TABLE_SAMPLES = 300 * 24000
@@ -75,7 +76,7 @@ class HarmonicSource(nn.Module):
         work (one captured graph) serves every position of a stream."""
         size = self.noise.shape[0]
         if isinstance(first, torch.Tensor):
-            return self.noise.index_select(0, (torch.arange(count, device=self.noise.device) + first) % size)
+            return wrapped_rows(self.noise, first, count)
         first %= size
         if first + count <= size:
             return self.noise[first:first + count]
@@ -88,7 +89,7 @@ class HarmonicSource(nn.Module):
         voiced = (f0[:, :, None] > self.voiced_threshold).to(f0.dtype).repeat_interleave(self.hop, dim=1)
         # Noise as loud as the sines where unvoiced, faint where voiced.
         noise_amp = voiced * self.noise_std + (1 - voiced) * self.sine_amp / 3
-        noise = self.noise_at(first_sample, sine.shape[1]).to(f0.dtype)
+        noise = self.noise_at(first_sample, sine.shape[1]).to(f0.device, f0.dtype)
         mixed = sine * self.sine_amp * voiced + noise_amp * noise
         if harmonics_major:
             # Same values, laid out [B, H, T * hop] in memory as the stock whole-signal path leaves

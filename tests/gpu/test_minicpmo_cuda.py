@@ -50,7 +50,7 @@ def test_the_seeded_sampling_run_draws_from_the_reference_distribution(trace, mo
 
 def _conversation_outputs(model, replay: bool, units: int = 24) -> tuple[list, int]:
     """`units` seconds of the bench's forced schedule (listening and speaking runs, turn ends) on
-    speech: each unit's decision, text, speech tokens and output tokens; and the stages that ran
+    speech: each unit's decision, text, speech tokens, output tokens and audio; and the stages that ran
     eagerly with replay on after `prepare` (what would stall a live conversation)."""
     import numpy as np
     import soundfile as sf
@@ -88,8 +88,9 @@ def _conversation_outputs(model, replay: bool, units: int = 24) -> tuple[list, i
     for i in range(units):
         forcing.begin(i)
         second = torch.from_numpy(pcm[(i * 16000) % (len(pcm) - 16000):][:16000].copy())
-        out_tokens, _, report = conversation.step(second, options, lambda stage: None)
-        outputs.append((report.listen, report.text, report.end_of_turn, out_tokens.tolist(), report.speech_tokens))
+        out_tokens, speech, report = conversation.step(second, options, lambda stage: None)
+        outputs.append((report.listen, report.text, report.end_of_turn, out_tokens.tolist(), report.speech_tokens,
+                        None if speech is None else speech.cpu().numpy().tobytes()))
     return outputs + drawn, conversation.eager_runs - eager_before
 
 
@@ -113,3 +114,37 @@ def test_int8_and_int4_on_cuda(weights, trace, record):
     record(f"minicpmo_{weights}_fidelity", {"llm": got["llm"], "tts": got["tts"]})
     print(weights, {part: {k: round(got[part][k], 4) for k in ("rel_err_mean", "top1_agreement")}
                     for part in ("llm", "tts")})
+
+
+@pytest.fixture(scope="module")
+def spoken_folder(tmp_path_factory):
+    """The tiny checkpoint with the full-size random tail and a prepared voice beside it: it speaks."""
+    import shutil
+
+    from bench.minicpmo_weights import write_tail
+
+    folder = tmp_path_factory.mktemp("spoken") / "minicpmo"
+    shutil.copytree(forcing.FOLDER, folder)
+    write_tail(folder, seed=0)
+    return folder
+
+
+@pytest.mark.parametrize("weights", ["bf16", "int8", "int4"])
+def test_lookup_tables_stay_on_the_host_and_change_nothing(weights, spoken_folder):
+    """A CUDA load keeps the LLM's and the TTS's token tables and the vocoder's noise on the host
+    (host_tables.py, engine.ops.host_rows); a conversation replayed from graphs gives the same
+    bits, audio included, as with all three on the device."""
+    import dataclasses
+
+    from engine.families.minicpmo.host_tables import LLM_TABLE, TTS_TABLE, device_of
+
+    hosted = load(spoken_folder, None, torch.device("cuda"), torch.bfloat16, weights=weights)
+    assert {device_of(hosted.weights_by_name[key]).type for key in (LLM_TABLE, TTS_TABLE)} == {"cpu"}
+    on_device = {key: type(t)(*(part.cuda() for part in t)) if isinstance(t, tuple) else t.cuda()
+                 for key, t in hosted.weights_by_name.items() if key in (LLM_TABLE, TTS_TABLE)}
+    resident = dataclasses.replace(hosted, weights_by_name={**hosted.weights_by_name, **on_device})
+    source = hosted.tail.vocoder.m_source
+    assert source.noise.device.type == "cpu" and source.noise.is_pinned()
+    expected = _conversation_outputs(hosted, replay=True)
+    source.noise = source.noise.cuda()
+    assert any(speech for *_, speech in expected[0][:24]) and _conversation_outputs(resident, True) == expected

@@ -22,6 +22,7 @@ from ...weights.int4 import int4_metadata
 from ...weights.int4_copies import COPY_FORMAT, SourceFile, copy_path, header_metadata, is_current
 from ...weights.int8 import SCB
 from ...weights.kept_files import cannot_keep, discard, write_copy
+from .host_tables import HOST
 from .layout import INDEX, audio_shards, read_weights
 from .quantized import QUANTIZER, converter, is_quantized
 
@@ -30,23 +31,23 @@ _HEADER_BYTES = 1 << 20
 
 
 def read_audio_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: torch.device,
-                       dtype: torch.dtype, weights: str) -> tuple[dict, str]:
-    """The audio path's tensors in `weights` (read_weights' checks first), and what the user
-    should know about the kept copy ("" for nothing)."""
+                       dtype: torch.dtype, weights: str, host: frozenset[str] = frozenset()) -> tuple[dict, str]:
+    """The audio path's tensors in `weights` (read_weights' checks first; the keys in `host` on the
+    host), and what the user should know about the kept copy ("" for nothing)."""
     convert = converter(weights)
     if convert is None:
-        return read_weights(folder, expected, device, dtype), ""
+        return read_weights(folder, expected, device, dtype, host=host), ""
     try:
         sources = [SourceFile.of(folder / INDEX)] + [SourceFile.of(folder / s) for s in audio_shards(folder)]
     except OSError as exc:  # read_weights names the file that cannot be read
         log.info("%s: no kept copy (%s)", folder, exc)
-        return read_weights(folder, expected, device, dtype, convert), ""
+        return read_weights(folder, expected, device, dtype, convert, host), ""
     copy = copy_path(sources[0], device.type, weights=weights)
     record = _record(sources, device, weights)
-    tensors, damage = _read_copy(copy, record, folder, expected, device, dtype)
+    tensors, damage = _read_copy(copy, record, folder, expected, device, dtype, host)
     if tensors is not None:
         return tensors, ""
-    tensors = read_weights(folder, expected, device, dtype, convert)
+    tensors = read_weights(folder, expected, device, dtype, convert, host)
     kept = _flat(tensors)
     problem = cannot_keep(copy, _HEADER_BYTES + sum(t.nbytes for t in kept.values()))
     if problem is None:
@@ -86,7 +87,7 @@ def _flat(tensors: dict) -> dict[str, torch.Tensor]:
 
 
 def _read_copy(copy: Path, record: dict[str, str], folder: Path, expected: dict, device: torch.device,
-               dtype: torch.dtype) -> tuple[dict | None, str]:
+               dtype: torch.dtype, host: frozenset[str]) -> tuple[dict | None, str]:
     """The tensors with the quantized ones from the copy, or None, and what was wrong with a
     damaged copy ("" for none, and for a stale one, discarded quietly)."""
     if not copy.is_file():
@@ -98,17 +99,31 @@ def _read_copy(copy: Path, record: dict[str, str], folder: Path, expected: dict,
     if not (is_current(meta) and record.items() <= meta.items()):
         return discard(copy, "made from other files, on another device or by another version", quiet=True)
     try:
-        with safe_open(str(copy), framework="pt", device=str(device)) as f:
-            flat = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (not iterable)
+        with safe_open(str(copy), framework="pt") as f:
+            flat = {key: _placed(f.get_tensor(key), HOST if _base(key) in host else device)
+                    for key in f.keys()}  # noqa: SIM118 (not iterable)
         quantized = _unflat(flat)
         problem = mismatch(flat, recorded(meta)) or _shape_problem(quantized, expected)
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         problem = f"not a readable safetensors file ({exc})"
     if problem:
         return discard(copy, problem)
-    tensors = read_weights(folder, {k: s for k, s in expected.items() if k not in quantized}, device, dtype)
+    tensors = read_weights(folder, {k: s for k, s in expected.items() if k not in quantized}, device, dtype,
+                           host=host)
     log.info("%s: %s weights read from the kept copy %s", folder, record["weights"], copy)
     return {key: quantized.get(key, tensors.get(key)) for key in expected}, ""
+
+
+def _base(key: str) -> str:
+    """The checkpoint key a copy's tensor belongs to (a scale's key less its suffix)."""
+    for suffix in (SCB, INT4_SCALE, INT8_ROW_SCALE):
+        if key.endswith(suffix):
+            return key[:-len(suffix)]
+    return key
+
+
+def _placed(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor if device.type == "cpu" else tensor.to(device)
 
 
 def _unflat(flat: dict[str, torch.Tensor]) -> dict:

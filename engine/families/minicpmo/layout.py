@@ -18,6 +18,7 @@ from ...files.paths import file_in
 from ...loading.safetensors_files import read_safetensors_layout
 from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from ...token2wav.voice_prompt import FILES as VOICE_FILES
+from .host_tables import HOST
 from .text_tokens import TOKENIZER_FILES
 
 MODEL_TYPE = "minicpmo"
@@ -104,11 +105,11 @@ def layout(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: torch.device,
-                 dtype: torch.dtype, convert=None) -> dict[str, torch.Tensor]:
+                 dtype: torch.dtype, convert=None, host: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
     """The tensors `expected` names (key -> shape the configuration implies), checked against
     the headers first (missing, unexpected among the audio parts, wrong shape), then read one
-    at a time to `device` in `dtype` or, given `convert(key, tensor, device, dtype)`, kept as it
-    returns from the tensor read to the host."""
+    at a time to `device` (the host for the keys in `host`: host_tables.py) in `dtype` or, given
+    `convert(key, tensor, device, dtype)`, kept as it returns from the tensor read to the host."""
     found = layout(folder)
     missing = sorted(set(expected) - set(found))
     if missing:
@@ -125,9 +126,9 @@ def read_weights(folder: Path, expected: dict[str, tuple[int, ...]], device: tor
         try:
             with safe_open(str(folder / shard), framework="pt") as f:
                 for key in wanted:
-                    tensor = f.get_tensor(key)
-                    weights[key] = (tensor.to(device=device, dtype=dtype) if convert is None
-                                    else convert(key, tensor, device, dtype))
+                    tensor, target = f.get_tensor(key), HOST if key in host else device
+                    weights[key] = (tensor.to(device=target, dtype=dtype) if convert is None
+                                    else convert(key, tensor, target, dtype))
         except (SafetensorError, OSError, RuntimeError, ValueError) as error:
             raise CheckpointError(f"{folder / shard}: not a readable safetensors file ({error})") from None
     return weights

@@ -15,6 +15,7 @@ from ...loading.memory_plan import MemoryPlan
 from ...ops import dispatch
 from ...token2wav.token2wav_loading import FILES as TAIL_FILES
 from ...token2wav.token2wav_loading import Token2wavModel, load_token2wav
+from .host_tables import host_keys
 from .kept_weights import read_audio_weights
 from .layout import TAIL_FOLDER, layout, read_config
 from .protocol_settings import UnitSettings
@@ -89,7 +90,8 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
     expected = _checked(folder, config)
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     tokens = TextTokens(folder)
-    tensors, kept = read_audio_weights(folder, expected, torch.device(device), dtype, weights)
+    tensors, kept = read_audio_weights(folder, expected, torch.device(device), dtype, weights,
+                                       host_keys(config, device))
     if dispatch.use_triton(tensors["llm.model.norm.weight"]):  # the fused layers' stacked products
         stack_products(tensors, "llm.model.layers.", Qwen3Sizes.from_config(config).layers)
         stack_products(tensors, "tts.model.layers.", SpeechTokensConfig.from_config(config).num_hidden_layers)
@@ -136,7 +138,9 @@ def _plan(config: dict, name: str, weights: str | None, device, shapes: dict) ->
     device = torch.device(device)
     element = 2 if device.type == "cuda" else 4
     weights = weights or "bf16"
-    weight_bytes = sum(stored_bytes(key, shape, weights, element) for key, shape in shapes.items())
+    on_host = host_keys(config, device)
+    weight_bytes = sum(stored_bytes(key, shape, weights, element) for key, shape in shapes.items()
+                       if key not in on_host)
     sizes, window = Qwen3Sizes.from_config(config), UnitSettings().basic_window_high_tokens + 512
     state_bytes = 2 * sizes.layers * sizes.kv_heads * sizes.head_dim * window * element
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None

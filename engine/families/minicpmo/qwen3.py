@@ -23,6 +23,7 @@ from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
 from . import fused_layers
+from .host_tables import HOST, device_of, ids_for
 from .qwen3_weights import Qwen3Sizes, Qwen3Weights, llm_weights, placed, rope_inv_freq
 
 __all__ = ["CLOCK", "KV", "SPAN", "Qwen3Model"]
@@ -79,10 +80,12 @@ class Qwen3Model:
         def put(t: torch.Tensor) -> torch.Tensor:
             return placed(t, self.device, dtype)
 
-        self.embed_weight = put(w.embed)
+        tied = w.lm_head is w.embed
+        kept_on_host = self.device != HOST and device_of(w.embed) == HOST and not tied  # host_tables.py
+        self.embed_weight = w.embed if kept_on_host else put(w.embed)
         self.layers = [{k: put(v) for k, v in layer.items()} for layer in w.layers]
         self.norm_weight = put(w.norm)
-        self.lm_head_weight = self.embed_weight if w.lm_head is w.embed else put(w.lm_head)
+        self.lm_head_weight = self.embed_weight if tied else put(w.lm_head)
         self.fuses = fused_layers.fuses(self.layers, self.norm_weight, sizes.head_dim)
         inv_freq, self.rope_scale = rope_inv_freq(sizes, self.device)
         # The demo loads the model in fp32 and calls .bfloat16() (core/processors/unified.py:1374), which casts the
@@ -116,7 +119,7 @@ class Qwen3Model:
         self.length = n
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return embedding(self.embed_weight, ids.to(self.device), self.dtype)
+        return embedding(self.embed_weight, ids_for(self.embed_weight, ids), self.dtype).to(self.device)
 
     def _rope(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         # Qwen3RotaryEmbedding.forward: fp32 angles, cat(freqs, freqs), cos/sin * attention_scaling, to the dtype.

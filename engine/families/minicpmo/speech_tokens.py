@@ -20,10 +20,11 @@ from functools import partial
 import torch
 from torch.nn import functional as F
 
-from ...ops.linear import Int8Rows, embedding, linear
+from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
 from . import fused_layers
+from .host_tables import HOST, device_of, ids_for
 from .qwen3 import head_rms_norm, rotate_half  # LlamaRMSNorm and Llama's rotate_half are Qwen3's
 from .qwen3_weights import placed
 
@@ -123,7 +124,8 @@ class SpeechTokenGenerator:
         if c.num_vq != 1:
             raise ValueError(f"num_vq {c.num_vq}: the duplex path embeds only codebook 0 (generate_chunk, line 6748)")
         self.device, self.dtype = torch.device(device), dtype
-        w = {name: placed(t, self.device, dtype) for name, t in tts_weights(weights).items()}
+        w = {name: t if name == "emb_text.weight" and self.device != HOST and device_of(t) == HOST  # host_tables.py
+             else placed(t, self.device, dtype) for name, t in tts_weights(weights).items()}
         self.emb_text, self.emb_code, self.head = w["emb_text.weight"], w["emb_code.0.weight"], w["head_code.0.weight"]
         self.final_norm = w["model.norm.weight"]
         self.projector = _under(w, "projector_semantic.")
@@ -138,7 +140,6 @@ class SpeechTokenGenerator:
         self.place(self.store)
         self.cos, self.sin = self._rope_tables(round_inv_freq)
         self.key_positions = torch.arange(self.capacity, device=self.device)
-        self.bos = torch.tensor([c.audio_bos_token_id], device=self.device)
         self.temperature = torch.tensor([[c.temperature]], device=self.device)  # as DuplexCapability's, fp32
         self.drawn = torch.zeros(c.steps_per_unit, dtype=torch.long, device=self.device)
         # The device side of a unit's draws (inputs of every draw's graph): the next row's position, the
@@ -153,9 +154,8 @@ class SpeechTokenGenerator:
 
     @staticmethod
     def regions(config: dict, dtype: torch.dtype, capacity: int | None = None) -> list[Region]:
-        """The cache as declared state: `capacity` positions (the config's max_position_embeddings by default)
-        of [layers, key and value, KV heads, head dim], read `SPAN - 1` positions ahead of the clock (zeros, no
-        memory)."""
+        """The cache as declared state: `capacity` positions (default max_position_embeddings) of [layers, key
+        and value, KV heads, head dim], read `SPAN - 1` positions ahead of the clock (zeros, no memory)."""
         c = SpeechTokensConfig.from_config(config)
         return [Region(TTS_KV, (c.num_hidden_layers, 2, c.num_key_value_heads, c.head_dim), dtype, TTS_CLOCK,
                        int(capacity or c.max_position_embeddings), reads_ahead=SPAN - 1)]
@@ -184,21 +184,23 @@ class SpeechTokenGenerator:
     def reset(self) -> None:
         """A new turn: positions restart at 0, and so does the cache's clock (its entries back to zero)."""
         self.length = 0
-        if self.runner is not None:
-            self.runner.restart(TTS_CLOCK)
-        else:
-            self.store.restart(TTS_CLOCK)
+        (self.runner or self.store).restart(TTS_CLOCK)
 
     def condition(self, text_ids: Sequence[int] | torch.Tensor, llm_hidden: torch.Tensor) -> torch.Tensor:
         """Rows [n + 1, hidden]: emb_text(id) + normalize(projector_semantic(hidden)) per text token, then
         emb_text(audio BOS) (_convert_results_to_tts_input, line 5411). llm_hidden [n, llm_dim]: the LLM's
         final-norm hidden state after each token was fed. No tokens: the audio-BOS row alone."""
-        bos = _rows(self.emb_text, self.bos, self.dtype)
-        ids = torch.as_tensor(text_ids, dtype=torch.long).to(self.device)
-        if ids.numel() == 0:
+        bos = self._rows([self.cfg.audio_bos_token_id])
+        if len(text_ids) == 0:
             return bos
         projected = F.normalize(self._project(llm_hidden.to(self.device, self.dtype)), p=2, dim=-1)
-        return torch.cat([_rows(self.emb_text, ids, self.dtype) + projected, bos])
+        return torch.cat([self._rows(text_ids) + projected, bos])
+
+    def _rows(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """Text-table rows, looked up where it is: the reference's op on floats, engine.ops.linear's on int8."""
+        table, ids = self.emb_text, ids_for(self.emb_text, ids)
+        return (F.embedding(ids, table) if isinstance(table, torch.Tensor) else embedding(table, ids, self.dtype)).to(
+            self.device)
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """projector_semantic: MiniCPMTTS.create_projector's three kinds (line 6271)."""
@@ -344,7 +346,3 @@ class SpeechTokenGenerator:
             h = h + linear(gate * linear(r, layer["mlp.up_proj.weight"]), layer["mlp.down_proj.weight"])
         return head_rms_norm(h[-1:], self.final_norm, c.rms_norm_eps)
 
-
-def _rows(table: torch.Tensor | Int8Rows, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Rows of the text table: torch's lookup on floats (the reference's op), engine.ops.linear's on int8 rows."""
-    return F.embedding(ids, table) if isinstance(table, torch.Tensor) else embedding(table, ids, dtype)

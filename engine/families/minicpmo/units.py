@@ -65,7 +65,7 @@ class UnitProtocol:
         return logits[-1:], hidden[-1:]
 
     def _feed_ids(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._feed(self.llm.embed(torch.tensor(ids, dtype=torch.long, device=self.llm.device)))
+        return self._feed(self.llm.embed(torch.tensor(ids, dtype=torch.long)))
 
     def prepare(self, prefix: str = "", suffix: str = "", reference_rows: torch.Tensor | None = None) -> None:
         """A new conversation: the system prompt's text before and after a reference voice's
