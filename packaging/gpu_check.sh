@@ -25,7 +25,7 @@ tests=0
 MODULES=${MODULES:-"tests/gpu/test_*.py tests/test_int4.py tests/test_rows_linear.py tests/test_codebook_kernels.py
     tests/test_stream_conv_kernel.py tests/test_stream_convtr_kernel.py tests/test_stream_embeddings_kernel.py tests/test_delay_lines_kernel.py
     tests/test_fused_linear_kernel.py tests/test_ring_attention_kernel.py tests/test_grouped_attention_kernel.py
-    tests/test_topk_sampling_kernel.py
+    tests/test_topk_sampling_kernel.py tests/test_host_rows_kernel.py
     tests/test_split_sums.py tests/test_kernels_compile.py"}
 for module in $MODULES; do
     "$PYTHON" -m pytest "$module" -q -rA -p no:cacheprovider 2>&1 | tee -a "$OUT/gpu_tests.log"
