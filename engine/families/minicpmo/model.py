@@ -19,7 +19,7 @@ from .host_tables import host_keys
 from .kept_weights import read_audio_weights
 from .layout import TAIL_FOLDER, layout, read_config
 from .protocol_settings import UnitSettings
-from .quantized import FORMATS, stored_bytes
+from .quantized import FORMATS, HALF_FLOW, stored_bytes
 from .qwen3_weights import Qwen3Sizes, stack_products
 from .speech_tokens import SpeechTokensConfig
 from .text_tokens import TextTokens
@@ -98,7 +98,8 @@ def load(folder: Path, repo: str | None, device: torch.device, dtype: torch.dtyp
     tail_folder = folder / TAIL_FOLDER
     tail = None
     if all((tail_folder / name).is_file() for name in TAIL_FILES):
-        tail = load_token2wav(tail_folder, device=device)
+        half = weights in HALF_FLOW and torch.device(device).type == "cuda"
+        tail = load_token2wav(tail_folder, device=device, fp16=half)
         speech_tokens = SpeechTokensConfig.from_config(config).num_audio_tokens - 1  # the last is the TTS's EOS
         if tail.flow_cfg.vocab_size < speech_tokens:
             raise CheckpointError(f"{tail_folder / 'flow.yaml'}: its vocabulary of {tail.flow_cfg.vocab_size} "

@@ -3,9 +3,9 @@ layer of the LLM (its attention and MLP products and its head) and of the TTS's 
 int8 with a scale per row, or in int4 with a scale per 64 inputs; the LLM's embedding table
 (1.2 GB in bf16), the TTS's text table (0.23 GB) and the audio encoder's layers (0.6 GB) in int8
 rows in both. The rest (the encoder's convolutions and projection, norms, the TTS's audio table,
-projector and head, the tail) stays in the model dtype. Quantized on the first load in a format,
-one tensor at a time on the device, so the bf16 model is never held whole, and kept
-(kept_weights.py)."""
+projector and head) stays in the model dtype, the tail in fp32 (its flow in fp16 for int4).
+Quantized on the first load in a format, one tensor at a time on the device, so the bf16 model
+is never held whole, and kept (kept_weights.py)."""
 from __future__ import annotations
 
 import re
@@ -19,6 +19,9 @@ from ...weights.int8 import quantize_rows
 from ...weights.row_blocks import in_row_blocks
 
 FORMATS = ("bf16", "int8", "int4")
+HALF_FLOW = ("int4",)
+"""Formats whose tail runs its flow in fp16 on a GPU (the stock Token2wav's float16 option; its vocoder
+stays fp32): 0.29 GiB less, for the 8 GB card int4 is for."""
 QUANTIZER = "2"
 """Raised when the int8 quantization changes, so that a kept int8 copy (kept_weights.py) is
 made again; int4's is engine.weights.int4's."""
