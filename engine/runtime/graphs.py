@@ -89,7 +89,6 @@ def _copy_into(into: Any, outputs: Any) -> Any:
     return into
 
 
-
 def _outside_torch(device: torch.device) -> int:
     free, total = torch.cuda.mem_get_info(device)
     return total - free - torch.cuda.memory_reserved(device)

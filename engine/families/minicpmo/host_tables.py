@@ -29,6 +29,11 @@ def device_of(table: Table) -> torch.device:
     return (table.q if isinstance(table, Int8Rows) else table).device
 
 
+def stays_on_host(table: Table, device: torch.device) -> bool:
+    """Whether a model on `device` reads `table` where the load left it: on the host, for a GPU."""
+    return torch.device(device) != HOST and device_of(table) == HOST
+
+
 def ids_for(table: Table, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """ids as a tensor where `table` is, to look its rows up there."""
     return torch.as_tensor(ids, dtype=torch.long).to(device_of(table))

@@ -100,7 +100,7 @@ def _read_copy(copy: Path, record: dict[str, str], folder: Path, expected: dict,
         return discard(copy, "made from other files, on another device or by another version", quiet=True)
     try:
         with safe_open(str(copy), framework="pt") as f:
-            flat = {key: _placed(f.get_tensor(key), HOST if _base(key) in host else device)
+            flat = {key: f.get_tensor(key).to(HOST if _base(key) in host else device)
                     for key in f.keys()}  # noqa: SIM118 (not iterable)
         quantized = _unflat(flat)
         problem = mismatch(flat, recorded(meta)) or _shape_problem(quantized, expected)
@@ -120,10 +120,6 @@ def _base(key: str) -> str:
         if key.endswith(suffix):
             return key[:-len(suffix)]
     return key
-
-
-def _placed(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return tensor if device.type == "cpu" else tensor.to(device)
 
 
 def _unflat(flat: dict[str, torch.Tensor]) -> dict:

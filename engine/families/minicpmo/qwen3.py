@@ -23,7 +23,7 @@ from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
 from . import fused_layers
-from .host_tables import HOST, device_of, ids_for
+from .host_tables import ids_for, stays_on_host
 from .qwen3_weights import Qwen3Sizes, Qwen3Weights, llm_weights, placed, rope_inv_freq
 
 __all__ = ["CLOCK", "KV", "SPAN", "Qwen3Model"]
@@ -81,8 +81,7 @@ class Qwen3Model:
             return placed(t, self.device, dtype)
 
         tied = w.lm_head is w.embed
-        kept_on_host = self.device != HOST and device_of(w.embed) == HOST and not tied  # host_tables.py
-        self.embed_weight = w.embed if kept_on_host else put(w.embed)
+        self.embed_weight = w.embed if stays_on_host(w.embed, self.device) and not tied else put(w.embed)
         self.layers = [{k: put(v) for k, v in layer.items()} for layer in w.layers]
         self.norm_weight = put(w.norm)
         self.lm_head_weight = self.embed_weight if tied else put(w.lm_head)

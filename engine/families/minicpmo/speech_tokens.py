@@ -24,7 +24,7 @@ from ...ops.linear import embedding, linear
 from ...runtime.stages import Stage
 from ...state import FullStore, Region
 from . import fused_layers
-from .host_tables import HOST, device_of, ids_for
+from .host_tables import ids_for, stays_on_host
 from .qwen3 import head_rms_norm, rotate_half  # LlamaRMSNorm and Llama's rotate_half are Qwen3's
 from .qwen3_weights import placed
 
@@ -124,8 +124,8 @@ class SpeechTokenGenerator:
         if c.num_vq != 1:
             raise ValueError(f"num_vq {c.num_vq}: the duplex path embeds only codebook 0 (generate_chunk, line 6748)")
         self.device, self.dtype = torch.device(device), dtype
-        w = {name: t if name == "emb_text.weight" and self.device != HOST and device_of(t) == HOST  # host_tables.py
-             else placed(t, self.device, dtype) for name, t in tts_weights(weights).items()}
+        w = {name: t if name == "emb_text.weight" and stays_on_host(t, self.device) else placed(t, self.device, dtype)
+             for name, t in tts_weights(weights).items()}
         self.emb_text, self.emb_code, self.head = w["emb_text.weight"], w["emb_code.0.weight"], w["head_code.0.weight"]
         self.final_norm = w["model.norm.weight"]
         self.projector = _under(w, "projector_semantic.")
@@ -199,8 +199,8 @@ class SpeechTokenGenerator:
     def _rows(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
         """Text-table rows, looked up where it is: the reference's op on floats, engine.ops.linear's on int8."""
         table, ids = self.emb_text, ids_for(self.emb_text, ids)
-        return (F.embedding(ids, table) if isinstance(table, torch.Tensor) else embedding(table, ids, self.dtype)).to(
-            self.device)
+        rows = F.embedding(ids, table) if isinstance(table, torch.Tensor) else embedding(table, ids, self.dtype)
+        return rows.to(self.device)
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """projector_semantic: MiniCPMTTS.create_projector's three kinds (line 6271)."""
